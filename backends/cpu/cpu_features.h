@@ -1,0 +1,26 @@
+// CPU feature detection, done once per backend object. HEARTH_ISA (or BackendOptions::isa) forces
+// a lower level for tests and comparisons.
+#pragma once
+#include <string>
+
+namespace hearth::cpu {
+
+enum class Isa : int { Scalar = 0, Neon = 1, Avx2 = 2, Avx512 = 3 };
+
+struct CpuFeatures {
+  bool avx2 = false, fma = false, f16c = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
+  bool avx512bf16 = false, avx512vnni = false, avxvnni = false;
+  bool neon = false, neon_dotprod = false, neon_bf16 = false;
+  Isa best() const;
+};
+
+CpuFeatures detect_cpu_features();
+const char* isa_name(Isa isa);
+// Parses "avx512", "avx2", "neon", "scalar"; throws on anything else.
+Isa parse_isa(const std::string& s);
+// The ISA to use: the best the CPU has, lowered to `requested` (or $HEARTH_ISA) when given.
+// Asking for an ISA the CPU lacks is an error.
+Isa choose_isa(const CpuFeatures& f, const std::string& requested);
+
+}  // namespace hearth::cpu

@@ -1,0 +1,34 @@
+// Plain, readable reference implementations of every op the graph has. Each takes the slice of
+// work [begin, end) that one thread owns; the backend splits the work and places barriers.
+// Activations are f32 row-major; norm weights arrive already widened to f32.
+#pragma once
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace hearth::cpu {
+
+// out[t] = table[tokens[t]] widened to f32, for t in [t0, t1). Token ids were checked by the caller.
+void embed_rows(const Tensor& table, const int32_t* tokens, float* out, int64_t t0, int64_t t1);
+
+// out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, for rows [r0, r1) of width n.
+void rms_norm_rows(const float* x, const float* w, int64_t n, float eps, float* out, int64_t r0,
+                   int64_t r1);
+
+// Rotate-half RoPE on head vectors: row r of x holds n_heads vectors of head_dim; `rows` below
+// index (token, head) pairs as token * n_heads + head. cos/sin are [n_tokens, head_dim / 2].
+void rope_heads(float* x, int n_heads, int head_dim, const float* cos, const float* sin,
+                int64_t p0, int64_t p1);
+
+// Softmax attention of one query head over positions [0, n_pos) of one KV head.
+// k and v are [n_pos, head_dim] in `kv_type`; the result goes to out[head_dim].
+void attend_one(const float* q, const void* k, const void* v, DType kv_type, int n_pos,
+                int head_dim, float scale, float* out);
+
+void silu_mul(const float* a, const float* b, float* out, int64_t i0, int64_t i1);
+void add(const float* a, const float* b, float* out, int64_t i0, int64_t i1);
+
+// Stores n f32 values as `t` (F32, F16 or BF16).
+void store_as(DType t, const float* src, void* dst, int64_t n);
+
+}  // namespace hearth::cpu

@@ -1,0 +1,105 @@
+// Reference ops: f32 row-major activations; weights and KV entries widened from their stored type.
+#include <cmath>
+#include <cstring>
+
+#include "backends/cpu/ops.h"
+
+namespace hearth::cpu {
+
+void embed_rows(const Tensor& table, const int32_t* tokens, float* out, int64_t t0, int64_t t1) {
+  const int64_t n = table.cols();
+  const size_t row_bytes = size_t(n) * dtype_size(table.dtype);
+  for (int64_t t = t0; t < t1; ++t) {
+    const auto* row = static_cast<const uint8_t*>(table.data) + size_t(tokens[t]) * row_bytes;
+    to_f32(table.dtype, row, out + t * n, size_t(n));
+  }
+}
+
+void rms_norm_rows(const float* x, const float* w, int64_t n, float eps, float* out, int64_t r0,
+                   int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * n;
+    float* o = out + r * n;
+    // Sum of squares in double: the reference is float64 and n reaches 4096.
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; ++i) ss += double(xr[i]) * xr[i];
+    const float inv = float(1.0 / std::sqrt(ss / double(n) + double(eps)));
+    for (int64_t i = 0; i < n; ++i) o[i] = xr[i] * inv * w[i];
+  }
+}
+
+void rope_heads(float* x, int n_heads, int head_dim, const float* cos, const float* sin,
+                int64_t p0, int64_t p1) {
+  const int half = head_dim / 2;
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t t = p / n_heads;
+    float* v = x + p * head_dim;
+    const float* c = cos + t * half;
+    const float* s = sin + t * half;
+    for (int i = 0; i < half; ++i) {
+      const float a = v[i], b = v[i + half];
+      v[i] = a * c[i] - b * s[i];
+      v[i + half] = b * c[i] + a * s[i];
+    }
+  }
+}
+
+namespace {
+inline float load_kv(DType t, const void* base, int64_t i) {
+  switch (t) {
+    case DType::F16: return f16_to_f32(static_cast<const uint16_t*>(base)[i]);
+    case DType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
+    default: return static_cast<const float*>(base)[i];
+  }
+}
+}  // namespace
+
+void attend_one(const float* q, const void* k, const void* v, DType kv_type, int n_pos,
+                int head_dim, float scale, float* out) {
+  // Online softmax: one pass over the positions, no score buffer, exact after the final divide.
+  float m = -INFINITY, l = 0.f;
+  for (int d = 0; d < head_dim; ++d) out[d] = 0.f;
+  for (int p = 0; p < n_pos; ++p) {
+    const int64_t base = int64_t(p) * head_dim;
+    float s = 0.f;
+    for (int d = 0; d < head_dim; ++d) s += q[d] * load_kv(kv_type, k, base + d);
+    s *= scale;
+    if (s > m) {
+      const float c = std::exp(m - s);
+      l *= c;
+      for (int d = 0; d < head_dim; ++d) out[d] *= c;
+      m = s;
+    }
+    const float e = std::exp(s - m);
+    l += e;
+    for (int d = 0; d < head_dim; ++d) out[d] += e * load_kv(kv_type, v, base + d);
+  }
+  const float inv = 1.f / l;
+  for (int d = 0; d < head_dim; ++d) out[d] *= inv;
+}
+
+void silu_mul(const float* a, const float* b, float* out, int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; ++i) out[i] = a[i] / (1.f + std::exp(-a[i])) * b[i];
+}
+
+void add(const float* a, const float* b, float* out, int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; ++i) out[i] = a[i] + b[i];
+}
+
+void store_as(DType t, const float* src, void* dst, int64_t n) {
+  switch (t) {
+    case DType::F16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
+      return;
+    }
+    case DType::BF16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
+      return;
+    }
+    default: std::memcpy(dst, src, size_t(n) * 4);
+  }
+}
+
+}  // namespace hearth::cpu

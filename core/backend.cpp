@@ -1,0 +1,48 @@
+#include "core/backend.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace hearth {
+
+namespace {
+std::vector<BackendFactory>& factories() {
+  static std::vector<BackendFactory> f;
+  return f;
+}
+}  // namespace
+
+bool register_backend(BackendFactory f) {
+  factories().push_back(std::move(f));
+  return true;
+}
+
+std::vector<std::string> backend_names() {
+  std::vector<std::string> names;
+  for (auto& f : factories()) names.push_back(f.name);
+  return names;
+}
+
+std::unique_ptr<Backend> create_backend(const std::string& name, const BackendOptions& opt) {
+  const BackendFactory* best = nullptr;
+  for (auto& f : factories()) {
+    if (!name.empty()) {
+      if (f.name == name) {
+        if (f.available && !f.available()) fail("backend '", name, "' is not available here");
+        return f.create(opt);
+      }
+      continue;
+    }
+    if ((!f.available || f.available()) && (!best || f.priority > best->priority)) best = &f;
+  }
+  if (!name.empty()) {
+    std::string all;
+    for (auto& n : backend_names()) all += (all.empty() ? "" : ", ") + n;
+    fail("unknown backend '", name, "' (available: ", all, ")");
+  }
+  if (!best) fail("no backend available");
+  return best->create(opt);
+}
+
+}  // namespace hearth

@@ -1,0 +1,70 @@
+// The backend interface. A backend says which ops it supports, compiles a graph once (placing
+// every activation in memory it owns), allocates KV caches, and runs a compiled graph per step.
+// Backends register themselves in the registry; the runner picks one by name or by priority.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/graph.h"
+
+namespace hearth {
+
+struct BackendOptions {
+  int threads = 0;         // 0: one per physical core
+  std::string isa;         // CPU: force a lower ISA ("avx2", "scalar"); empty: best available
+  DType kv_dtype = DType::F32;
+};
+
+// The KV cache of one request. The backend owns the memory layout.
+struct KVCache {
+  virtual ~KVCache() = default;
+  KVSpec spec;
+  int capacity = 0;  // positions it can hold
+  DType dtype = DType::F32;
+  size_t bytes() const {
+    return size_t(spec.n_layers) * 2 * spec.n_kv_heads * size_t(capacity) * spec.head_dim *
+           dtype_size(dtype);
+  }
+};
+
+struct CompiledGraph {
+  virtual ~CompiledGraph() = default;
+  int max_tokens = 0;
+  int max_outputs = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  // A one-line description for manifests: ISA, threads, libraries.
+  virtual std::string describe() const = 0;
+  virtual int threads() const { return 1; }
+  virtual bool supports_op(const Graph& g, const Node& n) const = 0;
+  // Allocates everything the graph needs for steps of up to max_tokens tokens and max_outputs rows
+  // of logits. Throws if an op is not supported.
+  virtual std::unique_ptr<CompiledGraph> compile(const Graph& g, int max_tokens,
+                                                 int max_outputs) = 0;
+  virtual std::unique_ptr<KVCache> alloc_kv(const KVSpec& spec, int capacity) = 0;
+  // Copies the first n positions of every layer and head (to.capacity >= n).
+  virtual void copy_kv(const KVCache& from, KVCache& to, int n) = 0;
+  virtual void run(CompiledGraph& cg, const StepInputs& in) = 0;
+};
+
+struct BackendFactory {
+  std::string name;
+  int priority = 0;  // higher wins when the user does not choose
+  std::function<bool()> available;
+  std::function<std::unique_ptr<Backend>(const BackendOptions&)> create;
+};
+
+// Backends call this from a static initializer in their own folder. The table is written only
+// before main() and read-only afterwards.
+bool register_backend(BackendFactory f);
+std::vector<std::string> backend_names();
+// name empty: the available backend with the highest priority.
+std::unique_ptr<Backend> create_backend(const std::string& name, const BackendOptions& opt);
+
+}  // namespace hearth

@@ -1,0 +1,94 @@
+// The compute graph: a list of nodes in execution order over numbered tensors. A model builds it
+// once; a backend compiles it once (allocating every activation up front) and then runs it for each
+// step with that step's token count, so nothing is allocated per decoded token.
+//
+// Activations are 2-D [rows, cols]. Their row count is a run-time quantity: the step's token count
+// (`Rows::Tokens`) or the number of positions whose logits were asked for (`Rows::Outputs`).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace hearth {
+
+enum class Op : uint8_t {
+  Embed,        // out[t] = table[tokens[t]]                          in: table
+  RmsNorm,      // out = x / rms(x) * w, per row                       in: x, w
+  HeadRmsNorm,  // the same per head_dim slice (Qwen3 q_norm/k_norm)   in: x, w
+  MatMul,       // out = x W^T, W stored [out, in] like torch Linear    in: x, W
+  Rope,         // rotate-half RoPE at positions pos0 + t              in: x
+  Attention,    // causal GQA; appends this step's k, v to the cache   in: q, k, v
+  SiluMul,      // out = silu(a) * b                                   in: a, b
+  Add,          // out = a + b                                         in: a, b
+  GatherRows,   // out[i] = x[out_rows[i]]                             in: x
+  kCount
+};
+const char* op_name(Op op);
+
+enum class TensorKind : uint8_t { Weight, Activation };
+enum class Rows : uint8_t { Tokens, Outputs };
+
+struct GraphTensor {
+  std::string name;
+  TensorKind kind = TensorKind::Activation;
+  Tensor weight;             // Weight: a view into the checkpoint
+  Rows rows = Rows::Tokens;  // Activation: F32 [rows, cols]
+  int64_t cols = 0;
+};
+
+struct NodeParams {
+  float eps = 0.f;          // RmsNorm, HeadRmsNorm
+  int n_heads = 0;          // HeadRmsNorm, Rope, Attention (query heads)
+  int n_kv_heads = 0;       // Attention
+  int head_dim = 0;         // HeadRmsNorm, Rope, Attention
+  double rope_theta = 0.0;  // Rope
+  int layer = -1;           // Attention: which KV cache layer
+};
+
+struct Node {
+  Op op;
+  int out = -1;
+  int in[3] = {-1, -1, -1};
+  NodeParams p;
+};
+
+// Shapes a backend needs to allocate a KV cache for this graph.
+struct KVSpec {
+  int n_layers = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+};
+
+class Graph {
+ public:
+  int weight(const std::string& name, const Tensor& t);
+  int activation(const std::string& name, int64_t cols, Rows rows = Rows::Tokens);
+  int add(Op op, int out, std::initializer_list<int> in, NodeParams p = {});
+
+  const std::vector<GraphTensor>& tensors() const { return tensors_; }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  const GraphTensor& tensor(int id) const { return tensors_[size_t(id)]; }
+
+  int output = -1;  // the logits tensor, Rows::Outputs
+  KVSpec kv;
+
+ private:
+  std::vector<GraphTensor> tensors_;
+  std::vector<Node> nodes_;
+};
+
+// What changes from one step to the next.
+struct KVCache;
+struct StepInputs {
+  const int32_t* tokens = nullptr;
+  int n_tokens = 0;
+  int pos0 = 0;                      // position of tokens[0]; the cache holds pos0 earlier tokens
+  const int32_t* out_rows = nullptr;  // which of this step's rows need logits
+  int n_out = 0;
+  KVCache* kv = nullptr;
+  float* logits = nullptr;  // [n_out, vocab], written by the run
+};
+
+}  // namespace hearth

@@ -1,0 +1,127 @@
+#include "models/checkpoint.h"
+
+#include <simdjson.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+
+namespace fs = std::filesystem;
+
+namespace hearth {
+
+namespace {
+
+bool is_file(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec);
+}
+
+// Shard names come from a file we did not write; keep them inside the checkpoint folder.
+bool safe_shard_name(const std::string& s) {
+  if (s.empty()) return false;
+  fs::path p(s);
+  if (p.is_absolute()) return false;
+  for (const auto& part : p)
+    if (part == "..") return false;
+  return true;
+}
+
+}  // namespace
+
+Checkpoint Checkpoint::open(const std::string& dir) {
+  Checkpoint ck;
+  ck.dir_ = dir;
+  const fs::path d(dir);
+  std::error_code ec;
+  if (!fs::is_directory(d, ec)) fail(dir, ": checkpoint folder does not exist or is not a folder");
+
+  const fs::path single = d / "model.safetensors";
+  const fs::path index = d / "model.safetensors.index.json";
+
+  if (is_file(single)) {
+    ck.files_.push_back(single.string());
+    ck.shards_.push_back(SafetensorsFile::open(single.string()));
+    for (const TensorRef& t : ck.shards_[0]->tensors()) ck.by_name_.emplace(t.name, &t);
+  } else if (is_file(index)) {
+    const std::string ipath = index.string();
+    simdjson::dom::parser parser;
+    simdjson::padded_string json;
+    if (simdjson::padded_string::load(ipath).get(json)) fail(ipath, ": cannot read");
+    simdjson::dom::element doc;
+    auto err = parser.parse(json).get(doc);
+    if (err) fail(ipath, ": invalid JSON: ", simdjson::error_message(err));
+    simdjson::dom::object wm;
+    if (doc["weight_map"].get_object().get(wm)) fail(ipath, ": missing or non-object 'weight_map'");
+
+    std::map<std::string, std::string> weight_map;  // tensor -> shard file name
+    std::set<std::string> shard_names;              // sorted, so model-00001-of-N comes first
+    for (auto kv : wm) {
+      std::string name(kv.key);
+      std::string_view file;
+      if (kv.value.get_string().get(file))
+        fail(ipath, ": weight_map entry for tensor '", name, "' is not a string");
+      std::string f(file);
+      if (!safe_shard_name(f))
+        fail(ipath, ": weight_map entry for tensor '", name, "' names shard '", f,
+             "' outside the checkpoint folder");
+      if (!weight_map.emplace(name, f).second)
+        fail(ipath, ": tensor '", name, "' listed twice in weight_map");
+      shard_names.insert(f);
+    }
+    if (shard_names.empty()) fail(ipath, ": weight_map is empty");
+    // Check all shards exist before mapping any, so a partial download is reported as such.
+    for (const std::string& f : shard_names)
+      if (!is_file(d / f)) fail(ipath, ": shard '", f, "' is missing from ", dir);
+
+    for (const std::string& f : shard_names) {
+      ck.files_.push_back((d / f).string());
+      ck.shards_.push_back(SafetensorsFile::open(ck.files_.back()));
+    }
+    // Duplicates are checked across all shards first: a tensor in two shards is the real fault
+    // even when the index happens to name one of them.
+    for (const auto& s : ck.shards_)
+      for (const TensorRef& t : s->tensors()) {
+        auto [it, fresh] = ck.by_name_.emplace(t.name, &t);
+        if (!fresh)
+          fail(dir, ": tensor '", t.name, "' appears in two shards, ", it->second->file, " and ",
+               t.file);
+      }
+    for (const auto& s : ck.shards_) {
+      for (const TensorRef& t : s->tensors()) {
+        auto it = weight_map.find(t.name);
+        if (it == weight_map.end())
+          fail(t.file, ": tensor '", t.name, "' is in the shard but not in ", ipath);
+        if ((d / it->second).string() != t.file)
+          fail(t.file, ": tensor '", t.name, "' found here but the index places it in '",
+               it->second, "'");
+      }
+    }
+    for (const auto& [name, f] : weight_map)
+      if (!ck.by_name_.count(name))
+        fail((d / f).string(), ": tensor '", name, "' listed in the index but absent from shard '",
+             f, "'");
+  } else {
+    fail(dir, ": no model.safetensors or model.safetensors.index.json in this folder");
+  }
+
+  for (const auto& s : ck.shards_)
+    for (const TensorRef& t : s->tensors()) {
+      ck.all_.push_back(&t);
+      ck.total_bytes_ += t.nbytes;
+    }
+  return ck;
+}
+
+const TensorRef* Checkpoint::find(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second;
+}
+
+void Checkpoint::advise_hugepages() {
+  for (auto& s : shards_) s->file().advise_hugepages();
+}
+
+}  // namespace hearth

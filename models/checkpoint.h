@@ -1,0 +1,41 @@
+// A Hugging Face checkpoint folder: one model.safetensors, or shards listed by
+// model.safetensors.index.json. Opening validates every header and the index against the shards,
+// but reads no weight data.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "models/safetensors.h"
+
+namespace hearth {
+
+class Checkpoint {
+ public:
+  // Like transformers, a single model.safetensors wins over an index when both exist.
+  static Checkpoint open(const std::string& dir);
+
+  const TensorRef* find(const std::string& name) const;  // nullptr when absent
+  // Every tensor, shard by shard in files() order, each shard in data-offset order.
+  const std::vector<const TensorRef*>& all() const { return all_; }
+  // Paths of the safetensors files, as opened (DIR/NAME).
+  const std::vector<std::string>& files() const { return files_; }
+  const std::vector<std::shared_ptr<SafetensorsFile>>& shards() const { return shards_; }
+  const std::string& dir() const { return dir_; }
+  void advise_hugepages();
+  size_t total_bytes() const { return total_bytes_; }  // sum of tensor data bytes
+
+ private:
+  std::string dir_;
+  std::vector<std::string> files_;
+  // Tensor views and TensorRef pointers stay valid across moves of the Checkpoint, since the
+  // files live on the heap; holders of a shard's shared_ptr keep its map alive.
+  std::vector<std::shared_ptr<SafetensorsFile>> shards_;
+  std::vector<const TensorRef*> all_;
+  std::unordered_map<std::string, const TensorRef*> by_name_;
+  size_t total_bytes_ = 0;
+};
+
+}  // namespace hearth

@@ -1,0 +1,38 @@
+// A read-only memory map of a whole file. Checkpoint weights are used in place from it, so the OS
+// page cache is the only copy and pages are read lazily on first use.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace hearth {
+
+class MappedFile {
+ public:
+  MappedFile() = default;
+  // Throws hearth::Error "PATH: cannot open: <strerror>" (or stat/mmap) on failure. An empty file
+  // maps to data() == nullptr, size() == 0, since mmap cannot map zero bytes.
+  explicit MappedFile(const std::string& path);
+  ~MappedFile();
+  MappedFile(MappedFile&& o) noexcept;
+  MappedFile& operator=(MappedFile&& o) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+  // Advice only: failures (old kernels, filesystems without THP support) are ignored, since the
+  // mapping works the same without them.
+  void advise_hugepages() const;
+  void advise_willneed() const;
+
+ private:
+  void release() noexcept;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  std::string path_;
+};
+
+}  // namespace hearth

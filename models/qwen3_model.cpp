@@ -1,0 +1,39 @@
+#include "models/qwen3_model.h"
+
+#include <set>
+
+#include "models/qwen3_graph.h"
+
+namespace hearth {
+
+std::unique_ptr<Qwen3Model> Qwen3Model::load(const std::string& dir) {
+  auto m = std::unique_ptr<Qwen3Model>(new Qwen3Model());
+  m->dir_ = dir;
+  m->config_ = load_qwen3_config(dir);
+  m->gen_ = load_generation_config(dir, m->config_);
+  m->ckpt_ = Checkpoint::open(dir);
+  m->weights_ = bind_qwen3_weights(m->ckpt_, m->config_);
+  m->ckpt_.advise_hugepages();
+  m->graph_ = build_qwen3_graph(m->config_, m->weights_);
+  return m;
+}
+
+std::string Qwen3Model::weight_dtypes() const {
+  std::set<std::string> names;
+  for (const auto& t : graph_.tensors())
+    if (t.kind == TensorKind::Weight) names.insert(dtype_name(t.weight.dtype));
+  std::string s;
+  for (auto& n : names) s += (s.empty() ? "" : "+") + n;
+  return s;
+}
+
+size_t Qwen3Model::decode_weight_bytes() const {
+  size_t bytes = 0;
+  for (const Node& n : graph_.nodes())
+    if (n.op == Op::MatMul) bytes += graph_.tensor(n.in[1]).weight.nbytes;
+  const Tensor& e = weights_.embed;
+  bytes += size_t(e.cols()) * dtype_size(e.dtype);
+  return bytes;
+}
+
+}  // namespace hearth

@@ -1,0 +1,38 @@
+// A loaded Qwen3 checkpoint: config, weights bound in place from the mmap, and the graph built
+// once from them. Immutable after load, so any number of sessions and threads may share it.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "core/graph.h"
+#include "models/checkpoint.h"
+#include "models/qwen3_config.h"
+#include "models/qwen3_weights.h"
+
+namespace hearth {
+
+class Qwen3Model {
+ public:
+  static std::unique_ptr<Qwen3Model> load(const std::string& dir);
+
+  const std::string& dir() const { return dir_; }
+  const Qwen3Config& config() const { return config_; }
+  const GenerationConfig& generation_config() const { return gen_; }
+  const Checkpoint& checkpoint() const { return ckpt_; }
+  const Qwen3Weights& weights() const { return weights_; }
+  const Graph& graph() const { return graph_; }
+  // The distinct stored weight types, e.g. "BF16" or "BF16+F32".
+  std::string weight_dtypes() const;
+  // Bytes of weights read per decoded token (every matrix once, plus one embedding row).
+  size_t decode_weight_bytes() const;
+
+ private:
+  std::string dir_;
+  Qwen3Config config_;
+  GenerationConfig gen_;
+  Checkpoint ckpt_;
+  Qwen3Weights weights_;
+  Graph graph_;
+};
+
+}  // namespace hearth

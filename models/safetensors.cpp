@@ -1,0 +1,169 @@
+#include "models/safetensors.h"
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <set>
+#include <string_view>
+
+#include "core/error.h"
+
+namespace hearth {
+
+size_t safetensors_dtype_size(const std::string& dtype) {
+  if (dtype == "F32" || dtype == "I32") return 4;
+  if (dtype == "F16" || dtype == "BF16") return 2;
+  // U8/I8 hold the quantizer's packed codes; they are sized per byte and carry no hearth DType.
+  if (dtype == "U8" || dtype == "I8") return 1;
+  return 0;
+}
+
+Tensor TensorRef::view() const {
+  if (!plain_dtype)
+    fail(file, ": tensor '", name, "': dtype ", dtype_str, " cannot be viewed as a plain tensor");
+  if (shape.size() > 4)
+    fail(file, ": tensor '", name, "': ", shape.size(), " dimensions, at most 4 supported");
+  Tensor t;
+  t.dtype = dtype;
+  t.ndim = int(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) t.shape[i] = shape[i];
+  t.data = data;
+  t.nbytes = nbytes;
+  return t;
+}
+
+namespace {
+
+std::string span_str(uint64_t b, uint64_t e) {
+  return "[" + std::to_string(b) + ", " + std::to_string(e) + "]";
+}
+
+struct Entry {
+  TensorRef ref;
+  uint64_t begin = 0, end = 0;
+};
+
+}  // namespace
+
+std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
+  std::shared_ptr<SafetensorsFile> sf(new SafetensorsFile);
+  sf->file_ = MappedFile(path);
+  const uint8_t* base = sf->file_.data();
+  const uint64_t fsize = sf->file_.size();
+  if (fsize < 8) fail(path, ": file is ", fsize, " bytes, too short for a safetensors header");
+  uint64_t hlen = 0;
+  for (int i = 0; i < 8; ++i) hlen |= uint64_t(base[i]) << (8 * i);
+  if (hlen > fsize - 8)
+    fail(path, ": header length ", hlen, " runs past the end of the file (", fsize, " bytes)");
+  const uint64_t data_size = fsize - 8 - hlen;
+  const uint8_t* data_base = base + 8 + hlen;
+
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  // The map is not padded as simdjson wants, so the parser copies the header (small) first.
+  auto err = parser.parse(reinterpret_cast<const char*>(base + 8), size_t(hlen)).get(doc);
+  if (err) fail(path, ": header is not valid JSON: ", simdjson::error_message(err));
+  simdjson::dom::object root;
+  if (doc.get_object().get(root)) fail(path, ": header is not a JSON object");
+
+  std::vector<Entry> entries;
+  std::set<std::string_view> seen;
+  bool have_meta = false;
+  for (auto field : root) {
+    std::string_view key = field.key;
+    if (key == "__metadata__") {
+      if (have_meta) fail(path, ": __metadata__ appears twice in the header");
+      have_meta = true;
+      simdjson::dom::object meta;
+      if (field.value.get_object().get(meta)) fail(path, ": __metadata__ is not a JSON object");
+      for (auto kv : meta) {
+        std::string_view v;
+        if (kv.value.get_string().get(v))
+          fail(path, ": __metadata__ key '", kv.key, "': value is not a string");
+        sf->metadata_[std::string(kv.key)] = std::string(v);
+      }
+      continue;
+    }
+    std::string name(key);
+    if (!seen.insert(key).second) fail(path, ": tensor '", name, "' appears twice in the header");
+    const std::string where = path + ": tensor '" + name + "'";
+    simdjson::dom::object obj;
+    if (field.value.get_object().get(obj)) fail(where, ": entry is not a JSON object");
+
+    Entry e;
+    TensorRef& r = e.ref;
+    r.name = name;
+    r.file = path;
+
+    std::string_view dt;
+    if (obj["dtype"].get_string().get(dt)) fail(where, ": missing or non-string 'dtype'");
+    r.dtype_str = std::string(dt);
+    const size_t esize = safetensors_dtype_size(r.dtype_str);
+    if (esize == 0)
+      fail(where, ": unknown dtype '", r.dtype_str, "' (supported: F32, F16, BF16, I32, U8, I8)");
+    r.plain_dtype = dtype_from_safetensors(r.dtype_str, &r.dtype);
+
+    simdjson::dom::array shape;
+    if (obj["shape"].get_array().get(shape)) fail(where, ": missing or non-array 'shape'");
+    for (auto d : shape) {
+      int64_t v;
+      if (d.get_int64().get(v) || v < 0)
+        fail(where, ": 'shape' must hold non-negative integers, got ", simdjson::minify(d));
+      r.shape.push_back(v);
+    }
+
+    simdjson::dom::array offs;
+    if (obj["data_offsets"].get_array().get(offs) || offs.size() != 2)
+      fail(where, ": missing 'data_offsets' or not a [begin, end] pair");
+    if (offs.at(0).get_uint64().get(e.begin) || offs.at(1).get_uint64().get(e.end))
+      fail(where, ": 'data_offsets' must hold non-negative integers");
+    if (e.begin > e.end)
+      fail(where, ": data_offsets ", span_str(e.begin, e.end), " has begin > end");
+    if (e.end > data_size)
+      fail(where, ": data_offsets ", span_str(e.begin, e.end),
+           " run past the end of the data section (", data_size, " bytes)");
+
+    // Counting in elements and comparing against the span by division keeps a hostile shape from
+    // overflowing the byte count.
+    const uint64_t span = e.end - e.begin;
+    uint64_t nelem = 1;
+    bool too_big = false;
+    for (int64_t d : r.shape) {
+      if (d == 0) {
+        nelem = 0;
+        too_big = false;
+        break;
+      }
+      if (!too_big && nelem > span / uint64_t(d)) too_big = true;
+      if (!too_big) nelem *= uint64_t(d);
+    }
+    if (too_big || nelem * esize != span) {
+      std::string need =
+          too_big ? "more than " + std::to_string(span) : std::to_string(nelem * esize);
+      fail(where, ": shape ", shape_str(r.shape), " needs ", need, " bytes but data_offsets span ",
+           span);
+    }
+    r.data = data_base + e.begin;
+    r.nbytes = size_t(span);
+    entries.push_back(std::move(e));
+  }
+
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  // Empty tensors own no bytes, so only non-empty ones can overlap.
+  const Entry* last = nullptr;
+  for (const Entry& e : entries) {
+    if (e.begin == e.end) continue;
+    if (last && e.begin < last->end)
+      fail(path, ": tensors '", last->ref.name, "' ", span_str(last->begin, last->end), " and '",
+           e.ref.name, "' ", span_str(e.begin, e.end), " overlap");
+    if (!last || e.end > last->end) last = &e;
+  }
+
+  sf->tensors_.reserve(entries.size());
+  for (Entry& e : entries) sf->tensors_.push_back(std::move(e.ref));
+  return sf;
+}
+
+}  // namespace hearth

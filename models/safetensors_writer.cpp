@@ -1,0 +1,76 @@
+#include "models/safetensors_writer.h"
+
+#include <cstdio>
+#include <memory>
+
+#include "core/error.h"
+
+namespace hearth {
+
+std::string json_escape(const std::string& s) {
+  std::string o;
+  o.reserve(s.size() + 2);
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      case '\r': o += "\\r"; break;
+      case '\t': o += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          o += buf;
+        } else {
+          o += char(c);
+        }
+    }
+  }
+  return o;
+}
+
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  std::string h = "{";
+  bool first = true;
+  if (!metadata.empty()) {
+    h += "\"__metadata__\":{";
+    bool f2 = true;
+    for (auto& [k, v] : metadata) {
+      if (!f2) h += ",";
+      f2 = false;
+      h += "\"" + json_escape(k) + "\":\"" + json_escape(v) + "\"";
+    }
+    h += "}";
+    first = false;
+  }
+  size_t off = 0;
+  for (auto& t : tensors) {
+    if (!first) h += ",";
+    first = false;
+    h += "\"" + json_escape(t.name) + "\":{\"dtype\":\"" + t.dtype + "\",\"shape\":[";
+    for (size_t i = 0; i < t.shape.size(); ++i) h += (i ? "," : "") + std::to_string(t.shape[i]);
+    h += "],\"data_offsets\":[" + std::to_string(off) + "," + std::to_string(off + t.nbytes) + "]}";
+    off += t.nbytes;
+  }
+  h += "}";
+  while (h.size() % 8) h += ' ';
+
+  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
+  if (!f) fail(path, ": cannot open for writing");
+  uint64_t n = h.size();
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = uint8_t(n >> (8 * i));
+  bool ok = std::fwrite(len, 1, 8, f.get()) == 8 && std::fwrite(h.data(), 1, n, f.get()) == n;
+  std::vector<uint8_t> buf;
+  for (auto& t : tensors) {
+    if (!ok) break;
+    buf.assign(t.nbytes, 0);
+    if (t.fill) t.fill(buf.data());
+    ok = std::fwrite(buf.data(), 1, buf.size(), f.get()) == buf.size();
+  }
+  if (!ok || std::fflush(f.get()) != 0) fail(path, ": write failed (disk full?)");
+}
+
+}  // namespace hearth

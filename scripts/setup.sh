@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs every Debian package hearth needs to build and test. Safe to run again.
+set -euo pipefail
+pkgs=(build-essential cmake ninja-build pkg-config git
+      libopenblas-dev libdnnl-dev ocl-icd-opencl-dev opencl-headers libomp-dev libsimdjson-dev doctest-dev
+      libpcre2-dev libutf8proc-dev libcpp-httplib-dev
+      python3)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,180 @@
+// The golden test: tiny Qwen3 checkpoints with float64 reference logits and greedy continuations
+// from ../shared/fixtures/models, run on every ISA this machine has, chunked and unchunked.
+#include <doctest/doctest.h>
+#include <simdjson.h>
+
+#include <cmath>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_features.h"
+#include "core/runner.h"
+#include "core/session.h"
+#include "models/qwen3_model.h"
+
+using namespace hearth;
+
+namespace {
+
+const std::string kModels = std::string(HEARTH_SHARED_DIR) + "/fixtures/models/";
+const char* kFixtures[] = {"tiny-tied-bf16", "tiny-untied-sharded-f32"};
+
+struct Sequence {
+  std::string name;
+  std::vector<int32_t> ids;
+  std::vector<int32_t> greedy;
+  std::string logits_file;
+};
+
+std::vector<Sequence> load_sequences(const std::string& dir) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc = parser.load(dir + "/expected.json");
+  std::vector<Sequence> out;
+  for (simdjson::dom::element s : doc["sequences"].get_array()) {
+    Sequence q;
+    q.name = std::string(std::string_view(s["name"]));
+    for (int64_t v : s["input_ids"].get_array()) q.ids.push_back(int32_t(v));
+    for (int64_t v : s["greedy"]["tokens"].get_array()) q.greedy.push_back(int32_t(v));
+    q.logits_file = std::string(std::string_view(s["logits_file"]));
+    out.push_back(q);
+  }
+  return out;
+}
+
+std::vector<float> read_f32(const std::string& path) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  REQUIRE(f.good());
+  std::vector<float> v(size_t(f.tellg()) / 4);
+  f.seekg(0);
+  f.read(reinterpret_cast<char*>(v.data()), std::streamsize(v.size() * 4));
+  return v;
+}
+
+// Returns the number of elements outside |got - want| <= 1e-4 + 1e-4 |want|.
+size_t count_mismatches(const std::vector<float>& got, const std::vector<float>& want,
+                        double* max_err) {
+  size_t bad = 0;
+  *max_err = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    double d = std::fabs(double(got[i]) - want[i]);
+    *max_err = std::max(*max_err, d);
+    if (!(d <= 1e-4 + 1e-4 * std::fabs(want[i]))) ++bad;
+  }
+  return bad;
+}
+
+std::vector<std::string> isas_here() {
+  std::vector<std::string> v = {"scalar"};
+  auto best = cpu::detect_cpu_features().best();
+  if (best >= cpu::Isa::Avx2 && best != cpu::Isa::Neon) v.push_back("avx2");
+  if (best == cpu::Isa::Avx512) v.push_back("avx512");
+  if (best == cpu::Isa::Neon) v.push_back("neon");
+  return v;
+}
+
+std::unique_ptr<Runner> make_runner(const Qwen3Model& m, const std::string& isa, int threads,
+                                    int chunk = 256) {
+  BackendOptions o;
+  o.isa = isa;
+  o.threads = threads;
+  return std::make_unique<Runner>(create_backend("cpu", o), m.graph(), m.config().vocab_size,
+                                  m.config().max_position_embeddings, chunk);
+}
+
+}  // namespace
+
+TEST_SUITE("model_fixtures") {
+  TEST_CASE("logits match the float64 reference on every ISA, chunked and unchunked") {
+    for (const char* fx : kFixtures) {
+      const std::string dir = kModels + fx;
+      auto model = Qwen3Model::load(dir);
+      const auto seqs = load_sequences(dir);
+      const size_t V = size_t(model->config().vocab_size);
+      for (const std::string& isa : isas_here()) {
+        for (int threads : {1, 2}) {
+          auto runner = make_runner(*model, isa, threads);
+          for (const auto& s : seqs) {
+            CAPTURE(fx);
+            CAPTURE(isa);
+            CAPTURE(threads);
+            CAPTURE(s.name);
+            const auto want = read_f32(dir + "/" + s.logits_file);
+            REQUIRE(want.size() == s.ids.size() * V);
+            std::vector<float> got(want.size());
+            auto kv = runner->new_kv(int(s.ids.size()));
+            runner->forward(*kv, s.ids.data(), int(s.ids.size()), 0, got.data(), nullptr);
+            double max_err;
+            CHECK(count_mismatches(got, want, &max_err) == 0);
+
+            // The same sequence through the cache in two chunks (20 + rest), as the fixture says.
+            if (s.ids.size() > 20) {
+              std::vector<float> chunked(want.size());
+              auto kv2 = runner->new_kv(int(s.ids.size()));
+              runner->forward(*kv2, s.ids.data(), 20, 0, chunked.data(), nullptr);
+              runner->forward(*kv2, s.ids.data() + 20, int(s.ids.size()) - 20, 20,
+                              chunked.data() + 20 * V, nullptr);
+              CHECK(count_mismatches(chunked, want, &max_err) == 0);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  TEST_CASE("prefill in small chunks equals one pass") {
+    const std::string dir = kModels + kFixtures[0];
+    auto model = Qwen3Model::load(dir);
+    const auto seqs = load_sequences(dir);
+    const auto& s = seqs.back();
+    const auto want = read_f32(dir + "/" + s.logits_file);
+    auto runner = make_runner(*model, "", 2, /*chunk=*/7);  // 33 tokens = 7+7+7+7+5
+    std::vector<float> got(want.size());
+    auto kv = runner->new_kv(int(s.ids.size()));
+    runner->forward(*kv, s.ids.data(), int(s.ids.size()), 0, got.data(), nullptr);
+    double max_err;
+    CHECK(count_mismatches(got, want, &max_err) == 0);
+  }
+
+  TEST_CASE("greedy continuations are exact") {
+    for (const char* fx : kFixtures) {
+      const std::string dir = kModels + fx;
+      auto model = Qwen3Model::load(dir);
+      for (const std::string& isa : isas_here()) {
+        auto runner = make_runner(*model, isa, 2);
+        for (const auto& s : load_sequences(dir)) {
+          CAPTURE(fx);
+          CAPTURE(isa);
+          CAPTURE(s.name);
+          Session session(*runner);
+          GenerateOptions opt;
+          opt.max_new_tokens = int(s.greedy.size());
+          opt.ignore_eos = true;
+          auto res = session.generate(s.ids, opt);
+          CHECK(res.tokens == s.greedy);
+          CHECK(res.finish_reason == "length");
+        }
+      }
+    }
+  }
+
+  TEST_CASE("a session reuses its cache across turns") {
+    const std::string dir = kModels + kFixtures[0];
+    auto model = Qwen3Model::load(dir);
+    auto runner = make_runner(*model, "", 1);
+    const auto seqs = load_sequences(dir);
+    const auto& s = seqs.back();
+    Session session(*runner);
+    GenerateOptions opt;
+    opt.max_new_tokens = 4;
+    opt.ignore_eos = true;
+    std::vector<int32_t> first(s.ids.begin(), s.ids.begin() + 20);
+    auto r1 = session.generate(first, opt);
+    CHECK(r1.metrics.prefill_tokens == 20);
+    // Second turn: the whole sequence; only the tokens after the cached prefix are computed.
+    opt.max_new_tokens = int(s.greedy.size());
+    auto r2 = session.generate(s.ids, opt);
+    CHECK(r2.metrics.prefill_tokens == int(s.ids.size()) - 20);
+    CHECK(r2.tokens == s.greedy);
+  }
+}

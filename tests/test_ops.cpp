@@ -1,0 +1,277 @@
+// Each CPU op, run through the backend on small random shapes, against an independent float64
+// computation written here; on every ISA the machine has.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "core/backend.h"
+
+using namespace hearth;
+
+namespace {
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+std::vector<std::string> isas_here() {
+  std::vector<std::string> v = {"scalar"};
+  auto best = cpu::detect_cpu_features().best();
+  if (best == cpu::Isa::Avx2 || best == cpu::Isa::Avx512) v.push_back("avx2");
+  if (best == cpu::Isa::Avx512) v.push_back("avx512");
+  if (best == cpu::Isa::Neon) v.push_back("neon");
+  return v;
+}
+
+Tensor view(DType t, std::vector<int64_t> shape, const void* data) {
+  Tensor x;
+  x.dtype = t;
+  x.ndim = int(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) x.shape[i] = shape[i];
+  x.data = data;
+  x.nbytes = size_t(x.numel()) * dtype_size(t);
+  return x;
+}
+
+// Normalised error: ||got - want|| / ||want||.
+double nerr(const std::vector<float>& got, const std::vector<double>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+// Runs a graph whose output rows are all step rows: embed -> op under test -> gather everything.
+struct Harness {
+  std::unique_ptr<Backend> be;
+  std::unique_ptr<KVCache> kv;
+  Harness(const std::string& isa, int threads, KVSpec spec = {1, 1, 2}, int cap = 64) {
+    BackendOptions o;
+    o.isa = isa;
+    o.threads = threads;
+    be = create_backend("cpu", o);
+    kv = be->alloc_kv(spec, cap);
+  }
+  std::vector<float> run(Graph& g, const std::vector<int32_t>& tokens, int pos0 = 0) {
+    const int T = int(tokens.size());
+    auto cg = be->compile(g, T, T);
+    std::vector<int32_t> rows(static_cast<size_t>(T));
+    for (int i = 0; i < T; ++i) rows[size_t(i)] = i;
+    std::vector<float> out(size_t(T) * size_t(g.tensor(g.output).cols));
+    StepInputs in;
+    in.tokens = tokens.data();
+    in.n_tokens = T;
+    in.pos0 = pos0;
+    in.out_rows = rows.data();
+    in.n_out = T;
+    in.kv = kv.get();
+    in.logits = out.data();
+    be->run(*cg, in);
+    return out;
+  }
+};
+
+// Inputs come from an F32 "embedding table" whose row t is the t-th input row.
+int input(Graph& g, const std::vector<float>& table, int64_t rows, int64_t cols, const char* name) {
+  int w = g.weight(name, view(DType::F32, {rows, cols}, table.data()));
+  return g.add(Op::Embed, g.activation(name, cols), {w});
+}
+
+int finish(Graph& g, int x) {
+  g.output = g.add(Op::GatherRows, g.activation("out", g.tensor(x).cols, Rows::Outputs), {x});
+  return g.output;
+}
+
+}  // namespace
+
+TEST_SUITE("ops") {
+  TEST_CASE("matmul in F32, F16 and BF16 against float64") {
+    for (const auto& isa : isas_here())
+      for (DType wt : {DType::F32, DType::F16, DType::BF16})
+        for (int T : {1, 3, 9})
+          for (int64_t K : {8, 37, 256}) {
+            const int64_t N = 35;
+            CAPTURE(isa);
+            CAPTURE(dtype_name(wt));
+            CAPTURE(T);
+            CAPTURE(K);
+            auto x = randn(size_t(T * K), 1);
+            auto wf = randn(size_t(N * K), 2, 0.1f);
+            std::vector<uint16_t> wh(wf.size());
+            for (size_t i = 0; i < wf.size(); ++i) {
+              if (wt == DType::F16) wh[i] = f32_to_f16(wf[i]), wf[i] = f16_to_f32(wh[i]);
+              if (wt == DType::BF16) wh[i] = f32_to_bf16(wf[i]), wf[i] = bf16_to_f32(wh[i]);
+            }
+            const void* wp = wt == DType::F32 ? static_cast<const void*>(wf.data()) : wh.data();
+            Graph g;
+            int xi = input(g, x, T, K, "x");
+            int y = g.add(Op::MatMul, g.activation("y", N), {xi, g.weight("w", view(wt, {N, K}, wp))});
+            finish(g, y);
+            std::vector<int32_t> toks(static_cast<size_t>(T));
+            for (int t = 0; t < T; ++t) toks[size_t(t)] = t;
+            for (int threads : {1, 2}) {
+              Harness h(isa, threads);
+              auto got = h.run(g, toks);
+              std::vector<double> want(size_t(T * N));
+              for (int t = 0; t < T; ++t)
+                for (int64_t n = 0; n < N; ++n) {
+                  double s = 0;
+                  for (int64_t k = 0; k < K; ++k) s += double(x[size_t(t * K + k)]) * wf[size_t(n * K + k)];
+                  want[size_t(t * N + n)] = s;
+                }
+              CHECK(nerr(got, want) < 1e-6);
+            }
+          }
+  }
+
+  TEST_CASE("rms_norm, head_rms_norm, silu_mul and add against float64") {
+    const int T = 5, H = 48, hd = 16;
+    auto x = randn(size_t(T * H), 3);
+    auto y = randn(size_t(T * H), 4);
+    auto w = randn(size_t(H), 5);
+    std::vector<uint16_t> wb(w.size());
+    for (size_t i = 0; i < w.size(); ++i) wb[i] = f32_to_bf16(w[i]), w[i] = bf16_to_f32(wb[i]);
+    std::vector<int32_t> toks = {0, 1, 2, 3, 4};
+    for (const auto& isa : isas_here()) {
+      Harness h(isa, 2);
+      {
+        Graph g;
+        int xi = input(g, x, T, H, "x");
+        NodeParams p;
+        p.eps = 1e-6f;
+        finish(g, g.add(Op::RmsNorm, g.activation("n", H), {xi, g.weight("w", view(DType::BF16, {H}, wb.data()))}, p));
+        auto got = h.run(g, toks);
+        std::vector<double> want(x.size());
+        for (int t = 0; t < T; ++t) {
+          double ss = 0;
+          for (int i = 0; i < H; ++i) ss += double(x[size_t(t * H + i)]) * x[size_t(t * H + i)];
+          double inv = 1 / std::sqrt(ss / H + 1e-6);
+          for (int i = 0; i < H; ++i) want[size_t(t * H + i)] = x[size_t(t * H + i)] * inv * w[size_t(i)];
+        }
+        CHECK(nerr(got, want) < 1e-6);
+      }
+      {
+        Graph g;
+        int xi = input(g, x, T, H, "x");
+        NodeParams p;
+        p.eps = 1e-6f;
+        p.n_heads = H / hd;
+        p.head_dim = hd;
+        finish(g, g.add(Op::HeadRmsNorm, g.activation("n", H), {xi, g.weight("w", view(DType::BF16, {hd}, wb.data()))}, p));
+        auto got = h.run(g, toks);
+        std::vector<double> want(x.size());
+        for (int r = 0; r < T * H / hd; ++r) {
+          double ss = 0;
+          for (int i = 0; i < hd; ++i) ss += double(x[size_t(r * hd + i)]) * x[size_t(r * hd + i)];
+          double inv = 1 / std::sqrt(ss / hd + 1e-6);
+          for (int i = 0; i < hd; ++i) want[size_t(r * hd + i)] = x[size_t(r * hd + i)] * inv * w[size_t(i)];
+        }
+        CHECK(nerr(got, want) < 1e-6);
+      }
+      for (Op op : {Op::SiluMul, Op::Add}) {
+        Graph g;
+        int xi = input(g, x, T, H, "x");
+        int yi = input(g, y, T, H, "y");
+        finish(g, g.add(op, g.activation("o", H), {xi, yi}));
+        auto got = h.run(g, toks);
+        std::vector<double> want(x.size());
+        for (size_t i = 0; i < x.size(); ++i) {
+          double a = x[i], b = y[i];
+          want[i] = op == Op::Add ? a + b : a / (1 + std::exp(-a)) * b;
+        }
+        CHECK(nerr(got, want) < 1e-6);
+      }
+    }
+  }
+
+  TEST_CASE("rope rotates half pairs at pos0 + t with the given theta") {
+    const int T = 3, nh = 2, hd = 8, pos0 = 1000;
+    const double theta = 10000.0;
+    auto x = randn(size_t(T * nh * hd), 6);
+    std::vector<int32_t> toks = {0, 1, 2};
+    Graph g;
+    int xi = input(g, x, T, nh * hd, "x");
+    NodeParams p;
+    p.n_heads = nh;
+    p.head_dim = hd;
+    p.rope_theta = theta;
+    finish(g, g.add(Op::Rope, xi, {xi}, p));
+    Harness h("", 2, {1, 1, 2}, 2048);
+    auto got = h.run(g, toks, pos0);
+    std::vector<double> want(x.size());
+    for (int t = 0; t < T; ++t)
+      for (int hh = 0; hh < nh; ++hh)
+        for (int i = 0; i < hd / 2; ++i) {
+          double a = (pos0 + t) * std::pow(theta, -2.0 * i / hd);
+          size_t b = size_t((t * nh + hh) * hd);
+          double x0 = x[b + size_t(i)], x1 = x[b + size_t(i + hd / 2)];
+          want[b + size_t(i)] = x0 * std::cos(a) - x1 * std::sin(a);
+          want[b + size_t(i + hd / 2)] = x1 * std::cos(a) + x0 * std::sin(a);
+        }
+    CHECK(nerr(got, want) < 1e-6);
+  }
+
+  TEST_CASE("causal GQA attention over the cache, across two steps") {
+    const int nh = 4, nkv = 2, hd = 16, T1 = 5, T2 = 3, T = T1 + T2;
+    auto q = randn(size_t(T * nh * hd), 7);
+    auto k = randn(size_t(T * nkv * hd), 8);
+    auto v = randn(size_t(T * nkv * hd), 9);
+    for (const auto& isa : isas_here())
+      for (DType kvt : {DType::F32, DType::BF16}) {
+        CAPTURE(isa);
+        Graph g;
+        int qi = input(g, q, T, nh * hd, "q");
+        int ki = input(g, k, T, nkv * hd, "k");
+        int vi = input(g, v, T, nkv * hd, "v");
+        NodeParams p;
+        p.n_heads = nh;
+        p.n_kv_heads = nkv;
+        p.head_dim = hd;
+        p.layer = 0;
+        finish(g, g.add(Op::Attention, g.activation("a", nh * hd), {qi, ki, vi}, p));
+        BackendOptions o;
+        o.isa = isa;
+        o.threads = 2;
+        o.kv_dtype = kvt;
+        Harness h(isa, 2);
+        h.be = create_backend("cpu", o);
+        h.kv = h.be->alloc_kv({1, nkv, hd}, 16);
+        std::vector<int32_t> s1 = {0, 1, 2, 3, 4}, s2 = {5, 6, 7};
+        auto a1 = h.run(g, s1, 0);
+        auto a2 = h.run(g, s2, T1);
+        std::vector<float> got(a1);
+        got.insert(got.end(), a2.begin(), a2.end());
+        std::vector<double> want(size_t(T * nh * hd));
+        auto kvq = [&](float f) { return kvt == DType::BF16 ? double(bf16_to_f32(f32_to_bf16(f))) : double(f); };
+        for (int t = 0; t < T; ++t)
+          for (int hh = 0; hh < nh; ++hh) {
+            int kh = hh / (nh / nkv);
+            std::vector<double> s(size_t(t + 1));
+            double mx = -1e300, sum = 0;
+            for (int p2 = 0; p2 <= t; ++p2) {
+              double d = 0;
+              for (int i = 0; i < hd; ++i)
+                d += double(q[size_t((t * nh + hh) * hd + i)]) * kvq(k[size_t((p2 * nkv + kh) * hd + i)]);
+              s[size_t(p2)] = d / std::sqrt(double(hd));
+              mx = std::max(mx, s[size_t(p2)]);
+            }
+            for (auto& e : s) sum += (e = std::exp(e - mx));
+            for (int i = 0; i < hd; ++i) {
+              double acc = 0;
+              for (int p2 = 0; p2 <= t; ++p2) acc += s[size_t(p2)] / sum * kvq(v[size_t((p2 * nkv + kh) * hd + i)]);
+              want[size_t((t * nh + hh) * hd + i)] = acc;
+            }
+          }
+        CHECK(nerr(got, want) < 1e-5);
+      }
+  }
+}

@@ -1,0 +1,42 @@
+// hearth standin: writes a random-weight Qwen3 checkpoint in exact Hugging Face layout, for tests,
+// demos and benchmarks when no real weights are at hand.
+#include <cstdio>
+
+#include "core/error.h"
+#include "models/standin.h"
+#include "tools/args.h"
+#include "tools/commands.h"
+
+namespace hearth::cli {
+
+int cmd_standin(int argc, char** argv) {
+  Args args(argc, argv,
+            {"--out=", "--preset=", "--dtype=", "--seed=", "--heavy-tailed", "--outliers=",
+             "--shards=", "--tokenizer=", "--hidden=", "--intermediate=", "--layers=", "--heads=",
+             "--kv-heads=", "--head-dim=", "--vocab=", "--untied", "--rope-theta="});
+  StandinSpec s = standin_preset(args.str("--preset", "0.6b"));
+  s.hidden = args.integer("--hidden", s.hidden);
+  s.intermediate = args.integer("--intermediate", s.intermediate);
+  s.layers = args.integer("--layers", s.layers);
+  s.heads = args.integer("--heads", s.heads);
+  s.kv_heads = args.integer("--kv-heads", s.kv_heads);
+  s.head_dim = args.integer("--head-dim", s.head_dim);
+  s.vocab = args.integer("--vocab", s.vocab);
+  s.rope_theta = args.number("--rope-theta", s.rope_theta);
+  if (args.has("--untied")) s.tied = false;
+  std::string dt = args.str("--dtype", "bf16");
+  for (auto& c : dt) c = char(std::toupper(static_cast<unsigned char>(c)));
+  s.dtype = dt;
+  s.seed = uint64_t(args.integer("--seed", 1));
+  s.heavy_tailed = args.has("--heavy-tailed");
+  s.outlier_channels = args.integer("--outliers", s.heavy_tailed ? 4 : 0);
+  s.shards = args.integer("--shards", 1);
+  const std::string tok = args.str("--tokenizer", HEARTH_SOURCE_DIR "/../shared/qwen3-tokenizer");
+  const std::string out = args.required("--out");
+  write_standin(out, s, tok);
+  std::fprintf(stderr, "wrote a random-weight stand-in checkpoint (not a trained model) to %s\n",
+               out.c_str());
+  return 0;
+}
+
+}  // namespace hearth::cli

@@ -1,0 +1,11 @@
+// The hearth subcommands. Each takes the arguments after its name and returns an exit status;
+// errors are thrown as hearth::Error and printed by main as one `error:` line.
+#pragma once
+
+namespace hearth::cli {
+
+int cmd_logits(int argc, char** argv);
+int cmd_generate(int argc, char** argv);
+int cmd_standin(int argc, char** argv);
+
+}  // namespace hearth::cli

@@ -1,0 +1,113 @@
+#include "tools/loaded.h"
+
+#include <chrono>
+
+#include "core/error.h"
+#include "core/json_writer.h"
+
+namespace hearth::cli {
+
+const std::vector<std::string> kEngineOptions = {"--model=", "--threads=", "--backend=", "--isa=",
+                                                 "--kv=", "--prefill-chunk="};
+
+Loaded load_engine(const Args& args) {
+  auto t0 = std::chrono::steady_clock::now();
+  Loaded l;
+  l.model = Qwen3Model::load(args.required("--model"));
+  BackendOptions bo;
+  bo.threads = args.integer("--threads", 0);
+  if (bo.threads < 0) fail("--threads must be positive");
+  bo.isa = args.str("--isa");
+  const std::string kv = args.str("--kv", "f32");
+  if (kv == "f32") bo.kv_dtype = DType::F32;
+  else if (kv == "f16") bo.kv_dtype = DType::F16;
+  else if (kv == "bf16") bo.kv_dtype = DType::BF16;
+  else fail("--kv: unknown KV cache type '", kv, "' (expected f32, f16 or bf16)");
+  const int chunk = args.integer("--prefill-chunk", 256);
+  if (chunk <= 0) fail("--prefill-chunk must be positive");
+  const auto& c = l.model->config();
+  l.runner = std::make_unique<Runner>(create_backend(args.str("--backend"), bo), l.model->graph(),
+                                      c.vocab_size, c.max_position_embeddings, chunk);
+  l.load_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return l;
+}
+
+std::string manifest_json(const Loaded& l, const std::vector<int32_t>& prompt,
+                          const GenerateOptions& opt) {
+  const auto& c = l.model->config();
+  JsonWriter w;
+  w.begin_object();
+  w.field("hearth_version", HEARTH_VERSION);
+  w.field("model_dir", l.model->dir());
+  w.field("config_hash", c.config_hash);
+  w.field("weight_dtypes", l.model->weight_dtypes());
+  w.field("backend", l.runner->backend().name());
+  w.field("backend_detail", l.runner->backend().describe());
+  w.field("threads", l.runner->backend().threads());
+  w.key("shape").begin_object();
+  w.field("hidden_size", c.hidden_size).field("intermediate_size", c.intermediate_size);
+  w.field("num_hidden_layers", c.num_hidden_layers);
+  w.field("num_attention_heads", c.num_attention_heads);
+  w.field("num_key_value_heads", c.num_key_value_heads).field("head_dim", c.head_dim);
+  w.field("vocab_size", c.vocab_size);
+  w.end_object();
+  w.key("prompt_ids").array(prompt);
+  w.key("settings").begin_object();
+  w.field("max_new_tokens", opt.max_new_tokens);
+  w.field("temperature", double(opt.sampling.temperature));
+  w.field("top_k", opt.sampling.top_k);
+  w.field("top_p", double(opt.sampling.top_p));
+  w.field("min_p", double(opt.sampling.min_p));
+  w.field("repetition_penalty", double(opt.sampling.repetition_penalty));
+  w.field("presence_penalty", double(opt.sampling.presence_penalty));
+  w.field("frequency_penalty", double(opt.sampling.frequency_penalty));
+  w.field("seed", int64_t(opt.sampling.seed));
+  w.key("stop_ids").array(opt.stop_ids);
+  w.field("ignore_eos", opt.ignore_eos);
+  w.end_object();
+  w.end_object();
+  return w.str();
+}
+
+std::vector<std::string> sampling_options() {
+  return {"--max-new-tokens=", "--temperature=",        "--top-k=",
+          "--top-p=",          "--min-p=",              "--seed=",
+          "--repetition-penalty=", "--presence-penalty=", "--frequency-penalty=",
+          "--ignore-eos",      "--greedy"};
+}
+
+GenerateOptions generate_options(const Args& args, const Qwen3Model& m, bool model_defaults) {
+  const GenerationConfig& gc = m.generation_config();
+  GenerateOptions o;
+  o.max_new_tokens = args.integer("--max-new-tokens", 128);
+  if (o.max_new_tokens < 0) fail("--max-new-tokens must not be negative");
+  auto& s = o.sampling;
+  // generation_config.json's defaults apply only when it asks for sampling.
+  const bool sample = model_defaults && gc.do_sample.value_or(false);
+  s.temperature = float(sample ? gc.temperature.value_or(1.0) : 0.0);
+  s.top_k = sample ? gc.top_k.value_or(0) : 0;
+  s.top_p = float(sample ? gc.top_p.value_or(1.0) : 1.0);
+  s.min_p = float(sample ? gc.min_p.value_or(0.0) : 0.0);
+  s.repetition_penalty = float(model_defaults ? gc.repetition_penalty.value_or(1.0) : 1.0);
+  if (auto v = args.opt_number("--temperature")) s.temperature = float(*v);
+  if (auto v = args.opt_integer("--top-k")) s.top_k = *v;
+  if (auto v = args.opt_number("--top-p")) s.top_p = float(*v);
+  if (auto v = args.opt_number("--min-p")) s.min_p = float(*v);
+  if (auto v = args.opt_number("--repetition-penalty")) s.repetition_penalty = float(*v);
+  if (auto v = args.opt_number("--presence-penalty")) s.presence_penalty = float(*v);
+  if (auto v = args.opt_number("--frequency-penalty")) s.frequency_penalty = float(*v);
+  if (args.has("--greedy")) s.temperature = 0.f;
+  if (args.has("--seed")) {
+    const std::string v = args.str("--seed");
+    char* end = nullptr;
+    unsigned long long seed = std::strtoull(v.c_str(), &end, 10);
+    if (v.empty() || *end) fail("--seed: '", v, "' is not a non-negative integer");
+    s.seed = seed;
+  }
+  o.stop_ids = gc.eos_token_ids;
+  o.ignore_eos = args.has("--ignore-eos");
+  return o;
+}
+
+}  // namespace hearth::cli

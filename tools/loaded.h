@@ -1,0 +1,37 @@
+// What most commands start from: a model loaded from --model, a backend built from --threads,
+// --backend, --isa and --kv, and a runner over both; plus the run manifest describing all of it.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/runner.h"
+#include "core/session.h"
+#include "models/qwen3_model.h"
+#include "tools/args.h"
+
+namespace hearth::cli {
+
+// The options every model-running command accepts.
+extern const std::vector<std::string> kEngineOptions;
+
+struct Loaded {
+  std::unique_ptr<Qwen3Model> model;
+  std::unique_ptr<Runner> runner;
+  double load_ms = 0;
+};
+
+Loaded load_engine(const Args& args);
+
+// The reproducibility record: model folder, config hash, dtypes, backend, ISA, threads, version,
+// prompt ids and settings.
+std::string manifest_json(const Loaded& l, const std::vector<int32_t>& prompt,
+                          const GenerateOptions& opt);
+
+// Sampling and stopping from the command line. Unset options come from generation_config.json when
+// model_defaults is true (text commands), else mean greedy (the id-level `generate`, whose output
+// must be reproducible without flags).
+std::vector<std::string> sampling_options();
+GenerateOptions generate_options(const Args& args, const Qwen3Model& m, bool model_defaults);
+
+}  // namespace hearth::cli

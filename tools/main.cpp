@@ -1,0 +1,54 @@
+// hearth: the command-line front end. Every failure ends as one `error:` line and a non-zero exit.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "core/error.h"
+#include "tools/commands.h"
+
+namespace {
+
+const char* kUsage = R"(hearth — Qwen3 inference on the CPU
+
+usage: hearth COMMAND [options]
+
+commands:
+  generate  --model DIR --ids 1,2,3 [--max-new-tokens N] [sampling] [--ignore-eos] [--json]
+            token ids in, token ids out (greedy unless sampling options are given)
+  logits    --model DIR --ids 1,2,3 --out FILE [--chunks 20,13]
+            float32 logits for every position, raw little-endian [T, vocab]
+  standin   --out DIR [--preset 0.6b|1.7b|4b|8b|tiny] [--dtype bf16|f16|f32] [--seed N]
+            [--heavy-tailed] [--outliers N] [--shards N]
+            write a random-weight Qwen3 checkpoint for tests and benchmarks
+
+engine options (all model commands):
+  --threads N  --backend cpu  --isa avx512|avx2|neon|scalar  --kv f32|f16|bf16
+  --prefill-chunk N
+sampling: --temperature T --top-k K --top-p P --min-p M --seed S --repetition-penalty R
+          --presence-penalty P --frequency-penalty F --greedy
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "help") || !std::strcmp(argv[1], "--help") ||
+      !std::strcmp(argv[1], "-h")) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  try {
+    using namespace hearth::cli;
+    if (cmd == "generate") return cmd_generate(argc - 2, argv + 2);
+    if (cmd == "logits") return cmd_logits(argc - 2, argv + 2);
+    if (cmd == "standin") return cmd_standin(argc - 2, argv + 2);
+    std::fprintf(stderr, "error: unknown command '%s' (try: hearth help)\n", cmd.c_str());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: out of memory\n");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+  }
+  return 1;
+}
