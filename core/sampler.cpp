@@ -109,31 +109,30 @@ inline v4f exp_nonpositive4(v4f x) {
 }
 #endif
 
-// Replaces NaN by -inf (so it never wins and cannot break the strict ordering the selection
-// algorithms rely on); returns the maximum and its first index (-1 if nothing beats -inf).
+// Returns the maximum and its first index (-1 if nothing beats -inf), ignoring NaN; replaces NaN
+// by -inf in place, so it cannot break the strict ordering the selection algorithms rely on.
 float sanitize_argmax(float* l, int n, int32_t* arg) {
   const float ninf = -std::numeric_limits<float>::infinity();
   float m = ninf;
   int32_t am = -1;
+  bool nan = false;
   int i = 0;
 #ifdef HEARTH_SAMPLER_VEC
-  // Per-lane maxima with the index where each lane first reached it; the strict > keeps the
-  // first index within a lane, and the lane merge below prefers the lower index on ties.
+  // Per-lane maxima with the index where each lane first reached it: NaN never compares greater,
+  // the strict > keeps the first index within a lane, and the lane merge prefers the lower index.
   v4f m0 = splat4(ninf), m1 = m0;
-  v4i a0 = {-1, -1, -1, -1}, a1 = a0;
+  v4i a0 = {-1, -1, -1, -1}, a1 = a0, nan4 = {0, 0, 0, 0};
   v4i base = {0, 1, 2, 3};
   for (; i + 8 <= n; i += 8, base += 8) {
     v4f a = load4(l + i), b = load4(l + i + 4);
-    a = select4(a == a, a, splat4(ninf));
-    b = select4(b == b, b, splat4(ninf));
-    store4(l + i, a);
-    store4(l + i + 4, b);
+    nan4 |= (a != a) | (b != b);
     v4i ga = a > m0, gb = b > m1;
     m0 = select4(ga, a, m0);
     m1 = select4(gb, b, m1);
     a0 = (base & ga) | (a0 & ~ga);
     a1 = ((base + 4) & gb) | (a1 & ~gb);
   }
+  nan = (nan4[0] | nan4[1] | nan4[2] | nan4[3]) != 0;
   for (int j = 0; j < 4; ++j) {
     for (auto [v, ix] : {std::pair<float, int32_t>{m0[j], a0[j]}, {m1[j], a1[j]}}) {
       if (v > m || (v == m && ix >= 0 && (am < 0 || ix < am))) {
@@ -144,13 +143,14 @@ float sanitize_argmax(float* l, int n, int32_t* arg) {
   }
 #endif
   for (; i < n; ++i) {
-    float x = l[i] == l[i] ? l[i] : ninf;
-    l[i] = x;
-    if (x > m) {
-      m = x;
+    nan |= l[i] != l[i];
+    if (l[i] > m) {
+      m = l[i];
       am = i;
     }
   }
+  if (nan)
+    for (int j = 0; j < n; ++j) l[j] = l[j] == l[j] ? l[j] : ninf;
   *arg = am;
   return m;
 }

@@ -2,6 +2,7 @@
 // regex, and added-token splitting.
 #include <utf8proc.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -146,25 +147,43 @@ static bool nfc_stable(uint32_t cp) {
   return true;
 }
 
+// A stable code point is also a normalization boundary: nothing before it can compose with it or
+// anything after it, and it is never reordered. So only the runs from the last stable code point
+// before an unstable one up to the next stable one need utf8proc; the rest is copied.
 std::string_view nfc(std::string_view s, std::string& buf) {
-  size_t i = 0;
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  bool stable = true;
-  while (i < s.size() && stable) {
+  size_t i = 0, last_stable = 0, copied = 0;
+  bool changed = false;
+  while (i < s.size()) {
     if (p[i] < 0x80) {
-      ++i;
+      last_stable = i++;
       continue;
     }
-    stable = nfc_stable(utf8_next(s, i));
+    size_t start = i;
+    if (nfc_stable(utf8_next(s, i))) {
+      last_stable = start;
+      continue;
+    }
+    // Unstable: extend to the next stable code point (or the end) and normalize that run.
+    size_t run_end = i;
+    while (run_end < s.size()) {
+      size_t k = run_end;
+      if (p[k] < 0x80 || nfc_stable(utf8_next(s, k))) break;
+      run_end = k;
+    }
+    size_t run_begin = std::max(last_stable, copied);
+    if (!changed) buf.clear(), changed = true;
+    buf.append(s.data() + copied, run_begin - copied);
+    utf8proc_uint8_t* out = nullptr;
+    utf8proc_ssize_t n = utf8proc_map(p + run_begin, utf8proc_ssize_t(run_end - run_begin), &out,
+                                      utf8proc_option_t(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+    if (n < 0) fail("tokenizer: NFC normalization failed: ", utf8proc_errmsg(n));
+    buf.append(reinterpret_cast<const char*>(out), size_t(n));
+    std::free(out);
+    copied = i = run_end;
   }
-  if (stable) return s;
-  utf8proc_uint8_t* out = nullptr;
-  utf8proc_ssize_t n =
-      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), utf8proc_ssize_t(s.size()),
-                   &out, utf8proc_option_t(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
-  if (n < 0) fail("tokenizer: NFC normalization failed: ", utf8proc_errmsg(n));
-  buf.assign(reinterpret_cast<const char*>(out), size_t(n));
-  std::free(out);
+  if (!changed) return s;
+  buf.append(s.data() + copied, s.size() - copied);
   return buf;
 }
 

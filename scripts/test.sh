@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Sets up, builds and runs the whole test suite: a warnings-as-errors release build, then the same
+# suite under AddressSanitizer + UndefinedBehaviorSanitizer. Usage: scripts/test.sh [--no-sanitizers]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+jobs=$(nproc)
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DHEARTH_WERROR=ON >/dev/null
+ninja -C build
+(cd build && ctest --output-on-failure -j "$jobs" --timeout 1500)
+
+if [ "${1:-}" != "--no-sanitizers" ]; then
+  # Sanitizers slow everything ~3x; the model fixtures still run, on every ISA.
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHEARTH_WERROR=ON \
+    -DHEARTH_SANITIZE=ON >/dev/null
+  ninja -C build-asan
+  (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --output-on-failure -j "$jobs" --timeout 3000)
+fi

@@ -1,0 +1,128 @@
+// The CLI as outside checks use it: exact command forms, JSON output, raw logits files, and the
+// failure contract (non-zero exit, one `error:` line naming the problem, never a signal).
+#include <doctest/doctest.h>
+#include <simdjson.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kModels = std::string(HEARTH_SHARED_DIR) + "/fixtures/models/";
+
+struct Result {
+  int status = -1;
+  bool signaled = false;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+fs::path temp_dir() {
+  static int n = 0;
+  fs::path p = fs::temp_directory_path() /
+               ("hearth_cli_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
+  fs::create_directories(p);
+  return p;
+}
+
+Result run(const std::string& args) {
+  fs::path d = temp_dir();
+  std::string cmd = std::string("timeout 60 ") + HEARTH_BINARY + " " + args + " >" +
+                    (d / "out").string() + " 2>" + (d / "err").string();
+  int st = std::system(cmd.c_str());
+  Result r;
+  if (WIFEXITED(st)) r.status = WEXITSTATUS(st);
+  r.signaled = WIFSIGNALED(st) || r.status > 128 || r.status == 124;
+  r.out = slurp((d / "out").string());
+  r.err = slurp((d / "err").string());
+  fs::remove_all(d);
+  return r;
+}
+
+void expect_error(const std::string& args, const std::string& needle) {
+  CAPTURE(args);
+  Result r = run(args);
+  CHECK(r.status != 0);
+  CHECK(!r.signaled);
+  CHECK(r.err.rfind("error: ", 0) == 0);
+  CHECK(r.err.find(needle) != std::string::npos);
+  CAPTURE(r.err);
+}
+
+std::string ids_arg(simdjson::dom::element arr) {
+  std::string s;
+  for (int64_t v : arr.get_array()) s += (s.empty() ? "" : ",") + std::to_string(v);
+  return s;
+}
+
+}  // namespace
+
+TEST_SUITE("cli") {
+  TEST_CASE("generate --json gives the fixture's greedy tokens") {
+    const std::string dir = kModels + "tiny-untied-sharded-f32";
+    simdjson::dom::parser p;
+    simdjson::dom::element seq = p.load(dir + "/expected.json")["sequences"].at(2);
+    std::vector<int64_t> want;
+    for (int64_t v : seq["greedy"]["tokens"].get_array()) want.push_back(v);
+    Result r = run("generate --model " + dir + " --ids " + ids_arg(seq["input_ids"]) +
+                   " --max-new-tokens 24 --ignore-eos --json");
+    REQUIRE(r.status == 0);
+    simdjson::dom::parser p2;
+    simdjson::dom::element out = p2.parse(r.out);
+    std::vector<int64_t> got;
+    for (int64_t v : out["tokens"].get_array()) got.push_back(v);
+    CHECK(got == want);
+    CHECK(std::string_view(out["finish_reason"]) == "length");
+    CHECK(int64_t(out["metrics"]["new_tokens"]) == 24);
+    CHECK(std::string_view(out["manifest"]["config_hash"]).size() == 16);
+  }
+
+  TEST_CASE("logits with --chunks writes [T, vocab] float32 matching the fixture") {
+    const std::string dir = kModels + "tiny-tied-bf16";
+    simdjson::dom::parser p;
+    simdjson::dom::element seq = p.load(dir + "/expected.json")["sequences"].at(2);
+    fs::path d = temp_dir();
+    Result r = run("logits --model " + dir + " --ids " + ids_arg(seq["input_ids"]) + " --out " +
+                   (d / "l.f32").string() + " --chunks 20,13 --threads 2");
+    REQUIRE(r.status == 0);
+    std::string got = slurp((d / "l.f32").string());
+    std::string want = slurp(dir + "/seq3.logits.f32");
+    REQUIRE(got.size() == want.size());
+    const float* g = reinterpret_cast<const float*>(got.data());
+    const float* w = reinterpret_cast<const float*>(want.data());
+    size_t bad = 0;
+    for (size_t i = 0; i < want.size() / 4; ++i)
+      if (!(std::fabs(g[i] - w[i]) <= 1e-4 + 1e-4 * std::fabs(w[i]))) ++bad;
+    CHECK(bad == 0);
+    fs::remove_all(d);
+  }
+
+  TEST_CASE("failures are one error line and a non-zero exit") {
+    const std::string m = kModels + "tiny-tied-bf16";
+    expect_error("generate --model /nonexistent/model --ids 1,2", "/nonexistent/model");
+    expect_error("generate --model " + m + " --ids 1,x,3", "'x' is not an integer");
+    expect_error("generate --model " + m + " --ids 1,999999", "token id 999999");
+    expect_error("generate --model " + m + " --ids 1 --max-new-tokens 50000",
+                 "max_position_embeddings");
+    expect_error("generate --model " + m + " --ids 1 --bogus", "--bogus");
+    expect_error("generate --model " + m + " --ids 1 --top-p 1.5", "top_p");
+    expect_error("logits --model " + m + " --ids 1,2,3 --out /tmp/x --chunks 1,1", "add up");
+    expect_error("logits --model " + m + " --ids 1 --out /nonexistent/dir/x", "/nonexistent/dir/x");
+    expect_error("generate --model " + m + " --ids 1 --isa sse9", "sse9");
+    expect_error("frobnicate", "frobnicate");
+  }
+}
