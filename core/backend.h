@@ -15,6 +15,12 @@ struct BackendOptions {
   int threads = 0;         // 0: one per physical core
   std::string isa;         // CPU: force a lower ISA ("avx2", "scalar"); empty: best available
   DType kv_dtype = DType::F32;
+  // CPU: the GEMM library for long steps ("auto", "dnnl", "dnnl-bf16", "openblas", "native");
+  // empty: $HEARTH_GEMM, else auto (an FP32-exact one).
+  std::string gemm;
+  // CPU: steps of at least this many tokens use the GEMM; 0: $HEARTH_GEMM_MIN_TOKENS, else the
+  // backend's default.
+  int gemm_min_tokens = 0;
 };
 
 // The KV cache of one request. The backend owns the memory layout.
@@ -33,6 +39,7 @@ struct CompiledGraph {
   virtual ~CompiledGraph() = default;
   int max_tokens = 0;
   int max_outputs = 0;
+  bool argmax_fused = false;  // honours StepInputs::argmax (else the caller reduces the logits)
 };
 
 class Backend {

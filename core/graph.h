@@ -89,6 +89,10 @@ struct StepInputs {
   int n_out = 0;
   KVCache* kv = nullptr;
   float* logits = nullptr;  // [n_out, vocab], written by the run
+  // Greedy decoding: when set (and the compiled graph has argmax_fused), the run writes the index
+  // of each output row's largest logit here (first index on ties, NaN ignored, -1 if no logit is
+  // above -inf) instead of the logits, and `logits` may be null.
+  int32_t* argmax = nullptr;
 };
 
 }  // namespace hearth

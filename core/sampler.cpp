@@ -307,14 +307,24 @@ int32_t Sampler::sample(float* logits, int n, const int32_t* history, int n_hist
     for (int32_t i = 0; i < k; ++i) idx[i] = i;
     std::make_heap(idx, idx + k, before);
     float worst = l[idx[0]];
-    for (int32_t i = k; i < n; ++i) {
+    auto offer = [&](int32_t i) {
       if (l[i] > worst) {
         std::pop_heap(idx, idx + k, before);
         idx[k - 1] = i;
         std::push_heap(idx, idx + k, before);
         worst = l[idx[0]];
       }
+    };
+    int32_t i = k;
+#ifdef HEARTH_SAMPLER_VEC
+    // Nearly every block of eight loses to the current k-th best; test them eight at a time.
+    for (; i + 8 <= n; i += 8) {
+      v4i g = (load4(l + i) > worst) | (load4(l + i + 4) > worst);
+      if (g[0] | g[1] | g[2] | g[3])
+        for (int32_t j = i; j < i + 8; ++j) offer(j);
     }
+#endif
+    for (; i < n; ++i) offer(i);
     std::sort_heap(idx, idx + k, before);
   } else {
     for (int32_t i = 0; i < n; ++i) idx[i] = i;

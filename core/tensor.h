@@ -15,7 +15,13 @@ struct Tensor {
   int ndim = 0;
   std::array<int64_t, 4> shape{0, 0, 0, 0};
   const void* data = nullptr;
-  size_t nbytes = 0;
+  size_t nbytes = 0;  // of data; for Q8/Q4 the codes only
+  // Q8/Q4 weights (layout in quant/FORMAT.md): one scale per group_size consecutive elements of a
+  // row, stored [rows, cols / group_size] as scale_dtype (F16 or BF16), kept apart from the codes
+  // so both stay exactly as the checkpoint stores them and are used in place from the mmap.
+  const void* scales = nullptr;
+  DType scale_dtype = DType::F16;
+  int group_size = 0;
 
   int64_t numel() const {
     int64_t n = 1;
@@ -25,6 +31,7 @@ struct Tensor {
   int64_t rows() const { return ndim ? numel() / shape[ndim - 1] : 0; }
   int64_t cols() const { return ndim ? shape[ndim - 1] : 0; }
   bool empty() const { return data == nullptr; }
+  bool quantized() const { return dtype == DType::Q8 || dtype == DType::Q4; }
   std::vector<int64_t> shape_vec() const { return {shape.begin(), shape.begin() + ndim}; }
 };
 

@@ -15,9 +15,8 @@ using K = Value::Kind;
 namespace {
 
 // Python arithmetic on ints is unbounded; we have 64 bits and refuse to wrap silently.
-int64_t checked(bool overflow, int64_t v) {
+void check_overflow(bool overflow) {
   if (overflow) rt_fail("OverflowError: integer result does not fit in 64 bits");
-  return v;
 }
 
 [[noreturn]] void bad_operands(const char* op, const Value& a, const Value& b) {
@@ -44,7 +43,10 @@ Value binop(BinOp op, const Value& a, const Value& b) {
   int64_t r = 0;
   switch (op) {
     case BinOp::Add:
-      if (ints) return make_int(checked(__builtin_add_overflow(a.as_int(), b.as_int(), &r), r));
+      if (ints) {
+        check_overflow(__builtin_add_overflow(a.as_int(), b.as_int(), &r));
+        return make_int(r);
+      }
       if (nums) return make_float(a.as_float() + b.as_float());
       if (a.kind == K::String && b.kind == K::String) return make_str(a.str() + b.str());
       if (a.is_seq() && a.kind == b.kind) {
@@ -56,11 +58,17 @@ Value binop(BinOp op, const Value& a, const Value& b) {
         rt_fail("TypeError: can only concatenate str (not \"", type_name(b), "\") to str");
       bad_operands("+", a, b);
     case BinOp::Sub:
-      if (ints) return make_int(checked(__builtin_sub_overflow(a.as_int(), b.as_int(), &r), r));
+      if (ints) {
+        check_overflow(__builtin_sub_overflow(a.as_int(), b.as_int(), &r));
+        return make_int(r);
+      }
       if (nums) return make_float(a.as_float() - b.as_float());
       bad_operands("-", a, b);
     case BinOp::Mul:
-      if (ints) return make_int(checked(__builtin_mul_overflow(a.as_int(), b.as_int(), &r), r));
+      if (ints) {
+        check_overflow(__builtin_mul_overflow(a.as_int(), b.as_int(), &r));
+        return make_int(r);
+      }
       if (nums) return make_float(a.as_float() * b.as_float());
       if ((a.kind == K::String || a.is_seq()) && b.is_int()) return repeat(a, b.as_int());
       if (a.is_int() && (b.kind == K::String || b.is_seq())) return repeat(b, a.as_int());
@@ -95,7 +103,9 @@ Value binop(BinOp op, const Value& a, const Value& b) {
       if (!nums) bad_operands("**", a, b);
       if (ints && b.as_int() >= 0) {
         int64_t base = a.as_int(), e = b.as_int(), acc = 1;
-        while (e-- > 0) acc = checked(__builtin_mul_overflow(acc, base, &acc), acc);
+        if (base == 0 || base == 1) return make_int(e == 0 ? 1 : base);
+        if (base == -1) return make_int(e % 2 ? -1 : 1);
+        while (e-- > 0) check_overflow(__builtin_mul_overflow(acc, base, &acc));
         return make_int(acc);
       }
       if (a.as_float() == 0 && b.as_float() < 0)

@@ -667,7 +667,7 @@ const std::unordered_map<std::string, TestFn>& tests() {
 // ---- globals ----
 
 Value g_range(Interp&, CallArgs& a) {
-  a.finish("range");
+  if (!a.kw.empty()) rt_fail("TypeError: range() takes no keyword arguments");
   if (a.pos.empty() || a.pos.size() > 3) rt_fail("TypeError: range expected 1 to 3 arguments");
   for (const Value& v : a.pos)
     if (!v.is_int()) rt_fail("TypeError: '", type_name(v), "' object cannot be interpreted as an integer");

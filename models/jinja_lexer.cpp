@@ -229,7 +229,8 @@ class Lexer {
     return end;
   }
 
-  size_t lex_token(size_t p, std::string* stack) {
+  size_t lex_token(size_t p, std::string* stack_ptr) {
+    std::string& stack = *stack_ptr;
     char c = src_[p];
     if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
       size_t e = p;

@@ -41,13 +41,14 @@ Json from_dom(simdjson::dom::element e) {
   switch (e.type()) {
     case element_type::ARRAY: {
       Json::Array a;
-      for (simdjson::dom::element child : e.get_array().value_unsafe())
-        a.push_back(from_dom(child));
+      simdjson::dom::array arr = e.get_array().value_unsafe();
+      for (simdjson::dom::element child : arr) a.push_back(from_dom(child));
       return Json(std::move(a));
     }
     case element_type::OBJECT: {
       Json out = Json::object();
-      for (simdjson::dom::key_value_pair kv : e.get_object().value_unsafe())
+      simdjson::dom::object obj = e.get_object().value_unsafe();
+      for (simdjson::dom::key_value_pair kv : obj)
         out.set(std::string(kv.key), from_dom(kv.value));
       return out;
     }

@@ -7,14 +7,26 @@
 namespace hearth {
 
 std::unique_ptr<Qwen3Model> Qwen3Model::load(const std::string& dir) {
+  return load(dir, nullptr);
+}
+
+std::unique_ptr<Qwen3Model> Qwen3Model::load(
+    const std::string& dir, const std::function<void(const char* stage)>& progress) {
+  auto step = [&](const char* stage) {
+    if (progress) progress(stage);
+  };
   auto m = std::unique_ptr<Qwen3Model>(new Qwen3Model());
   m->dir_ = dir;
   m->config_ = load_qwen3_config(dir);
   m->gen_ = load_generation_config(dir, m->config_);
+  step("config");
   m->ckpt_ = Checkpoint::open(dir);
+  step("checkpoint");
   m->weights_ = bind_qwen3_weights(m->ckpt_, m->config_);
   m->ckpt_.advise_hugepages();
+  step("weights");
   m->graph_ = build_qwen3_graph(m->config_, m->weights_);
+  step("graph");
   return m;
 }
 

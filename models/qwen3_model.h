@@ -1,6 +1,7 @@
 // A loaded Qwen3 checkpoint: config, weights bound in place from the mmap, and the graph built
 // once from them. Immutable after load, so any number of sessions and threads may share it.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -14,6 +15,11 @@ namespace hearth {
 class Qwen3Model {
  public:
   static std::unique_ptr<Qwen3Model> load(const std::string& dir);
+  // Same, calling progress(stage) after each step ("config", "checkpoint", "weights", "graph") so
+  // an embedding app can move a progress bar; progress may throw to abandon the load, which frees
+  // everything loaded so far.
+  static std::unique_ptr<Qwen3Model> load(const std::string& dir,
+                                          const std::function<void(const char* stage)>& progress);
 
   const std::string& dir() const { return dir_; }
   const Qwen3Config& config() const { return config_; }

@@ -35,15 +35,17 @@ struct ByteMap {
 
 // The bytes decode emits for a token: the ByteLevel decoder maps every character back to its byte,
 // and keeps a token's UTF-8 as is when some character is not in the byte map (e.g. added tokens).
-std::string token_to_bytes(const std::string& token, const ByteMap& bm) {
-  std::string out;
-  size_t i = 0;
+void append_token_bytes(std::string_view token, const ByteMap& bm, std::string& out) {
+  size_t start = out.size(), i = 0;
   while (i < token.size()) {
     uint32_t cp = tok::utf8_next(token, i);
-    if (cp >= 512 || bm.to_byte[cp] < 0) return token;
+    if (cp >= 512 || bm.to_byte[cp] < 0) {
+      out.resize(start);
+      out.append(token);
+      return;
+    }
     out += char(bm.to_byte[cp]);
   }
-  return out;
 }
 
 std::string read_file(const std::string& path) {
@@ -110,35 +112,26 @@ void load_model(Model& m, element model, const Json& j, const ByteMap& bm) {
 
   simdjson::dom::object vocab;
   if (j.get(model, "vocab", "model").get(vocab)) fail(j.file, ": model.vocab must be an object");
-  m.token_to_id.reserve(vocab.size() * 2);
-  int64_t max_id = -1;
+  m.tokens.reserve(vocab.size() + 64, vocab.size() * 8);
   for (auto kv : vocab) {
-    int64_t id = j.integer(kv.value, "model.vocab[\"" + std::string(kv.key) + "\"]");
+    int64_t id;  // messages are built only on failure: this loop runs 150k times
+    if (kv.value.get(id)) fail(j.file, ": model.vocab[\"", kv.key, "\"] must be an integer");
     if (id < 0 || id > INT32_MAX) fail(j.file, ": model.vocab id ", id, " out of range");
-    m.token_to_id[std::string(kv.key)] = int32_t(id);
-    max_id = std::max(max_id, id);
-  }
-  m.id_to_token.assign(size_t(max_id + 1), std::string());
-  m.has_token.assign(size_t(max_id + 1), 0);
-  for (auto& kv : m.token_to_id) {
-    m.id_to_token[size_t(kv.second)] = kv.first;
-    m.has_token[size_t(kv.second)] = 1;
+    m.tokens.set(int32_t(id), kv.key);
   }
 
   for (int b = 0; b < 256; ++b) {
     std::string ch;
     tok::utf8_append(bm.to_cp[b], ch);
-    auto it = m.token_to_id.find(ch);
-    m.byte_id[b] = it == m.token_to_id.end() ? -1 : it->second;
+    m.byte_id[b] = m.tokens.find(ch);
     if (m.byte_id[b] < 0 && byte_fallback) {
       fail(j.file, ": model.byte_fallback with bytes missing from the vocab is not supported");
     }
   }
   if (j.has(model, "unk_token")) {
     std::string unk = j.str(model["unk_token"], "model.unk_token");
-    auto it = m.token_to_id.find(unk);
-    if (it == m.token_to_id.end()) fail(j.file, ": model.unk_token \"", unk, "\" is not in vocab");
-    m.unk_id = it->second;
+    m.unk_id = m.tokens.find(unk);
+    if (m.unk_id < 0) fail(j.file, ": model.unk_token \"", unk, "\" is not in vocab");
   }
 
   simdjson::dom::array merges;
@@ -146,14 +139,12 @@ void load_model(Model& m, element model, const Json& j, const ByteMap& bm) {
   m.merges.reserve(merges.size());
   int32_t rank = 0;
   auto id_of = [&](const std::string& t, int32_t r) {
-    auto it = m.token_to_id.find(t);
-    if (it == m.token_to_id.end()) {
-      fail(j.file, ": model.merges[", r, "]: token \"", t, "\" is not in the vocab");
-    }
-    return it->second;
+    int32_t id = m.tokens.find(t);
+    if (id < 0) fail(j.file, ": model.merges[", r, "]: token \"", t, "\" is not in the vocab");
+    return id;
   };
+  std::string a, b, ab;  // reused: this loop runs 150k times
   for (element e : merges) {
-    std::string a, b;
     std::string_view s;
     simdjson::dom::array pair;
     if (!e.get(s)) {  // "a b" (older files)
@@ -161,16 +152,21 @@ void load_model(Model& m, element model, const Json& j, const ByteMap& bm) {
       if (sp == std::string_view::npos || s.find(' ', sp + 1) != std::string_view::npos) {
         fail(j.file, ": model.merges[", rank, "] must be \"a b\"");
       }
-      a = std::string(s.substr(0, sp));
-      b = std::string(s.substr(sp + 1));
+      a.assign(s.substr(0, sp));
+      b.assign(s.substr(sp + 1));
     } else if (!e.get(pair) && pair.size() == 2) {  // ["a", "b"]
-      a = j.str(pair.at(0).value_unsafe(), "model.merges[" + std::to_string(rank) + "][0]");
-      b = j.str(pair.at(1).value_unsafe(), "model.merges[" + std::to_string(rank) + "][1]");
+      std::string_view sa, sb;
+      if (pair.at(0).get(sa) || pair.at(1).get(sb)) {
+        fail(j.file, ": model.merges[", rank, "] must hold two strings");
+      }
+      a.assign(sa);
+      b.assign(sb);
     } else {
       fail(j.file, ": model.merges[", rank, "] must be a string or a pair of strings");
     }
     int32_t ia = id_of(a, rank), ib = id_of(b, rank);
-    m.merges.set(ia, ib, rank, id_of(a + b, rank));
+    ab.assign(a).append(b);
+    m.merges.set(ia, ib, rank, id_of(ab, rank));
     ++rank;
   }
 }
@@ -263,15 +259,9 @@ void load_added_tokens(Model& m, element root, const Json& j) {
     t.rstrip = j.flag(e, "rstrip", where, false);
     t.normalized = j.flag(e, "normalized", where, false);
     t.special = j.flag(e, "special", where, false);
-    if (size_t(t.id) >= m.id_to_token.size()) {
-      m.id_to_token.resize(size_t(t.id) + 1);
-      m.has_token.resize(size_t(t.id) + 1, 0);
-    }
     // Added tokens take precedence over the model vocab in both directions, as in `tokenizers`.
-    m.id_to_token[size_t(t.id)] = t.content;
-    m.has_token[size_t(t.id)] = 1;
-    m.token_to_id[t.content] = t.id;
-    m.special.resize(m.id_to_token.size(), 0);
+    m.tokens.set(t.id, t.content);
+    m.special.resize(m.tokens.id_limit(), 0);
     m.special[size_t(t.id)] = t.special;
     if (t.normalized && m.nfc) {
       std::string buf;
@@ -290,7 +280,6 @@ void check_decoder(element root, const Json& j) {
   std::string type = j.type(root["decoder"], "decoder");
   if (type != "ByteLevel")
     fail(j.file, ": decoder \"", type, "\" is not supported (only ByteLevel)");
-  if (j.has(root, "truncation")) fail(j.file, ": truncation is not supported");
 }
 
 // eos_token / bos_token: a string, an AddedToken-like object with "content", or null.
@@ -347,13 +336,17 @@ std::shared_ptr<Model> build(const std::string& tokenizer_json, const std::strin
   load_pre_tokenizer(*m, root, j);
   load_added_tokens(*m, root, j);
   check_decoder(root, j);
-  m->special.resize(m->id_to_token.size(), 0);
-  m->id_bytes.resize(m->id_to_token.size());
-  for (size_t id = 0; id < m->id_to_token.size(); ++id) {
-    if (!m->has_token[id]) continue;
-    ++m->n_tokens;
-    m->id_bytes[id] = token_to_bytes(m->id_to_token[id], bm);
+  // Truncation would change what encode returns; padding and post_processor only matter for
+  // batches and for adding special tokens, neither of which encode does.
+  if (j.has(root, "truncation")) fail(tj_name, ": truncation is not supported");
+  const size_t n_ids = m->tokens.id_limit();
+  m->special.resize(n_ids, 0);
+  m->bytes_off.resize(n_ids + 1);
+  for (size_t id = 0; id < n_ids; ++id) {
+    m->bytes_off[id] = uint32_t(m->bytes.size());
+    append_token_bytes(m->tokens.text(int32_t(id)), bm, m->bytes);
   }
+  m->bytes_off[n_ids] = uint32_t(m->bytes.size());
   load_config(*m, config_json, cfg_name);
   return m;
 }
@@ -419,6 +412,14 @@ struct Walker {
   }
 };
 
+// PCRE2 and NFC need valid UTF-8 (as Rust strings are), and offsets are 32-bit.
+std::string_view checked_input(std::string_view text, std::string& repaired) {
+  if (text.size() >= UINT32_MAX) fail("tokenizer: input of ", text.size(), " bytes is too large");
+  if (tok::utf8_valid(text)) return text;
+  tok::utf8_lossy_append(text, repaired, true);
+  return repaired;
+}
+
 }  // namespace
 
 Tokenizer Tokenizer::load(const std::string& dir) {
@@ -436,10 +437,7 @@ Tokenizer Tokenizer::from_json(const std::string& tokenizer_json,
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   std::string repaired;
-  if (!tok::utf8_valid(text)) {  // PCRE2 and NFC need valid UTF-8; Rust strings are valid too
-    tok::utf8_lossy_append(text, repaired, true);
-    text = repaired;
-  }
+  text = checked_input(text, repaired);
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);
   Walker w(*m_);
@@ -456,10 +454,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
 
 std::vector<std::string> Tokenizer::pretokenize(std::string_view text) const {
   std::string repaired;
-  if (!tok::utf8_valid(text)) {
-    tok::utf8_lossy_append(text, repaired, true);
-    text = repaired;
-  }
+  text = checked_input(text, repaired);
   std::vector<std::string> out;
   Walker w(*m_);
   w.run(text, [&](std::string_view piece, int32_t) { out.emplace_back(piece); });
@@ -479,18 +474,17 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
 }
 
 int32_t Tokenizer::token_id(std::string_view token) const {
-  auto it = m_->token_to_id.find(std::string(token));
-  return it == m_->token_to_id.end() ? -1 : it->second;
+  return m_->tokens.find(token);
 }
 
 std::string Tokenizer::token_text(int32_t id) const {
-  if (id < 0 || size_t(id) >= m_->id_to_token.size()) return "";
-  return m_->id_to_token[size_t(id)];
+  return std::string(m_->tokens.text(id));
 }
 
 std::string_view Tokenizer::token_bytes(int32_t id) const {
-  if (id < 0 || size_t(id) >= m_->id_bytes.size()) return {};
-  return m_->id_bytes[size_t(id)];
+  if (id < 0 || size_t(id) + 1 >= m_->bytes_off.size()) return {};
+  return std::string_view(m_->bytes).substr(
+      m_->bytes_off[size_t(id)], m_->bytes_off[size_t(id) + 1] - m_->bytes_off[size_t(id)]);
 }
 
 bool Tokenizer::is_special(int32_t id) const {
@@ -498,7 +492,7 @@ bool Tokenizer::is_special(int32_t id) const {
 }
 
 size_t Tokenizer::vocab_size() const {
-  return m_->n_tokens;
+  return m_->tokens.count();
 }
 const std::string& Tokenizer::chat_template() const {
   return m_->chat_template;
@@ -511,11 +505,11 @@ std::string Tokenizer::bos_token() const {
 }
 
 StreamDecoder::StreamDecoder(const Tokenizer& tok, bool skip_special_tokens)
-    : tok_(&tok), skip_special_(skip_special_tokens) {}
+    : tok_(tok), skip_special_(skip_special_tokens) {}
 
 std::string StreamDecoder::push(int32_t id) {
-  if (skip_special_ && tok_->is_special(id)) return "";
-  pending_ += tok_->token_bytes(id);
+  if (skip_special_ && tok_.is_special(id)) return "";
+  pending_ += tok_.token_bytes(id);
   std::string out;
   size_t used = tok::utf8_lossy_append(pending_, out, false);
   pending_.erase(0, used);

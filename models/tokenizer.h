@@ -53,7 +53,7 @@ class Tokenizer {
 // Incremental decode for generation: push ids one at a time and get the text that became complete
 // UTF-8. Incomplete trailing UTF-8 is held back until a later token completes it or flush() emits
 // it (with U+FFFD, as batch decode would). Concatenating all outputs and flush() equals
-// Tokenizer::decode of all ids. The tokenizer must outlive the decoder.
+// Tokenizer::decode of all ids. Holds a (cheap, shared) copy of the tokenizer.
 class StreamDecoder {
  public:
   StreamDecoder(const Tokenizer& tok, bool skip_special_tokens);
@@ -61,7 +61,7 @@ class StreamDecoder {
   std::string flush();
 
  private:
-  const Tokenizer* tok_;
+  Tokenizer tok_;
   bool skip_special_;
   std::string pending_;  // bytes not yet emitted: at most one incomplete UTF-8 sequence
 };

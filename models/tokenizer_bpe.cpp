@@ -26,6 +26,93 @@ void MergeMap::set(int32_t a, int32_t b, int32_t rank, int32_t id) {
   slots_[i] = Slot{key, rank, id};
 }
 
+uint64_t hash_bytes(std::string_view key) {
+  // A small multiply-mix over 8-byte words.
+  uint64_t h = 0x243F6A8885A308D3ull ^ key.size();
+  size_t i = 0;
+  for (; i + 8 <= key.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, key.data() + i, 8);
+    h = (h ^ w) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 29;
+  }
+  // The 1..7 byte tail (most pieces are this short) without a variable-length memcpy call:
+  // two possibly overlapping loads cover it, the length is already mixed into h.
+  const size_t rest = key.size() - i;
+  if (rest > 0) {
+    const auto* p = reinterpret_cast<const unsigned char*>(key.data() + i);
+    uint64_t w;
+    if (rest >= 4) {
+      uint32_t lo, hi;
+      std::memcpy(&lo, p, 4);
+      std::memcpy(&hi, p + rest - 4, 4);
+      w = (uint64_t(hi) << 32) | lo;
+    } else {
+      w = uint64_t(p[0]) | (uint64_t(p[rest / 2]) << 8) | (uint64_t(p[rest - 1]) << 16);
+    }
+    h = (h ^ w) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 29;
+  }
+  h *= 0xBF58476D1CE4E5B9ull;
+  return h ^ (h >> 31);
+}
+
+// ---- TokenTable ----
+
+void TokenTable::reserve(size_t ids, size_t bytes) {
+  arena_.reserve(bytes);
+  off_.reserve(ids);
+  len_.reserve(ids);
+  while (slots_.size() < ids * 2) grow();
+}
+
+void TokenTable::grow() {
+  std::vector<Slot> old = std::move(slots_);
+  slots_.assign(old.empty() ? 16 : old.size() * 2, Slot{});
+  mask_ = slots_.size() - 1;
+  for (const Slot& o : old) {
+    if (o.id < 0) continue;
+    size_t i = hash_bytes(view(o.off, o.len)) & mask_;
+    while (slots_[i].id >= 0) i = (i + 1) & mask_;
+    slots_[i] = o;
+  }
+}
+
+void TokenTable::set(int32_t id, std::string_view text) {
+  if (size_t(id) >= len_.size()) {
+    off_.resize(size_t(id) + 1, 0);
+    len_.resize(size_t(id) + 1, kNone);
+  }
+  if (len_[size_t(id)] == kNone) ++count_;
+  off_[size_t(id)] = uint32_t(arena_.size());
+  len_[size_t(id)] = uint32_t(text.size());
+  arena_.append(text);
+  if ((used_ + 1) * 2 > slots_.size()) grow();
+  uint64_t h = hash_bytes(text);
+  for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+    Slot& s = slots_[i];
+    if (s.id < 0) {
+      s = Slot{uint32_t(h >> 32), off_[size_t(id)], uint32_t(text.size()), id};
+      ++used_;
+      return;
+    }
+    if (s.tag == uint32_t(h >> 32) && view(s.off, s.len) == text) {
+      s.id = id;
+      return;
+    }
+  }
+}
+
+int32_t TokenTable::find(std::string_view text) const {
+  if (slots_.empty()) return -1;
+  uint64_t h = hash_bytes(text);
+  for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+    const Slot& s = slots_[i];
+    if (s.id < 0) return -1;
+    if (s.tag == uint32_t(h >> 32) && view(s.off, s.len) == text) return s.id;
+  }
+}
+
 // ---- PieceCache ----
 
 namespace {
@@ -59,26 +146,6 @@ PieceCache::PieceCache() : shards_(new Shard[kShards]) {
   for (size_t i = 0; i < kShards; ++i) shards_[i].slots.resize(kSlotsPerShard);
 }
 PieceCache::~PieceCache() = default;
-
-uint64_t PieceCache::hash(std::string_view key) {
-  // A small multiply-mix over 8-byte words: pieces are short, so speed beats quality here.
-  uint64_t h = 0x243F6A8885A308D3ull ^ key.size();
-  size_t i = 0;
-  for (; i + 8 <= key.size(); i += 8) {
-    uint64_t w;
-    std::memcpy(&w, key.data() + i, 8);
-    h = (h ^ w) * 0x9E3779B97F4A7C15ull;
-    h ^= h >> 29;
-  }
-  if (i < key.size()) {
-    uint64_t w = 0;
-    std::memcpy(&w, key.data() + i, key.size() - i);
-    h = (h ^ w) * 0x9E3779B97F4A7C15ull;
-    h ^= h >> 29;
-  }
-  h *= 0xBF58476D1CE4E5B9ull;
-  return h ^ (h >> 31);
-}
 
 bool PieceCache::lookup(uint64_t h, std::string_view key, std::vector<int32_t>& out) {
   if (key.size() > kMaxKeyLen) return false;
@@ -132,7 +199,7 @@ namespace {
 // Pieces up to this many bytes use a flat array and a linear scan for the lowest rank, which beats
 // a heap at these sizes; longer pieces (long whitespace or digit-free runs) use the heap, whose
 // cost stays O(n log n).
-constexpr size_t kFlatMax = 48;
+constexpr size_t kFlatMax = 32;
 }  // namespace
 
 void Model::bpe_uncached(std::string_view piece, std::vector<int32_t>& out, BpeScratch& s) const {
@@ -178,7 +245,10 @@ void Model::bpe_uncached(std::string_view piece, std::vector<int32_t>& out, BpeS
     return;
   }
 
-  // Heap path, as in `tokenizers`: candidates ordered by (rank, position); stale ones skipped.
+  // Long pieces: a linked list of symbols and a tournament tree over the pair starting at each
+  // symbol, keyed rank << 32 | position, so the root is always the lowest-rank, leftmost pair
+  // (the order `tokenizers` gets from its heap). Unlike a heap it holds no stale entries, and a
+  // merge touches three leaves.
   auto& syms = s.syms;
   syms.clear();
   for (size_t i = 0; i < n; ++i) {
@@ -187,40 +257,42 @@ void Model::bpe_uncached(std::string_view piece, std::vector<int32_t>& out, BpeS
     if (id < 0) continue;
     if (fuse_unk && id == unk_id && !syms.empty() && syms.back().id == unk_id) continue;
     int32_t k = int32_t(syms.size());
-    syms.push_back({id, k - 1, k + 1});
+    syms.push_back({id, k - 1, k + 1, 0});
   }
   if (syms.empty()) return;
   syms.back().next = -1;
-  auto& heap = s.heap;
-  heap.clear();
-  auto worse = [](const BpeScratch::Cand& a, const BpeScratch::Cand& b) {
-    return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos;
+  constexpr uint64_t kNone = ~uint64_t(0);
+  size_t leaves = 1;
+  while (leaves < syms.size()) leaves <<= 1;
+  auto& tree = s.tree;
+  tree.assign(2 * leaves, kNone);
+  auto key_at = [&](int32_t pos) {
+    BpeScratch::Sym& a = syms[size_t(pos)];
+    int32_t r;
+    if (a.next < 0 || !merges.get(a.id, syms[size_t(a.next)].id, &r, &a.merged)) return kNone;
+    return (uint64_t(uint32_t(r)) << 32) | uint32_t(pos);
   };
-  auto push = [&](int32_t pos) {
-    int32_t nx = syms[pos].next;
-    if (nx < 0) return;
-    int32_t r, id;
-    if (!merges.get(syms[pos].id, syms[nx].id, &r, &id)) return;
-    heap.push_back({r, pos, id});
-    std::push_heap(heap.begin(), heap.end(), worse);
+  auto update = [&](int32_t pos, uint64_t key) {
+    size_t i = leaves + size_t(pos);
+    tree[i] = key;
+    for (i >>= 1; i > 0; i >>= 1) {
+      uint64_t v = std::min(tree[2 * i], tree[2 * i + 1]);
+      if (tree[i] == v) break;  // ancestors depend only on this value: nothing above changes
+      tree[i] = v;
+    }
   };
-  for (int32_t i = 0; i + 1 < int32_t(syms.size()); ++i) push(i);
-  while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end(), worse);
-    BpeScratch::Cand c = heap.back();
-    heap.pop_back();
-    auto& a = syms[c.pos];
-    if (a.id < 0 || a.next < 0) continue;  // merged away, or no right neighbour any more
-    auto& b = syms[a.next];
-    int32_t r, id;
-    if (!merges.get(a.id, b.id, &r, &id) || id != c.id) continue;  // the pair changed
-    a.id = c.id;
-    int32_t gone = a.next;
-    a.next = b.next;
-    if (b.next >= 0) syms[b.next].prev = c.pos;
-    syms[gone].id = -1;
-    if (a.prev >= 0) push(a.prev);
-    push(c.pos);
+  for (size_t i = 0; i < syms.size(); ++i) tree[leaves + i] = key_at(int32_t(i));
+  for (size_t i = leaves - 1; i > 0; --i) tree[i] = std::min(tree[2 * i], tree[2 * i + 1]);
+  while (tree[1] != kNone) {
+    const int32_t pos = int32_t(uint32_t(tree[1]));
+    BpeScratch::Sym& a = syms[size_t(pos)];
+    const int32_t gone = a.next;
+    a.id = a.merged;
+    a.next = syms[size_t(gone)].next;
+    if (a.next >= 0) syms[size_t(a.next)].prev = pos;
+    update(gone, kNone);
+    update(pos, key_at(pos));
+    if (a.prev >= 0) update(a.prev, key_at(a.prev));
   }
   for (int32_t i = 0; i >= 0; i = syms[i].next) out.push_back(syms[i].id);
 }
@@ -237,18 +309,16 @@ void Model::bpe(std::string_view piece, std::vector<int32_t>& out, BpeScratch& s
     std::string mapped;
     bool all_known = true;
     for (unsigned char b : piece) {
-      if (byte_id[b] < 0)
-        all_known = false;
-      else
-        mapped += id_to_token[size_t(byte_id[b])];
+      all_known = all_known && byte_id[b] >= 0;
+      if (all_known) mapped += tokens.text(byte_id[b]);
     }
-    auto it = all_known ? token_to_id.find(mapped) : token_to_id.end();
-    if (it != token_to_id.end()) {
-      out.push_back(it->second);
+    int32_t id = all_known ? tokens.find(mapped) : -1;
+    if (id >= 0) {
+      out.push_back(id);
       return;
     }
   }
-  uint64_t h = PieceCache::hash(piece);
+  uint64_t h = hash_bytes(piece);
   if (cache.lookup(h, piece, out)) return;
   size_t before = out.size();
   bpe_uncached(piece, out, s);

@@ -8,7 +8,6 @@
 #include <mutex>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 namespace hearth::tok {
@@ -76,7 +75,42 @@ class AddedTokenSplitter {
   int single_first_ = -1;                // the first byte of every token when they all share one
 };
 
-// ---- BPE (tokenizer_bpe.cpp) ----
+// ---- Hash tables and BPE (tokenizer_bpe.cpp) ----
+
+// A fast hash for short byte strings (tokens, pieces): speed matters more than quality here.
+uint64_t hash_bytes(std::string_view s);
+
+// Token spellings by id and ids by spelling, kept in one arena: 150k separately allocated strings
+// cost more to build, look up and free than the lookups themselves.
+class TokenTable {
+ public:
+  void reserve(size_t ids, size_t bytes);
+  void set(int32_t id, std::string_view text);  // a later set wins in both directions
+  int32_t find(std::string_view text) const;    // -1 if none
+  std::string_view text(int32_t id) const {
+    return has(id) ? view(off_[size_t(id)], len_[size_t(id)]) : std::string_view();
+  }
+  bool has(int32_t id) const {
+    return id >= 0 && size_t(id) < len_.size() && len_[size_t(id)] != kNone;
+  }
+  size_t count() const { return count_; }          // ids with a spelling
+  size_t id_limit() const { return len_.size(); }  // 1 + the largest id
+
+ private:
+  static constexpr uint32_t kNone = UINT32_MAX;
+  struct Slot {
+    uint32_t tag = 0, off = 0, len = 0;
+    int32_t id = -1;  // -1: empty
+  };
+  std::string_view view(uint32_t off, uint32_t len) const {
+    return std::string_view(arena_.data() + off, len);
+  }
+  void grow();
+  std::string arena_;
+  std::vector<uint32_t> off_, len_;
+  std::vector<Slot> slots_;
+  size_t mask_ = 0, used_ = 0, count_ = 0;
+};
 
 // Open-addressing map from a pair of token ids to (merge rank, merged id).
 class MergeMap {
@@ -119,7 +153,6 @@ class PieceCache {
   // Appends the cached ids for `key` to `out`; false on a miss.
   bool lookup(uint64_t h, std::string_view key, std::vector<int32_t>& out);
   void insert(uint64_t h, std::string_view key, const int32_t* ids, size_t n);
-  static uint64_t hash(std::string_view key);
 
  private:
   struct Shard;
@@ -128,26 +161,23 @@ class PieceCache {
 
 // Per-call scratch for the BPE merge loop, reused across pieces to avoid allocations.
 struct BpeScratch {
-  std::vector<int32_t> ids, ranks, merged;
   struct Sym {
     int32_t id, prev, next;
+    int32_t merged;  // id of the merge of this symbol and the next, when there is one
   };
   std::vector<Sym> syms;
-  struct Cand {
-    int32_t rank, pos, id;
-  };
-  std::vector<Cand> heap;
+  std::vector<uint64_t> tree;  // tournament tree of rank << 32 | position
 };
 
 // ---- The loaded tokenizer ----
 
 struct Model {
-  // Vocabulary: token spelling (byte-level mapped, as in tokenizer.json) <-> id.
-  std::unordered_map<std::string, int32_t> token_to_id;
-  std::vector<std::string> id_to_token;  // "" where an id has no token
-  std::vector<std::string> id_bytes;     // what decode emits per id
-  std::vector<uint8_t> has_token, special;
-  size_t n_tokens = 0;
+  // Vocabulary and added tokens: spelling (byte-level mapped, as in tokenizer.json) <-> id.
+  TokenTable tokens;
+  // What decode emits for id i: bytes[bytes_off[i], bytes_off[i + 1]).
+  std::string bytes;
+  std::vector<uint32_t> bytes_off;
+  std::vector<uint8_t> special;
 
   int32_t byte_id[256];  // id of each single byte, -1 if the vocab lacks it
   int32_t unk_id = -1;

@@ -338,6 +338,7 @@ void AddedTokenSplitter::split(std::string_view s, uint32_t begin, uint32_t end,
                                std::vector<Segment>& out) const {
   uint32_t pos = begin, text_start = begin;
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  if (tokens_.empty()) pos = end;
   while (pos < end) {
     if (single_first_ >= 0) {  // the common case (all Qwen tokens start with '<'): use memchr
       const void* hit = std::memchr(p + pos, single_first_, end - pos);

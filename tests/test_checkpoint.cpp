@@ -1,6 +1,8 @@
 // Checkpoint loading: the two golden fixtures, then a battery of corrupted checkpoints written
 // here, each of which must be refused with a message naming what is wrong.
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -259,6 +261,33 @@ uint64_t header_len(const std::string& path) {
   return n;
 }
 
+// Resident pages of [p, p + n) in the page cache, by mincore; p need not be page-aligned.
+size_t resident_pages(const uint8_t* p, size_t n) {
+  const size_t page = size_t(::sysconf(_SC_PAGESIZE));
+  const uintptr_t a = uintptr_t(p) & ~uintptr_t(page - 1);
+  const size_t len = size_t(uintptr_t(p) + n - a);
+  std::vector<unsigned char> v((len + page - 1) / page);
+  REQUIRE(::mincore(reinterpret_cast<void*>(a), len, v.data()) == 0);
+  size_t r = 0;
+  for (unsigned char c : v) r += c & 1;
+  return r;
+}
+
+// Writes back and drops PATH from the page cache; false where that cannot be observed (tmpfs).
+bool evict_from_page_cache(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  const size_t n = size_t(::lseek(fd, 0, SEEK_END));
+  void* m = ::mmap(nullptr, n, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  REQUIRE(m != MAP_FAILED);
+  const bool evicted = resident_pages(static_cast<const uint8_t*>(m), n) == 0;
+  ::munmap(m, n);
+  return evicted;
+}
+
 }  // namespace
 
 TEST_SUITE("checkpoint") {
@@ -377,6 +406,31 @@ TEST_SUITE("checkpoint") {
     }
     float v = bf16_to_f32(*static_cast<const uint16_t*>(w.final_norm.data));  // ASan checks this
     CHECK(v == v);
+  }
+
+  TEST_CASE("opening and binding reads headers only, no weight pages") {
+    TempDir d;
+    Tiny t;
+    t.vocab = 131072;
+    t.hidden = 64;  // a 32 MiB embedding, far larger than any readahead around the header
+    write_tiny(d, t, tiny_tensors(t));
+    const std::string path = d / "model.safetensors";
+    if (!evict_from_page_cache(path)) {
+      MESSAGE("skipped: this filesystem keeps the file in memory regardless");
+      return;
+    }
+    Checkpoint ck = Checkpoint::open(d.str());
+    Qwen3Weights w = bind_qwen3_weights(ck, load_qwen3_config(d.str()));
+    // Skip the first 8 MiB of the embedding: faulting in the header may read ahead into it.
+    const size_t skip = size_t(8) << 20;
+    REQUIRE(w.embed.nbytes > 2 * skip);
+    const uint8_t* tail = static_cast<const uint8_t*>(w.embed.data) + skip;
+    const size_t tail_bytes = w.embed.nbytes - skip;
+    CHECK(resident_pages(tail, tail_bytes) == 0);
+    // The check can fail: reading the weights does make them resident.
+    volatile uint8_t sum = 0;
+    for (size_t i = 0; i < tail_bytes; i += 4096) sum = uint8_t(sum + tail[i]);
+    CHECK(resident_pages(tail, tail_bytes) > 0);
   }
 
   TEST_CASE("safetensors: valid corner cases") {

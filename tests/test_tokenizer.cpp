@@ -9,6 +9,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -68,9 +69,9 @@ std::vector<Case> read_cases(const std::string& name) {
 // NFC computed by utf8proc directly, independently of the tokenizer's quick-check path.
 std::string nfc_ref(const std::string& s) {
   utf8proc_uint8_t* out = nullptr;
-  auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
-                        utf8proc_ssize_t(s.size()), &out,
-                        utf8proc_option_t(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  auto n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), utf8proc_ssize_t(s.size()),
+                   &out, utf8proc_option_t(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
   REQUIRE(n >= 0);
   std::string r(reinterpret_cast<char*>(out), size_t(n));
   std::free(out);
@@ -91,8 +92,7 @@ std::string stream_decode(const Tokenizer& t, const std::vector<int32_t>& ids, b
 }
 
 // A tiny byte-level BPE tokenizer.json: all 256 byte symbols plus a few merges in `merges`.
-std::string tiny_json(const std::string& merges, const std::string& model_type = "BPE",
-                      const std::string& extra_model = "") {
+std::string tiny_json(const std::string& merges, const std::string& model_type = "BPE") {
   std::string vocab;
   int id = 0;
   uint32_t next = 256;
@@ -114,7 +114,11 @@ std::string tiny_json(const std::string& merges, const std::string& model_type =
     "added_tokens":[{"id":259,"content":"<|end|>","single_word":false,"lstrip":false,
       "rstrip":false,"normalized":false,"special":true},
       {"id":260,"content":"<x>","single_word":false,"lstrip":true,"rstrip":true,
-      "normalized":false,"special":false}],
+      "normalized":false,"special":false},
+      {"id":261,"content":"<w>","single_word":true,"lstrip":false,"rstrip":false,
+      "normalized":false,"special":false},
+      {"id":262,"content":"cafe\u0301","single_word":false,"lstrip":false,"rstrip":false,
+      "normalized":true,"special":false}],
     "normalizer":{"type":"NFC"},
     "pre_tokenizer":{"type":"Sequence","pretokenizers":[
       {"type":"Split","pattern":{"Regex":" ?\\S+|\\s+"},"behavior":"Isolated","invert":false},
@@ -122,8 +126,8 @@ std::string tiny_json(const std::string& merges, const std::string& model_type =
     "post_processor":null,
     "decoder":{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":false,"use_regex":false},
     "model":{"type":")" +
-         model_type + R"(","dropout":null,"unk_token":null,)" + extra_model + R"("vocab":{)" +
-         vocab + "}" + merges + "}}";
+         model_type + R"(","dropout":null,"unk_token":null,"vocab":{)" + vocab + "}" + merges +
+         "}}";
 }
 
 std::string error_of(const std::string& json) {
@@ -206,7 +210,8 @@ TEST_SUITE("tokenizer") {
         FAIL_CHECK(c.str("name") << ": decode got \"" << t.decode(ids, skip) << "\"");
       }
       if (stream_decode(t, ids, skip) != want && ++failures <= 20) {
-        FAIL_CHECK(c.str("name") << ": stream decode got \"" << stream_decode(t, ids, skip) << "\"");
+        FAIL_CHECK(c.str("name") << ": stream decode got \"" << stream_decode(t, ids, skip)
+                                 << "\"");
       }
     }
     CHECK(failures == 0);
@@ -227,8 +232,10 @@ TEST_SUITE("tokenizer") {
     CHECK(d.push(x82) == "");
     CHECK(d.push(xac) == "€");
     CHECK(d.push(e2) == "");
-    CHECK(d.push(t.token_id("b")) == "\xEF\xBF\xBD" "b");  // E2 then 'b': invalid, replaced
-    CHECK(d.push(x82) == "\xEF\xBF\xBD");                  // a lone continuation byte
+    CHECK(d.push(t.token_id("b")) ==
+          "\xEF\xBF\xBD"
+          "b");                            // E2 then 'b': invalid, replaced
+    CHECK(d.push(x82) == "\xEF\xBF\xBD");  // a lone continuation byte
     CHECK(d.push(e2) == "");
     CHECK(d.flush() == "\xEF\xBF\xBD");
     CHECK(d.flush() == "");
@@ -238,17 +245,44 @@ TEST_SUITE("tokenizer") {
   TEST_CASE("round trip on long and random inputs") {
     const Tokenizer& t = qwen();
     // Long runs exercise the heap merge path and the regex's backtracking on whitespace.
-    for (std::string s : {std::string(100000, ' '), std::string(50000, 'a'),
-                          std::string(20000, '\n') + "x", std::string(3000, '7'),
-                          std::string(40000, '-')}) {
+    for (std::string s :
+         {std::string(100000, ' '), std::string(50000, 'a'), std::string(20000, '\n') + "x",
+          std::string(3000, '7'), std::string(40000, '-')}) {
       std::vector<int32_t> ids = t.encode(s);
       CHECK(t.decode(ids, false) == s);
     }
     std::mt19937 rng(1234);
-    const std::vector<std::string> alphabet = {
-        "a", "B", " ", "  ", "\n", "\r\n", "\t", "'s", "'LL", "7", "٣", "²", "Ⅻ", "é", "e\xCC\x81",
-        "中", "文", "😀", "\xC2\x85", "\xE2\x80\x8B", "\xEF\xBB\xBF", "\xE3\x80\x80", "<|im_end|>",
-        "<think>", "<", "|", "!", "...", "ſ", "Ǆ", "\xE1\x84\x80\xE1\x85\xA1"};
+    const std::vector<std::string> alphabet = {"a",
+                                               "B",
+                                               " ",
+                                               "  ",
+                                               "\n",
+                                               "\r\n",
+                                               "\t",
+                                               "'s",
+                                               "'LL",
+                                               "7",
+                                               "٣",
+                                               "²",
+                                               "Ⅻ",
+                                               "é",
+                                               "e\xCC\x81",
+                                               "中",
+                                               "文",
+                                               "😀",
+                                               "\xC2\x85",
+                                               "\xE2\x80\x8B",
+                                               "\xEF\xBB\xBF",
+                                               "\xE3\x80\x80",
+                                               "<|im_end|>",
+                                               "<think>",
+                                               "<",
+                                               "|",
+                                               "!",
+                                               "...",
+                                               "ſ",
+                                               "Ǆ",
+                                               "\xE1\x84\x80\xE1\x85\xA1"};
     for (int iter = 0; iter < 2000; ++iter) {
       std::string s;
       int len = int(rng() % 40);
@@ -256,22 +290,63 @@ TEST_SUITE("tokenizer") {
       std::vector<int32_t> ids = t.encode(s);
       std::string back = t.decode(ids, false);
       if (back != nfc_ref(s)) FAIL_CHECK("round trip failed for \"" << s << "\"");
-      if (stream_decode(t, ids, false) != back) FAIL_CHECK("stream decode differs for \"" << s << "\"");
+      if (stream_decode(t, ids, false) != back)
+        FAIL_CHECK("stream decode differs for \"" << s << "\"");
       std::string joined;
       for (auto& p : t.pretokenize(s)) joined += p;
       if (joined != nfc_ref(s)) FAIL_CHECK("pieces do not cover \"" << s << "\"");
     }
   }
 
+  TEST_CASE("whitespace is Unicode White_Space") {
+    // A doubled character tells: whitespace gives "\s+(?!\S)" then a letter run with one leading
+    // non-letter; anything else is one punctuation run. U+180E is not White_Space (PCRE2's UCP \s
+    // would take it), U+0085 is, U+200B is not.
+    const Tokenizer& t = qwen();
+    using V = std::vector<std::string>;
+    CHECK(t.pretokenize("a\xE1\xA0\x8E\xE1\xA0\x8E"
+                        "b") == V{"a", "\xE1\xA0\x8E\xE1\xA0\x8E", "b"});
+    CHECK(t.pretokenize("x\xC2\x85\xC2\x85y") == V{"x", "\xC2\x85", "\xC2\x85y"});
+    CHECK(t.pretokenize("x\xE2\x80\x8B\xE2\x80\x8By") == V{"x", "\xE2\x80\x8B\xE2\x80\x8B", "y"});
+    CHECK(t.pretokenize("x\xE3\x80\x80\xE3\x80\x80y") == V{"x", "\xE3\x80\x80", "\xE3\x80\x80y"});
+  }
+
+  TEST_CASE("concurrent encodes agree with sequential ones") {
+    const Tokenizer& t = qwen();
+    std::vector<std::string> texts;
+    for (const Case& c : read_cases("tokenize.jsonl")) texts.push_back(c.str("text"));
+    std::vector<std::vector<int32_t>> want;
+    for (auto& s : texts) want.push_back(t.encode(s));
+    Tokenizer copy = t;  // copies share the model and its cache
+    std::vector<int> bad(4, 0);
+    std::vector<std::thread> threads;
+    for (int k = 0; k < 4; ++k) {
+      threads.emplace_back([&, k] {
+        const Tokenizer& tk = (k % 2) ? copy : t;
+        for (int rep = 0; rep < 3; ++rep) {
+          for (size_t i = size_t(k); i < texts.size(); i += 2)
+            bad[size_t(k)] += tk.encode(texts[i]) != want[i];
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    for (int k = 0; k < 4; ++k) CHECK(bad[size_t(k)] == 0);
+  }
+
   TEST_CASE("invalid UTF-8 input is replaced, not rejected") {
     const Tokenizer& t = qwen();
-    CHECK(t.decode(t.encode("a\xFF" "b"), false) == "a\xEF\xBF\xBD" "b");
+    CHECK(t.decode(t.encode("a\xFF"
+                            "b"),
+                   false) ==
+          "a\xEF\xBF\xBD"
+          "b");
     CHECK(t.decode(t.encode("\xE2\x82"), false) == "\xEF\xBF\xBD");
   }
 
   TEST_CASE("merges as strings or pairs, added token flags") {
     Tokenizer a = Tokenizer::from_json(tiny_json(R"(,"merges":["a b","ab c","Ġ a"])"), "");
-    Tokenizer b = Tokenizer::from_json(tiny_json(R"(,"merges":[["a","b"],["ab","c"],["Ġ","a"]])"), "");
+    Tokenizer b =
+        Tokenizer::from_json(tiny_json(R"(,"merges":[["a","b"],["ab","c"],["Ġ","a"]])"), "");
     for (const Tokenizer* t : {&a, &b}) {
       CHECK(t->encode("abc") == std::vector<int32_t>{257});
       CHECK(t->encode("abd") == std::vector<int32_t>{256, 'd'});
@@ -282,7 +357,13 @@ TEST_SUITE("tokenizer") {
       CHECK(t->pretokenize("ab  <x>  c") == std::vector<std::string>{"ab", "  <x>  ", "c"});
       CHECK(t->decode({256, 259, 'c'}, true) == "abc");
       CHECK(t->decode({256, 259, 'c'}, false) == "ab<|end|>c");
-      CHECK(t->vocab_size() == 261);
+      // single_word: only where no word character touches the token.
+      CHECK(t->encode("x <w> y") == std::vector<int32_t>{'x', 32, 261, 32, 'y'});
+      CHECK(t->encode("x<w>y").size() == 5);
+      // normalized=true: matched after NFC, so both spellings of "café" hit it.
+      CHECK(t->encode("cafe\xCC\x81") == std::vector<int32_t>{262});
+      CHECK(t->encode("caf\xC3\xA9!") == std::vector<int32_t>{262, '!'});
+      CHECK(t->vocab_size() == 263);
       CHECK(t->chat_template().empty());
       CHECK(t->eos_token().empty());
     }
@@ -291,7 +372,8 @@ TEST_SUITE("tokenizer") {
   TEST_CASE("tokenizer_config variants") {
     std::string tj = tiny_json(R"(,"merges":[])");
     Tokenizer t = Tokenizer::from_json(
-        tj, R"({"chat_template":[{"name":"tool_use","template":"T"},{"name":"default","template":"D"}],
+        tj,
+        R"({"chat_template":[{"name":"tool_use","template":"T"},{"name":"default","template":"D"}],
                "eos_token":{"content":"<|end|>","lstrip":false},"bos_token":null})");
     CHECK(t.chat_template() == "D");
     CHECK(t.eos_token() == "<|end|>");

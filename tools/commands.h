@@ -7,5 +7,11 @@ namespace hearth::cli {
 int cmd_logits(int argc, char** argv);
 int cmd_generate(int argc, char** argv);
 int cmd_standin(int argc, char** argv);
+int cmd_run(int argc, char** argv);
+int cmd_chat(int argc, char** argv);
+int cmd_tokenize(int argc, char** argv);
+int cmd_detokenize(int argc, char** argv);
+int cmd_template(int argc, char** argv);
+int cmd_bench_tokenizer(int argc, char** argv);
 
 }  // namespace hearth::cli

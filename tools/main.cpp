@@ -14,6 +14,16 @@ const char* kUsage = R"(hearth — Qwen3 inference on the CPU
 usage: hearth COMMAND [options]
 
 commands:
+  run       --model DIR --prompt TEXT [--system TEXT] [--thinking|--no-thinking]
+            [--hide-thinking] [sampling] [--max-new-tokens N] [--json]
+            answer one prompt through the chat template, streaming to stdout
+  chat      --model DIR [--system TEXT] [--no-thinking] [--hide-thinking]
+            interactive chat; /reset /thinking on|off /exit; Ctrl-C stops an answer
+  tokenize  --model DIR (--jsonl IN | --text TEXT)   lines {"text"} -> [ids]
+  detokenize --model DIR --jsonl IN    lines {"ids", "skip_special_tokens"} -> "text"
+  template  --model DIR --jsonl IN     lines {"messages", "add_generation_prompt",
+            "enable_thinking"?, "tools"?} -> {"text", "ids"}
+  bench-tokenizer --model DIR --text FILE [--repeats N] [--json]   encode MB/s
   generate  --model DIR --ids 1,2,3 [--max-new-tokens N] [sampling] [--ignore-eos] [--json]
             token ids in, token ids out (greedy unless sampling options are given)
   logits    --model DIR --ids 1,2,3 --out FILE [--chunks 20,13]
@@ -43,6 +53,12 @@ int main(int argc, char** argv) {
     if (cmd == "generate") return cmd_generate(argc - 2, argv + 2);
     if (cmd == "logits") return cmd_logits(argc - 2, argv + 2);
     if (cmd == "standin") return cmd_standin(argc - 2, argv + 2);
+    if (cmd == "run") return cmd_run(argc - 2, argv + 2);
+    if (cmd == "chat") return cmd_chat(argc - 2, argv + 2);
+    if (cmd == "tokenize") return cmd_tokenize(argc - 2, argv + 2);
+    if (cmd == "detokenize") return cmd_detokenize(argc - 2, argv + 2);
+    if (cmd == "template") return cmd_template(argc - 2, argv + 2);
+    if (cmd == "bench-tokenizer") return cmd_bench_tokenizer(argc - 2, argv + 2);
     std::fprintf(stderr, "error: unknown command '%s' (try: hearth help)\n", cmd.c_str());
     return 2;
   } catch (const std::bad_alloc&) {

@@ -7,6 +7,7 @@
 #include <map>
 #include <thread>
 
+#include "backends/cpu/compiled.h"
 #include "backends/cpu/ops.h"
 #include "core/error.h"
 
@@ -15,6 +16,9 @@ namespace hearth::cpu {
 namespace {
 
 constexpr size_t kAlign = 64;
+// Steps of at least this many tokens go to the GEMM library: below it the native kernels, which
+// read each weight once for all tokens, are as fast (measured with hearth bench on the 0.6B shape).
+constexpr int kDefaultGemmMinTokens = 32;
 
 void* aligned_alloc_or_throw(size_t bytes, const char* what) {
   void* p = std::aligned_alloc(kAlign, std::max(kAlign, (bytes + kAlign - 1) / kAlign * kAlign));
@@ -22,33 +26,54 @@ void* aligned_alloc_or_throw(size_t bytes, const char* what) {
   return p;
 }
 
-struct Buffer {
-  std::unique_ptr<uint8_t[], void (*)(void*)> p{nullptr, std::free};
-  void alloc(size_t bytes, const char* what) {
-    p.reset(static_cast<uint8_t*>(aligned_alloc_or_throw(bytes, what)));
+int env_int(const char* name, int def) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return def;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (*end || n <= 0 || n > 1 << 30) fail("$", name, ": '", v, "' is not a positive integer");
+  return int(n);
+}
+
+std::string env_str(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+// The tensors a step reads and writes, for placing activations.
+void step_io(const Graph& g, const Step& s, std::vector<int>& reads, std::vector<int>& writes) {
+  reads.clear();
+  writes.clear();
+  switch (s.kind) {
+    case Step::Kind::Node: {
+      const Node& n = g.nodes()[size_t(s.node)];
+      for (int id : n.in)
+        if (id >= 0) reads.push_back(id);
+      writes.push_back(n.out);
+      break;
+    }
+    case Step::Kind::Linear:
+      reads.push_back(s.lin.x);
+      if (s.lin.residual >= 0) reads.push_back(s.lin.residual);
+      if (s.lin.epi == LinearStep::Epilogue::Store) {
+        for (const auto& p : s.lin.parts) writes.push_back(p.out);
+      } else {
+        writes.push_back(s.lin.out);
+      }
+      break;
+    case Step::Kind::Attention:
+      reads.insert(reads.end(), {s.att.q, s.att.k, s.att.v});
+      writes.push_back(s.att.out);
+      break;
   }
-  float* f() const { return reinterpret_cast<float*>(p.get()); }
-};
-
-struct CpuCompiled : CompiledGraph {
-  const Graph* graph = nullptr;
-  std::vector<size_t> offset;         // per tensor: byte offset into arena (activations)
-  std::vector<const float*> norm_w;   // per tensor: f32 copy of norm weights (else null)
-  std::vector<std::vector<float>> norm_store;
-  Buffer arena;
-  Buffer scratch;                     // per thread: matmul row widening
-  size_t scratch_per_thread = 0;
-  Buffer rope_cos, rope_sin;          // [max_tokens, head_dim/2], rebuilt each step
-  int rope_head_dim = 0;
-  double rope_theta = 0;
-  std::vector<float*> ptr;            // per tensor, set each run
-};
-
-bool is_norm_weight_use(const Node& n, int slot) {
-  return (n.op == Op::RmsNorm || n.op == Op::HeadRmsNorm) && slot == 1;
 }
 
 }  // namespace
+
+void Buffer::alloc(size_t n, const char* what) {
+  p.reset(static_cast<uint8_t*>(aligned_alloc_or_throw(n, what)));
+  bytes = n;
+}
 
 uint8_t* CpuKVCache::k(int layer, int head) const {
   return mem.get() + (size_t(layer) * 2 * spec.n_kv_heads + head) * head_stride();
@@ -65,28 +90,32 @@ int default_thread_count() {
 CpuBackend::CpuBackend(const BackendOptions& opt)
     : kernels_(make_kernel_table(choose_isa(detect_cpu_features(), opt.isa))),
       pool_(opt.threads > 0 ? opt.threads : default_thread_count()),
-      kv_dtype_(opt.kv_dtype) {
+      kv_dtype_(opt.kv_dtype),
+      gemm_kind_(choose_gemm(opt.gemm.empty() ? env_str("HEARTH_GEMM") : opt.gemm)),
+      gemm_(make_gemm(gemm_kind_, pool_.size())),
+      gemm_min_tokens_(opt.gemm_min_tokens > 0
+                           ? opt.gemm_min_tokens
+                           : env_int("HEARTH_GEMM_MIN_TOKENS", kDefaultGemmMinTokens)) {
   if (kv_dtype_ != DType::F32 && kv_dtype_ != DType::F16 && kv_dtype_ != DType::BF16)
     fail("cpu backend: KV cache type ", dtype_name(kv_dtype_), " is not supported");
+  if (gemm_kind_ == GemmKind::DnnlBf16 && kernels_.isa != Isa::Avx512)
+    fail("cpu backend: GEMM dnnl-bf16 needs AVX512_BF16 (ISA avx512)");
 }
 
 std::string CpuBackend::describe() const {
   return std::string("cpu ") + isa_name(kernels_.isa) + ", " + std::to_string(pool_.size()) +
-         " threads";
+         " threads, gemm " + gemm_name(gemm_kind_) + " from " + std::to_string(gemm_min_tokens_) +
+         " tokens";
 }
 
 bool CpuBackend::supports_op(const Graph& g, const Node& n) const {
+  auto plain = [](DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; };
   switch (n.op) {
     case Op::MatMul: {
       const auto& w = g.tensor(n.in[1]);
-      return w.kind == TensorKind::Weight &&
-             (w.weight.dtype == DType::F32 || w.weight.dtype == DType::F16 ||
-              w.weight.dtype == DType::BF16);
+      return w.kind == TensorKind::Weight && plain(w.weight.dtype);
     }
-    case Op::Embed: {
-      auto t = g.tensor(n.in[0]).weight.dtype;
-      return t == DType::F32 || t == DType::F16 || t == DType::BF16;
-    }
+    case Op::Embed: return plain(g.tensor(n.in[0]).weight.dtype);
     case Op::kCount: return false;
     default: return true;
   }
@@ -100,49 +129,78 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
   cg->max_outputs = max_outputs;
   const auto& ts = g.tensors();
   const auto& nodes = g.nodes();
-  cg->offset.assign(ts.size(), SIZE_MAX);
+  for (const Node& n : nodes)
+    if (!supports_op(g, n)) fail("cpu backend: op ", op_name(n.op), " is not supported");
+  cg->steps = plan_steps(g);
   cg->norm_w.assign(ts.size(), nullptr);
   cg->ptr.assign(ts.size(), nullptr);
 
-  int64_t max_k = 0;
-  for (const Node& n : nodes) {
-    if (!supports_op(g, n)) fail("cpu backend: op ", op_name(n.op), " is not supported");
-    for (int s = 0; s < 3; ++s) {
-      int id = n.in[s];
-      if (id < 0) continue;
-      const auto& t = ts[size_t(id)];
-      if (is_norm_weight_use(n, s) && !cg->norm_w[size_t(id)]) {
-        cg->norm_store.emplace_back(size_t(t.weight.numel()));
-        to_f32(t.weight.dtype, t.weight.data, cg->norm_store.back().data(),
-               size_t(t.weight.numel()));
-        cg->norm_w[size_t(id)] = cg->norm_store.back().data();
+  // Norm weights are widened to f32 once; they are small.
+  auto widen_norm = [&](int id) {
+    if (id < 0 || cg->norm_w[size_t(id)]) return;
+    const Tensor& w = ts[size_t(id)].weight;
+    cg->norm_store.emplace_back(size_t(w.numel()));
+    to_f32(w.dtype, w.data, cg->norm_store.back().data(), size_t(w.numel()));
+    cg->norm_w[size_t(id)] = cg->norm_store.back().data();
+  };
+  auto use_rope = [&](int head_dim, double theta) {
+    std::vector<double> f(size_t(head_dim / 2));
+    for (size_t i = 0; i < f.size(); ++i) f[i] = std::pow(theta, -2.0 * double(i) / head_dim);
+    if (cg->rope_head_dim && (cg->rope_head_dim != head_dim || f != cg->inv_freq))
+      fail("cpu backend: every rope node must share head_dim and theta");
+    cg->rope_head_dim = head_dim;
+    cg->inv_freq = f;
+  };
+  int64_t max_k = 0, max_norm = 0, max_hd = 0;
+  for (const Step& s : cg->steps) {
+    switch (s.kind) {
+      case Step::Kind::Node: {
+        const Node& n = nodes[size_t(s.node)];
+        if (n.op == Op::RmsNorm || n.op == Op::HeadRmsNorm) widen_norm(n.in[1]);
+        if (n.op == Op::Attention) max_hd = std::max<int64_t>(max_hd, n.p.head_dim);
+        if (n.op == Op::Rope) use_rope(n.p.head_dim, n.p.rope_theta);
+        break;
       }
-    }
-    if (n.op == Op::MatMul) max_k = std::max(max_k, ts[size_t(n.in[1])].weight.cols());
-    if (n.op == Op::Rope) {
-      if (cg->rope_head_dim && (cg->rope_head_dim != n.p.head_dim || cg->rope_theta != n.p.rope_theta))
-        fail("cpu backend: every rope node must share head_dim and theta");
-      cg->rope_head_dim = n.p.head_dim;
-      cg->rope_theta = n.p.rope_theta;
+      case Step::Kind::Linear:
+        widen_norm(s.lin.norm_w);
+        for (const auto& p : s.lin.parts) max_k = std::max(max_k, ts[size_t(p.w)].weight.cols());
+        if (s.lin.norm_w >= 0) max_norm = std::max(max_norm, ts[size_t(s.lin.x)].cols);
+        if (s.lin.logits) cg->argmax_fused = true;
+        break;
+      case Step::Kind::Attention: {
+        const AttentionStep& a = s.att;
+        widen_norm(a.q_norm);
+        widen_norm(a.k_norm);
+        max_hd = std::max<int64_t>(max_hd, a.p.head_dim);
+        if (a.rope_q || a.rope_k) use_rope(a.p.head_dim, a.p.rope_theta);
+        break;
+      }
     }
   }
 
-  // Place activations with reuse: a tensor's block is free again after its last reader runs.
+  // Place activations with reuse: a tensor's block is free again after the last step reading it.
+  // Tensors that fusion keeps in registers (a norm's output, a matmul's output before its
+  // epilogue) are never written and get no memory.
+  cg->offset.assign(ts.size(), SIZE_MAX);
   std::vector<int> last_use(ts.size(), -1);
-  for (size_t i = 0; i < nodes.size(); ++i)
-    for (int id : nodes[i].in)
-      if (id >= 0) last_use[size_t(id)] = int(i);
+  std::vector<int> reads, writes;
+  for (size_t i = 0; i < cg->steps.size(); ++i) {
+    step_io(g, cg->steps[i], reads, writes);
+    for (int id : reads) last_use[size_t(id)] = int(i);
+  }
   auto bytes_of = [&](const GraphTensor& t) {
     size_t rows = size_t(t.rows == Rows::Tokens ? max_tokens : max_outputs);
     return (rows * size_t(t.cols) * 4 + kAlign - 1) / kAlign * kAlign;
   };
   std::multimap<size_t, size_t> free_blocks;  // size -> offset
   size_t top = 0;
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    const int out = nodes[i].out;
-    if (out != g.output && ts[size_t(out)].kind == TensorKind::Activation &&
-        cg->offset[size_t(out)] == SIZE_MAX) {
-      size_t need = bytes_of(ts[size_t(out)]);
+  for (size_t i = 0; i < cg->steps.size(); ++i) {
+    step_io(g, cg->steps[i], reads, writes);
+    for (int out : writes) {
+      if (out == g.output || ts[size_t(out)].kind != TensorKind::Activation ||
+          cg->offset[size_t(out)] != SIZE_MAX)
+        continue;
+      const size_t need = bytes_of(ts[size_t(out)]);
       auto it = free_blocks.lower_bound(need);
       if (it != free_blocks.end()) {
         cg->offset[size_t(out)] = it->second;
@@ -154,9 +212,9 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
       }
       if (last_use[size_t(out)] < 0) last_use[size_t(out)] = int(i);  // written, never read
     }
-    for (int id : nodes[i].in) {
-      if (id < 0 || last_use[size_t(id)] != int(i) || cg->offset[size_t(id)] == SIZE_MAX ||
-          id == out)
+    for (int id : reads) {
+      if (last_use[size_t(id)] != int(i) || cg->offset[size_t(id)] == SIZE_MAX ||
+          std::find(writes.begin(), writes.end(), id) != writes.end())
         continue;
       free_blocks.emplace(bytes_of(ts[size_t(id)]), cg->offset[size_t(id)]);
       last_use[size_t(id)] = -2;  // freed once
@@ -164,13 +222,28 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
   }
   cg->arena.alloc(top, "activations");
 
-  cg->scratch_per_thread = size_t((max_k + 15) / 16 * 16);
-  cg->scratch.alloc(cg->scratch_per_thread * 4 * size_t(pool_.size()), "scratch");
+  // Shared buffers for long steps, then each thread's scratch.
+  const size_t max_rows = size_t(std::max(max_tokens, max_outputs));
+  if (max_norm > 0) cg->normed.alloc(max_rows * size_t(max_norm) * 4, "normalised activations");
+  if (gemm_kind_ == GemmKind::DnnlBf16) cg->x_bf16.alloc(max_rows * size_t(max_k) * 2, "bf16 input");
+  const size_t block = size_t(std::max(kBlockRows, gemm_ ? kGemmBlockRows : kBlockRows));
+  auto round16 = [](size_t n) { return (n + 15) / 16 * 16; };
+  cg->tmp_floats = round16(block * max_rows);
+  size_t at = 0;
+  cg->off_xn = at, at += round16(size_t(kPrivateNormTokens) * size_t(max_norm));
+  cg->off_tmp = at, at += 2 * cg->tmp_floats;
+  cg->off_wide = at, at += gemm_ ? round16(size_t(kGemmBlockRows) * size_t(max_k)) : 0;
+  cg->off_mm = at, at += round16(size_t(max_k));
+  cg->off_attn = at, at += max_hd ? round16(size_t(attention_scratch_floats(max_hd))) : 0;
+  cg->per_thread = std::max<size_t>(at, 16);
+  cg->scratch.alloc(cg->per_thread * 4 * size_t(pool_.size()), "scratch");
   if (cg->rope_head_dim) {
     size_t n = size_t(max_tokens) * size_t(cg->rope_head_dim / 2) * 4;
     cg->rope_cos.alloc(n, "rope");
     cg->rope_sin.alloc(n, "rope");
   }
+  cg->best_val.resize(size_t(pool_.size()) * size_t(max_outputs));
+  cg->best_idx.resize(size_t(pool_.size()) * size_t(max_outputs));
   return cg;
 }
 
@@ -208,112 +281,63 @@ void CpuBackend::run(CompiledGraph& base, const StepInputs& in) {
   auto* kv = static_cast<CpuKVCache*>(in.kv);
   if (!kv || in.pos0 + in.n_tokens > kv->capacity)
     fail("cpu backend: KV cache too small for position ", in.pos0 + in.n_tokens);
+  const bool argmax = in.argmax && cg.argmax_fused;
+  if (in.n_out > 0 && !argmax && !in.logits) fail("cpu backend: no logits buffer");
 
   for (size_t i = 0; i < ts.size(); ++i) {
     if (ts[i].kind == TensorKind::Weight) cg.ptr[i] = nullptr;
     else if (int(i) == g.output) cg.ptr[i] = in.logits;
     else if (cg.offset[i] != SIZE_MAX) cg.ptr[i] = reinterpret_cast<float*>(cg.arena.p.get() + cg.offset[i]);
   }
-  // RoPE angles in double: positions reach 40k and theta 1e6, where f32 angles lose digits.
   if (cg.rope_head_dim) {
-    const int half = cg.rope_head_dim / 2;
-    for (int t = 0; t < in.n_tokens; ++t) {
-      for (int i = 0; i < half; ++i) {
-        double inv_freq = std::pow(cg.rope_theta, -2.0 * i / cg.rope_head_dim);
-        double a = double(in.pos0 + t) * inv_freq;
-        cg.rope_cos.f()[t * half + i] = float(std::cos(a));
-        cg.rope_sin.f()[t * half + i] = float(std::sin(a));
+    const size_t half = cg.inv_freq.size();
+    for (int t = 0; t < in.n_tokens; ++t)
+      for (size_t i = 0; i < half; ++i) {
+        const double a = double(in.pos0 + t) * cg.inv_freq[i];
+        cg.rope_cos.f()[size_t(t) * half + i] = float(std::cos(a));
+        cg.rope_sin.f()[size_t(t) * half + i] = float(std::sin(a));
       }
-    }
+  }
+  if (argmax) {
+    std::fill(cg.best_val.begin(), cg.best_val.end(), -INFINITY);
+    std::fill(cg.best_idx.begin(), cg.best_idx.end(), -1);
   }
 
-  auto rows_of = [&](int id) {
-    return int64_t(ts[size_t(id)].rows == Rows::Tokens ? in.n_tokens : in.n_out);
-  };
   SpinBarrier barrier(pool_.size());
-  const KernelTable& kt = kernels_;
-
+  StepInputs step_in = in;
+  if (!argmax) step_in.argmax = nullptr;
   pool_.run([&](int tid, int nth) {
-    float* scratch = cg.scratch.f() + size_t(tid) * cg.scratch_per_thread;
-    int64_t b, e;
-    for (const Node& n : g.nodes()) {
-      float* out = cg.ptr[size_t(n.out)];
-      const int64_t cols = ts[size_t(n.out)].cols;
-      const int64_t rows = rows_of(n.out);
-      auto in_ptr = [&](int s) { return cg.ptr[size_t(n.in[s])]; };
-      switch (n.op) {
-        case Op::Embed:
-          ThreadPool::split(rows, tid, nth, 1, &b, &e);
-          embed_rows(ts[size_t(n.in[0])].weight, in.tokens, out, b, e);
-          break;
-        case Op::GatherRows:
-          ThreadPool::split(rows, tid, nth, 1, &b, &e);
-          for (int64_t r = b; r < e; ++r)
-            std::memcpy(out + r * cols, in_ptr(0) + int64_t(in.out_rows[r]) * cols,
-                        size_t(cols) * 4);
-          break;
-        case Op::RmsNorm:
-          ThreadPool::split(rows, tid, nth, 1, &b, &e);
-          rms_norm_rows(in_ptr(0), cg.norm_w[size_t(n.in[1])], cols, n.p.eps, out, b, e);
-          break;
-        case Op::HeadRmsNorm:
-          ThreadPool::split(rows * n.p.n_heads, tid, nth, 1, &b, &e);
-          rms_norm_rows(in_ptr(0), cg.norm_w[size_t(n.in[1])], n.p.head_dim, n.p.eps, out, b, e);
-          break;
-        case Op::Rope:
-          if (out != in_ptr(0) && tid == 0)
-            std::memcpy(out, in_ptr(0), size_t(rows * cols) * 4);
-          if (out != in_ptr(0)) barrier.wait();
-          ThreadPool::split(rows * n.p.n_heads, tid, nth, 1, &b, &e);
-          rope_heads(out, n.p.n_heads, n.p.head_dim, cg.rope_cos.f(), cg.rope_sin.f(), b, e);
-          break;
-        case Op::MatMul: {
-          const Tensor& w = ts[size_t(n.in[1])].weight;
-          ThreadPool::split(w.rows(), tid, nth, 16, &b, &e);
-          MatmulArgs a{w.data, w.cols(), in_ptr(0), w.cols(), int(rows), out, cols, b, e, scratch};
-          if (b < e) kt.matmul[weight_slot(w.dtype)](a);
-          break;
-        }
-        case Op::Attention: {
-          const int hd = n.p.head_dim, nkv = n.p.n_kv_heads, nh = n.p.n_heads;
-          const float* q = in_ptr(0);
-          const float* k = in_ptr(1);
-          const float* v = in_ptr(2);
-          const size_t esz = dtype_size(kv->dtype);
-          // Phase 1: append this step's keys and values at positions pos0 + t.
-          ThreadPool::split(rows * nkv, tid, nth, 1, &b, &e);
-          for (int64_t p = b; p < e; ++p) {
-            const int64_t t = p / nkv, h = p % nkv;
-            const size_t off = size_t(in.pos0 + t) * size_t(hd) * esz;
-            store_as(kv->dtype, k + t * nkv * hd + h * hd, kv->k(n.p.layer, int(h)) + off, hd);
-            store_as(kv->dtype, v + t * nkv * hd + h * hd, kv->v(n.p.layer, int(h)) + off, hd);
-          }
-          barrier.wait();
-          // Phase 2: each (token, head) attends causally over positions [0, pos0 + t].
-          const float scale = 1.f / std::sqrt(float(hd));
-          const int group = nh / nkv;
-          ThreadPool::split(rows * nh, tid, nth, 1, &b, &e);
-          for (int64_t p = b; p < e; ++p) {
-            const int64_t t = p / nh, h = p % nh;
-            const int kvh = int(h / group);
-            attend_one(q + t * nh * hd + h * hd, kv->k(n.p.layer, kvh), kv->v(n.p.layer, kvh),
-                       kv->dtype, in.pos0 + int(t) + 1, hd, scale, out + t * nh * hd + h * hd);
-          }
-          break;
-        }
-        case Op::SiluMul:
-          ThreadPool::split(rows * cols, tid, nth, 16, &b, &e);
-          silu_mul(in_ptr(0), in_ptr(1), out, b, e);
-          break;
-        case Op::Add:
-          ThreadPool::split(rows * cols, tid, nth, 16, &b, &e);
-          add(in_ptr(0), in_ptr(1), out, b, e);
-          break;
-        case Op::kCount: break;
+    const StepCtx c{cg, step_in, kernels_, gemm_.get(), gemm_kind_, gemm_min_tokens_,
+                    kv, barrier, tid, nth};
+    for (size_t i = 0; i < cg.steps.size(); ++i) {
+      const Step& s = cg.steps[i];
+      switch (s.kind) {
+        case Step::Kind::Node: run_node_step(c, g.nodes()[size_t(s.node)]); break;
+        case Step::Kind::Linear: run_linear_step(c, s.lin); break;
+        case Step::Kind::Attention: run_attention_step(c, s.att); break;
       }
-      barrier.wait();
+      if (i + 1 < cg.steps.size()) barrier.wait();
     }
   });
+
+  // Merge the threads' best logits in thread order: their row ranges ascend, so a strict > keeps
+  // the first index of the maximum.
+  if (argmax) {
+    for (int t = 0; t < in.n_out; ++t) {
+      float best = -INFINITY;
+      int32_t idx = -1;
+      for (int th = 0; th < pool_.size(); ++th) {
+        const size_t i = size_t(th) * size_t(cg.max_outputs) + size_t(t);
+        if (cg.best_val[i] > best) best = cg.best_val[i], idx = cg.best_idx[i];
+      }
+      in.argmax[t] = idx;
+    }
+  }
+}
+
+std::string describe_compiled(const CompiledGraph& base) {
+  const auto& cg = static_cast<const CpuCompiled&>(base);
+  return describe_steps(*cg.graph, cg.steps);
 }
 
 namespace {

@@ -1,8 +1,10 @@
-// The CPU backend: runs a compiled graph on a persistent thread pool, one pool job per step, with
-// a barrier between dependent nodes. Kernels come from the table chosen for the detected ISA.
+// The CPU backend: compiles a graph into fused steps (plan.h) and runs them on a persistent thread
+// pool, one pool job per graph run with a barrier between steps. Kernels come from the table chosen
+// for the detected ISA; long steps go to a GEMM library (gemm.h).
 #pragma once
 #include <memory>
 
+#include "backends/cpu/gemm.h"
 #include "backends/cpu/kernels.h"
 #include "core/backend.h"
 #include "core/threadpool.h"
@@ -33,12 +35,20 @@ class CpuBackend : public Backend {
   Isa isa() const { return kernels_.isa; }
   const KernelTable& kernels() const { return kernels_; }
   ThreadPool& pool() { return pool_; }
+  GemmKind gemm_kind() const { return gemm_kind_; }
+  int gemm_min_tokens() const { return gemm_min_tokens_; }
 
  private:
   KernelTable kernels_;
   ThreadPool pool_;
   DType kv_dtype_;
+  GemmKind gemm_kind_;
+  std::unique_ptr<Gemm> gemm_;
+  int gemm_min_tokens_;
 };
+
+// The fused steps a compiled graph runs, one per line (see describe_steps), for tests and tools.
+std::string describe_compiled(const CompiledGraph& cg);
 
 int default_thread_count();
 

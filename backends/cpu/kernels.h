@@ -1,5 +1,6 @@
-// The CPU kernel table: one function pointer per (op, weight type), filled at start-up from the
-// ISA chosen by detection. Scalar kernels fill every slot; ISA files override what they speed up.
+// The CPU kernel table: one function pointer per (op, element type), filled at start-up from the
+// ISA chosen by detection. Scalar kernels fill every slot; each ISA level overrides what it speeds
+// up. Kernels never allocate and never synchronise: the backend splits work and places barriers.
 #pragma once
 #include <cstdint>
 
@@ -8,8 +9,9 @@
 
 namespace hearth::cpu {
 
-// y[t*ldy + r] = dot(x[t*ldx .. +k], W[r*k .. +k]) for t < n_tokens and r in [r0, r1).
-// W is row-major [rows, k] in its stored type; x and y are f32.
+// y[t*ldy + (r - r0)] = dot(x[t*ldx .. +k], W[r*k .. +k]) for t < n_tokens and r in [r0, r1):
+// y points at row r0's output. W is row-major [rows, k] in its stored type; x and y are f32. Every ISA reads each weight row
+// once per call however many tokens there are (tokens are the inner loop).
 struct MatmulArgs {
   const void* w;
   int64_t k;
@@ -19,25 +21,91 @@ struct MatmulArgs {
   float* y;
   int64_t ldy;
   int64_t r0, r1;
-  float* scratch;  // per-thread, at least k floats
+  float* scratch;  // per-thread, at least k floats (the scalar kernel widens one row into it)
 };
 using MatmulFn = void (*)(const MatmulArgs&);
 
-constexpr int kNumWeightTypes = 3;  // F32, F16, BF16
-inline int weight_slot(DType t) { return t == DType::F32 ? 0 : t == DType::F16 ? 1 : 2; }
+// Q8/Q4 weights (layout in quant/FORMAT.md): w points at the codes, scales at [rows, k / group]
+// scales of scale_dtype (F16 or BF16). k is a multiple of 32 and of group.
+struct QuantMatmulArgs : MatmulArgs {
+  const void* scales = nullptr;
+  DType scale_dtype = DType::F16;
+  int group = 0;
+};
+using QuantMatmulFn = void (*)(const QuantMatmulArgs&);
+// Per-thread scratch (floats) of the quantized matmuls: a tile of int8 or bf16 activations and a
+// tile of dequantized rows.
+inline int64_t quant_matmul_scratch_floats(int64_t k) { return 25 * k + 1024; }
+
+// Causal softmax attention of one KV head for n_tok consecutive tokens and the `group` query heads
+// that share it. Query head j of token t is at q + t*q_stride + j*head_dim, its result goes to
+// out + t*out_stride + j*head_dim, and it sees cache positions [0, pos0 + t + 1). k and v are the
+// head's cache rows [capacity, head_dim] in the cache's type. Online softmax over key tiles, so no
+// score matrix larger than a tile ever exists.
+struct AttentionArgs {
+  const float* q;
+  int64_t q_stride;
+  float* out;
+  int64_t out_stride;
+  int n_tok;
+  int group;
+  int pos0;
+  const void* k;
+  const void* v;
+  int head_dim;
+  float scale;
+  float* scratch;  // per-thread, at least attention_scratch_floats(head_dim) floats
+};
+using AttentionFn = void (*)(const AttentionArgs&);
+
+// Scratch an attention kernel needs: query-row state and one key tile of scores, with headroom.
+constexpr int64_t kAttnRowsPerBlock = 16;  // query rows (tokens x group) handled together
+constexpr int64_t kAttnKeyTile = 64;       // positions per key tile
+inline int64_t attention_scratch_floats(int64_t head_dim) {
+  return kAttnRowsPerBlock * (head_dim + kAttnKeyTile + 4) + 2 * kAttnKeyTile * head_dim + 64;
+}
+
+// out[i] = silu(a[i]) * b[i] for i < n.
+using SiluMulFn = void (*)(const float* a, const float* b, float* out, int64_t n);
+// Rounds n floats to bf16 (round to nearest even), for a BF16 GEMM's input.
+using ToBf16Fn = void (*)(const float* x, uint16_t* out, int64_t n);
+
+constexpr int kNumTypes = 3;  // F32, F16, BF16: weight and KV cache types
+constexpr int type_slot(DType t) { return t == DType::F32 ? 0 : t == DType::F16 ? 1 : 2; }
 
 struct KernelTable {
   Isa isa = Isa::Scalar;
-  MatmulFn matmul[kNumWeightTypes] = {};
+  MatmulFn matmul[kNumTypes] = {};        // by weight type
+  AttentionFn attention[kNumTypes] = {};  // by KV cache type
+  SiluMulFn silu_mul = nullptr;
+  ToBf16Fn to_bf16 = nullptr;
+  QuantMatmulFn matmul_q8 = nullptr, matmul_q4 = nullptr;
 };
 
-void fill_kernels_scalar(KernelTable& k);
+// One fill function per kernel file; make_kernel_table calls those of each level up to the ISA.
+void fill_matmul_scalar(KernelTable& k);
+void fill_attention_scalar(KernelTable& k);
+void fill_vecops_scalar(KernelTable& k);
+void fill_matmul_q8_scalar(KernelTable& k);
+void fill_matmul_q4_scalar(KernelTable& k);
 #if defined(__x86_64__)
-void fill_kernels_avx2(KernelTable& k);
-void fill_kernels_avx512(KernelTable& k);
+void fill_matmul_f32_avx2(KernelTable& k);
+void fill_matmul_f16_avx2(KernelTable& k);
+void fill_matmul_bf16_avx2(KernelTable& k);
+void fill_attention_avx2(KernelTable& k);
+void fill_vecops_avx2(KernelTable& k);
+void fill_matmul_q8_avx2(KernelTable& k);
+void fill_matmul_q4_avx2(KernelTable& k);
+void fill_matmul_f32_avx512(KernelTable& k);
+void fill_matmul_f16_avx512(KernelTable& k);
+void fill_matmul_bf16_avx512(KernelTable& k);
+void fill_attention_avx512(KernelTable& k);
+void fill_vecops_avx512(KernelTable& k);
+void fill_matmul_q8_avx512(KernelTable& k);
+void fill_matmul_q4_avx512(KernelTable& k);
 #endif
 #if defined(__aarch64__)
-void fill_kernels_neon(KernelTable& k);
+void fill_matmul_neon(KernelTable& k);  // attention and vecops stay scalar on NEON for now
 #endif
 
 // The table for an ISA: scalar first, then each level up to `isa` overrides its slots.

@@ -21,17 +21,17 @@ void matmul_scalar(const MatmulArgs& a) {
       const float* x = a.x + t * a.ldx;
       float s = 0.f;
       for (int64_t i = 0; i < a.k; ++i) s += w[i] * x[i];
-      a.y[t * a.ldy + r] = s;
+      a.y[t * a.ldy + (r - a.r0)] = s;
     }
   }
 }
 
 }  // namespace
 
-void fill_kernels_scalar(KernelTable& k) {
-  k.matmul[weight_slot(DType::F32)] = matmul_scalar<DType::F32>;
-  k.matmul[weight_slot(DType::F16)] = matmul_scalar<DType::F16>;
-  k.matmul[weight_slot(DType::BF16)] = matmul_scalar<DType::BF16>;
+void fill_matmul_scalar(KernelTable& k) {
+  k.matmul[type_slot(DType::F32)] = matmul_scalar<DType::F32>;
+  k.matmul[type_slot(DType::F16)] = matmul_scalar<DType::F16>;
+  k.matmul[type_slot(DType::BF16)] = matmul_scalar<DType::BF16>;
 }
 
 }  // namespace hearth::cpu

@@ -1,0 +1,187 @@
+// AVX-512 attention: q/out rows f32 [n_tok][group][head_dim] (strided per token), one KV head's
+// cache rows [position][head_dim] in F32/F16/BF16; key tiles of 64 positions shared by up to 16
+// query rows, online softmax per row, f32 throughout (16-bit caches are widened tile by tile).
+#include <cmath>
+#include <cstring>
+
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/ops.h"
+#include "backends/cpu/simd_avx512.h"
+
+namespace hearth::cpu {
+
+namespace {
+
+constexpr int kTile = int(kAttnKeyTile);
+constexpr int kRows = int(kAttnRowsPerBlock);
+static_assert(kTile % 16 == 0, "key tiles are whole vectors");
+
+// Sixteen vectors in, one out: lane j is the sum of v[j]'s lanes (a transpose folded into adds).
+inline __m512 reduce16(__m512* v) {
+  __m512 s[8], w[4], y[2];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i)
+    s[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
+                         _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    const __m512d a = _mm512_castps_pd(s[2 * i]), b = _mm512_castps_pd(s[2 * i + 1]);
+    w[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+#pragma GCC unroll 2
+  for (int i = 0; i < 2; ++i)
+    y[i] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0x88),
+                         _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0xDD));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(y[0], y[1], 0x88),
+                       _mm512_shuffle_f32x4(y[0], y[1], 0xDD));
+}
+
+// Widens rows [p0, p0 + n) of a 16-bit cache into a dense f32 tile.
+template <DType T>
+void widen_tile(const void* src, int p0, int n, int hd, float* dst) {
+  const uint16_t* s = static_cast<const uint16_t*>(src) + int64_t(p0) * hd;
+  for (int64_t i = 0; i < int64_t(n) * hd; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+    __m512 f;
+    if constexpr (T == DType::F16) f = _mm512_cvtph_ps(h);
+    else f = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    _mm512_storeu_ps(dst + i, f);
+  }
+}
+
+// Scores of one query row against `n` keys (rows of kt, head_dim hd), scaled, into s[0..16*ceil);
+// lanes past n are -inf. Keys past n are read from row n-1 so no load leaves the tile.
+inline void scores(const float* q, const float* kt, int n, int hd, float scale, float* s) {
+  for (int j0 = 0; j0 < n; j0 += 16) {
+    __m512 acc[16];
+    const float* rows[16];
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) {
+      acc[j] = _mm512_setzero_ps();
+      rows[j] = kt + int64_t(j0 + j < n ? j0 + j : n - 1) * hd;
+    }
+    for (int c = 0; c < hd; c += 16) {
+      const __m512 qc = _mm512_loadu_ps(q + c);
+#pragma GCC unroll 16
+      for (int j = 0; j < 16; ++j) acc[j] = _mm512_fmadd_ps(qc, _mm512_loadu_ps(rows[j] + c), acc[j]);
+    }
+    __m512 r = _mm512_mul_ps(reduce16(acc), _mm512_set1_ps(scale));
+    const int valid = n - j0 < 16 ? n - j0 : 16;
+    r = _mm512_mask_blend_ps(tail_mask16(valid), _mm512_set1_ps(-INFINITY), r);
+    _mm512_storeu_ps(s + j0, r);
+  }
+}
+
+// o += sum_j e[j] v_j over n value rows; eight vectors of o stay in registers per pass.
+inline void accumulate_v(const float* e, const float* vt, int n, int hd, float* o) {
+  int d0 = 0;
+  for (; d0 + 128 <= hd; d0 += 128) {
+    __m512 ov[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) ov[c] = _mm512_loadu_ps(o + d0 + c * 16);
+    for (int j = 0; j < n; ++j) {
+      const __m512 ej = _mm512_set1_ps(e[j]);
+      const float* vr = vt + int64_t(j) * hd + d0;
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; ++c) ov[c] = _mm512_fmadd_ps(ej, _mm512_loadu_ps(vr + c * 16), ov[c]);
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) _mm512_storeu_ps(o + d0 + c * 16, ov[c]);
+  }
+  for (; d0 < hd; d0 += 16) {
+    __m512 ov = _mm512_loadu_ps(o + d0);
+    for (int j = 0; j < n; ++j)
+      ov = _mm512_fmadd_ps(_mm512_set1_ps(e[j]), _mm512_loadu_ps(vt + int64_t(j) * hd + d0), ov);
+    _mm512_storeu_ps(o + d0, ov);
+  }
+}
+
+template <DType T>
+void attention_avx512(const AttentionArgs& a) {
+  const int hd = a.head_dim;
+  if (hd % 16 != 0 || hd > 512) {
+    for (int t = 0; t < a.n_tok; ++t)
+      for (int j = 0; j < a.group; ++j)
+        attend_one(a.q + t * a.q_stride + j * hd, a.k, a.v, T, a.pos0 + t + 1, hd, a.scale,
+                   a.out + t * a.out_stride + j * hd);
+    return;
+  }
+  float* acc = a.scratch;              // [kRows][hd]
+  float* m = acc + kRows * hd;         // [kRows]
+  float* l = m + kRows;                // [kRows]
+  float* s = l + kRows;                // [kTile]
+  float* ktile = s + kTile;            // [kTile][hd], 16-bit caches only
+  float* vtile = ktile + kTile * hd;   // [kTile][hd]
+  const int n_rows = a.n_tok * a.group;
+  for (int r0 = 0; r0 < n_rows; r0 += kRows) {
+    const int nr = n_rows - r0 < kRows ? n_rows - r0 : kRows;
+    auto q_row = [&](int i) {
+      const int r = r0 + i;
+      return a.q + (r / a.group) * a.q_stride + (r % a.group) * hd;
+    };
+    auto visible = [&](int i) { return a.pos0 + (r0 + i) / a.group + 1; };
+    for (int i = 0; i < nr; ++i) {
+      m[i] = -INFINITY;
+      l[i] = 0.f;
+      std::memset(acc + i * hd, 0, size_t(hd) * 4);
+    }
+    const int n_pos = visible(nr - 1);  // rows are token-major, so the last row sees the most
+    for (int p0 = 0; p0 < n_pos; p0 += kTile) {
+      const int tile_n = n_pos - p0 < kTile ? n_pos - p0 : kTile;
+      const float* kt;
+      const float* vt;
+      if constexpr (T == DType::F32) {
+        kt = static_cast<const float*>(a.k) + int64_t(p0) * hd;
+        vt = static_cast<const float*>(a.v) + int64_t(p0) * hd;
+      } else {
+        widen_tile<T>(a.k, p0, tile_n, hd, ktile);
+        widen_tile<T>(a.v, p0, tile_n, hd, vtile);
+        kt = ktile;
+        vt = vtile;
+      }
+      for (int i = 0; i < nr; ++i) {
+        const int n = visible(i) - p0 < tile_n ? visible(i) - p0 : tile_n;
+        if (n <= 0) continue;
+        scores(q_row(i), kt, n, hd, a.scale, s);
+        __m512 mx = _mm512_set1_ps(-INFINITY);
+        for (int j = 0; j < n; j += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + j));
+        const float tile_max = hmax16(mx);
+        const float m_new = tile_max > m[i] ? tile_max : m[i];
+        float* o = acc + i * hd;
+        if (m_new > m[i]) {
+          // exp(-inf) is 0, which also clears the first tile's (already zero) state.
+          const __m512 c = exp512(_mm512_set1_ps(m[i] - m_new));
+          l[i] *= _mm512_cvtss_f32(c);
+          for (int d = 0; d < hd; d += 16) _mm512_storeu_ps(o + d, _mm512_mul_ps(_mm512_loadu_ps(o + d), c));
+          m[i] = m_new;
+        }
+        __m512 sum = _mm512_setzero_ps();
+        for (int j = 0; j < n; j += 16) {
+          const __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(s + j), _mm512_set1_ps(m_new)));
+          sum = _mm512_add_ps(sum, e);
+          _mm512_storeu_ps(s + j, e);
+        }
+        l[i] += hsum16(sum);
+        accumulate_v(s, vt, n, hd, o);
+      }
+    }
+    for (int i = 0; i < nr; ++i) {
+      const int r = r0 + i;
+      float* out = a.out + (r / a.group) * a.out_stride + (r % a.group) * hd;
+      const __m512 inv = _mm512_set1_ps(1.f / l[i]);
+      for (int d = 0; d < hd; d += 16)
+        _mm512_storeu_ps(out + d, _mm512_mul_ps(_mm512_loadu_ps(acc + i * hd + d), inv));
+    }
+  }
+}
+
+}  // namespace
+
+void fill_attention_avx512(KernelTable& k) {
+  k.attention[type_slot(DType::F32)] = attention_avx512<DType::F32>;
+  k.attention[type_slot(DType::F16)] = attention_avx512<DType::F16>;
+  k.attention[type_slot(DType::BF16)] = attention_avx512<DType::BF16>;
+}
+
+}  // namespace hearth::cpu

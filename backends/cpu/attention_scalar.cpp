@@ -1,0 +1,26 @@
+// Reference attention: q/out rows f32 [n_tok][group][head_dim] (strided per token), one KV head's
+// cache rows [position][head_dim] in F32, F16 or BF16; one query row at a time with attend_one.
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/ops.h"
+
+namespace hearth::cpu {
+
+namespace {
+
+template <DType T>
+void attention_scalar(const AttentionArgs& a) {
+  for (int t = 0; t < a.n_tok; ++t)
+    for (int j = 0; j < a.group; ++j)
+      attend_one(a.q + t * a.q_stride + j * a.head_dim, a.k, a.v, T, a.pos0 + t + 1, a.head_dim,
+                 a.scale, a.out + t * a.out_stride + j * a.head_dim);
+}
+
+}  // namespace
+
+void fill_attention_scalar(KernelTable& k) {
+  k.attention[type_slot(DType::F32)] = attention_scalar<DType::F32>;
+  k.attention[type_slot(DType::F16)] = attention_scalar<DType::F16>;
+  k.attention[type_slot(DType::BF16)] = attention_scalar<DType::BF16>;
+}
+
+}  // namespace hearth::cpu

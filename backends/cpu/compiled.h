@@ -1,0 +1,87 @@
+// The CPU backend's compiled graph and the per-step execution context its step runners share.
+// Everything a step touches is allocated by compile(); a step allocates nothing.
+#pragma once
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/gemm.h"
+#include "backends/cpu/plan.h"
+
+namespace hearth::cpu {
+
+struct Buffer {
+  std::unique_ptr<uint8_t[], void (*)(void*)> p{nullptr, std::free};
+  size_t bytes = 0;
+  void alloc(size_t n, const char* what);
+  float* f() const { return reinterpret_cast<float*>(p.get()); }
+  uint16_t* u16() const { return reinterpret_cast<uint16_t*>(p.get()); }
+};
+
+// Rows per block when an epilogue (SiluMul, argmax) consumes a matmul's output while it is in L1.
+constexpr int64_t kBlockRows = 64;
+// Weight rows per GEMM call when the output passes through an epilogue or 16-bit weights are
+// widened for an f32 GEMM.
+constexpr int64_t kGemmBlockRows = 128;
+// Up to this many tokens every thread normalises the step's input itself instead of sharing one
+// copy behind a barrier.
+constexpr int kPrivateNormTokens = 4;
+
+struct CpuCompiled : CompiledGraph {
+  const Graph* graph = nullptr;
+  std::vector<Step> steps;
+  std::vector<size_t> offset;        // per tensor: byte offset of an activation in the arena
+  std::vector<const float*> norm_w;  // per tensor: f32 copy of a norm weight (else null)
+  std::vector<std::vector<float>> norm_store;
+  Buffer arena;
+  Buffer normed;  // [max_tokens, max norm width]: a long step's normalised input, shared
+  Buffer x_bf16;  // [max_tokens, max k]: a long step's input rounded for a bf16 GEMM, shared
+
+  // Per thread, `per_thread` floats each, carved as below.
+  Buffer scratch;
+  size_t per_thread = 0;
+  size_t off_xn = 0, off_tmp = 0, off_wide = 0, off_mm = 0, off_attn = 0;
+  size_t tmp_floats = 0;  // each of the two epilogue blocks
+
+  // RoPE: inverse frequencies in double (positions reach 40k, theta 1e6) and this step's tables.
+  std::vector<double> inv_freq;
+  Buffer rope_cos, rope_sin;  // [max_tokens, head_dim / 2]
+  int rope_head_dim = 0;
+
+  // Greedy decoding: each thread's best logit and its index per output row.
+  std::vector<float> best_val;
+  std::vector<int32_t> best_idx;
+
+  std::atomic<int> next_item{0};  // long attention steps hand out (KV head, token block) items
+  std::vector<float*> ptr;        // per tensor, set at the start of each run
+
+  float* thread_scratch(int tid) const { return scratch.f() + size_t(tid) * per_thread; }
+};
+
+// What a step runner sees: the compiled graph, this step's inputs, and the calling thread.
+struct StepCtx {
+  CpuCompiled& cg;
+  const StepInputs& in;
+  const KernelTable& kt;
+  Gemm* gemm;
+  GemmKind gemm_kind;
+  int gemm_min_tokens;
+  CpuKVCache* kv;
+  SpinBarrier& barrier;
+  int tid, nth;
+
+  const GraphTensor& tensor(int id) const { return cg.graph->tensor(id); }
+  float* ptr(int id) const { return cg.ptr[size_t(id)]; }
+  int64_t rows(int id) const {
+    return tensor(id).rows == Rows::Tokens ? in.n_tokens : in.n_out;
+  }
+  float* scratch() const { return cg.thread_scratch(tid); }
+};
+
+void run_node_step(const StepCtx& c, const Node& n);
+void run_linear_step(const StepCtx& c, const LinearStep& s);
+void run_attention_step(const StepCtx& c, const AttentionStep& s);
+
+}  // namespace hearth::cpu

@@ -1,0 +1,198 @@
+// Linear steps: an optional RmsNorm of the input, MatMuls sharing it, and their epilogue. Short
+// steps (decode) run the ISA's matmul kernel with every thread on its own rows of all the parts;
+// long steps (prefill) call the GEMM library on each thread's block of each part.
+#include <algorithm>
+#include <cmath>
+
+#include "backends/cpu/compiled.h"
+#include "backends/cpu/ops.h"
+
+namespace hearth::cpu {
+
+namespace {
+
+using Epi = LinearStep::Epilogue;
+
+const Tensor& weight(const StepCtx& c, const LinearStep::Part& p) {
+  return c.tensor(p.w).weight;
+}
+
+// The graph's logits rows, reduced to the running best per output row instead of being stored.
+void argmax_update(const StepCtx& c, const float* y, int64_t ldy, int64_t T, int64_t r0,
+                   int64_t n) {
+  float* best = c.cg.best_val.data() + size_t(c.tid) * size_t(c.cg.max_outputs);
+  int32_t* idx = c.cg.best_idx.data() + size_t(c.tid) * size_t(c.cg.max_outputs);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* row = y + t * ldy;
+    for (int64_t i = 0; i < n; ++i)
+      if (row[i] > best[t]) best[t] = row[i], idx[t] = int32_t(r0 + i);  // NaN never wins
+  }
+}
+
+void add_residual(const float* res, float* out, int64_t ld, int64_t T, int64_t r0, int64_t r1) {
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t r = r0; r < r1; ++r) out[t * ld + r] += res[t * ld + r];
+}
+
+void silu_mul_block(const StepCtx& c, const float* a, const float* b, int64_t ld_ab, float* out,
+                    int64_t ld_out, int64_t T, int64_t n) {
+  for (int64_t t = 0; t < T; ++t) c.kt.silu_mul(a + t * ld_ab, b + t * ld_ab, out + t * ld_out, n);
+}
+
+// --- short steps: the ISA's matmul kernel ------------------------------------------------------
+
+void matmul_rows(const StepCtx& c, const Tensor& w, const float* x, int64_t T, int64_t r0,
+                 int64_t r1, float* y, int64_t ldy) {
+  MatmulArgs a{w.data, w.cols(), x,  w.cols(), int(T), y, ldy, r0, r1,
+               c.scratch() + c.cg.off_mm};
+  c.kt.matmul[type_slot(w.dtype)](a);
+}
+
+void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_t T) {
+  float* tmp_a = c.scratch() + c.cg.off_tmp;
+  float* tmp_b = tmp_a + c.cg.tmp_floats;
+  int64_t b, e;
+  if (s.epi == Epi::SiluMul) {
+    // Row r of the output needs row r of both matrices: gate and up are walked side by side.
+    const Tensor& wa = weight(c, s.parts[0]);
+    const Tensor& wb = weight(c, s.parts[1]);
+    const int64_t N = wa.rows();
+    float* out = c.ptr(s.out);
+    ThreadPool::split(N, c.tid, c.nth, 16, &b, &e);
+    for (int64_t r = b; r < e; r += kBlockRows) {
+      const int64_t r1 = std::min(e, r + kBlockRows);
+      matmul_rows(c, wa, x, T, r, r1, tmp_a, kBlockRows);
+      matmul_rows(c, wb, x, T, r, r1, tmp_b, kBlockRows);
+      silu_mul_block(c, tmp_a, tmp_b, kBlockRows, out + r, N, T, r1 - r);
+    }
+    return;
+  }
+  // Store and AddResidual: the parts' rows as one range, split evenly over the threads.
+  int64_t total = 0;
+  for (const auto& p : s.parts) total += weight(c, p).rows();
+  ThreadPool::split(total, c.tid, c.nth, 16, &b, &e);
+  const bool argmax = s.logits && c.in.argmax;
+  int64_t base = 0;
+  for (const auto& p : s.parts) {
+    const Tensor& w = weight(c, p);
+    const int64_t lo = std::max(b, base) - base, hi = std::min(e, base + w.rows()) - base;
+    base += w.rows();
+    if (lo >= hi) continue;
+    if (argmax) {
+      for (int64_t r = lo; r < hi; r += kBlockRows) {
+        const int64_t r1 = std::min(hi, r + kBlockRows);
+        matmul_rows(c, w, x, T, r, r1, tmp_a, kBlockRows);
+        argmax_update(c, tmp_a, kBlockRows, T, r, r1 - r);
+      }
+      continue;
+    }
+    const int out_id = s.epi == Epi::AddResidual ? s.out : p.out;
+    float* out = c.ptr(out_id);
+    const int64_t ld = c.tensor(out_id).cols;
+    matmul_rows(c, w, x, T, lo, hi, out + lo, ld);
+    if (s.epi == Epi::AddResidual) add_residual(c.ptr(s.residual), out, ld, T, lo, hi);
+  }
+}
+
+// --- long steps: the GEMM library ---------------------------------------------------------------
+
+// y[t][r - r0] = x[t] . W[r] for rows [r0, r1) of w, through the GEMM: bf16 inputs as they are,
+// f32 weights in place, 16-bit weights widened block by block into this thread's scratch.
+void gemm_rows(const StepCtx& c, const Tensor& w, const float* x, const uint16_t* xb, int64_t T,
+               int64_t r0, int64_t r1, float* y, int64_t ldy) {
+  const int64_t K = w.cols();
+  if (r0 >= r1) return;
+  if (xb) {
+    const uint16_t* wp = static_cast<const uint16_t*>(w.data) + r0 * K;
+    c.gemm->bf16(c.tid, int(T), r1 - r0, K, xb, K, wp, y, ldy);
+  } else if (w.dtype == DType::F32) {
+    c.gemm->f32(c.tid, int(T), r1 - r0, K, x, K, static_cast<const float*>(w.data) + r0 * K, y,
+                ldy);
+  } else {
+    float* wide = c.scratch() + c.cg.off_wide;
+    const size_t esz = dtype_size(w.dtype);
+    for (int64_t r = r0; r < r1; r += kGemmBlockRows) {
+      const int64_t n = std::min(r1, r + kGemmBlockRows) - r;
+      to_f32(w.dtype, static_cast<const uint8_t*>(w.data) + size_t(r * K) * esz, wide,
+             size_t(n * K));
+      c.gemm->f32(c.tid, int(T), n, K, x, K, wide, y + (r - r0), ldy);
+    }
+  }
+}
+
+void linear_gemm(const StepCtx& c, const LinearStep& s, const float* x, const uint16_t* xb,
+                 int64_t T) {
+  float* tmp_a = c.scratch() + c.cg.off_tmp;
+  float* tmp_b = tmp_a + c.cg.tmp_floats;
+  int64_t b, e;
+  if (s.epi == Epi::SiluMul) {
+    const Tensor& wa = weight(c, s.parts[0]);
+    const Tensor& wb = weight(c, s.parts[1]);
+    const int64_t N = wa.rows();
+    float* out = c.ptr(s.out);
+    ThreadPool::split(N, c.tid, c.nth, 16, &b, &e);
+    for (int64_t r = b; r < e; r += kGemmBlockRows) {
+      const int64_t r1 = std::min(e, r + kGemmBlockRows);
+      gemm_rows(c, wa, x, xb, T, r, r1, tmp_a, kGemmBlockRows);
+      gemm_rows(c, wb, x, xb, T, r, r1, tmp_b, kGemmBlockRows);
+      silu_mul_block(c, tmp_a, tmp_b, kGemmBlockRows, out + r, N, T, r1 - r);
+    }
+    return;
+  }
+  // Each thread takes its share of every part, so each library call is as large as possible.
+  for (const auto& p : s.parts) {
+    const Tensor& w = weight(c, p);
+    ThreadPool::split(w.rows(), c.tid, c.nth, 16, &b, &e);
+    if (s.logits && c.in.argmax) {
+      for (int64_t r = b; r < e; r += kGemmBlockRows) {
+        const int64_t r1 = std::min(e, r + kGemmBlockRows);
+        gemm_rows(c, w, x, xb, T, r, r1, tmp_a, kGemmBlockRows);
+        argmax_update(c, tmp_a, kGemmBlockRows, T, r, r1 - r);
+      }
+      continue;
+    }
+    const int out_id = s.epi == Epi::AddResidual ? s.out : p.out;
+    float* out = c.ptr(out_id);
+    const int64_t ld = c.tensor(out_id).cols;
+    gemm_rows(c, w, x, xb, T, b, e, out + b, ld);
+    if (s.epi == Epi::AddResidual) add_residual(c.ptr(s.residual), out, ld, T, b, e);
+  }
+}
+
+bool all_bf16(const StepCtx& c, const LinearStep& s) {
+  for (const auto& p : s.parts)
+    if (weight(c, p).dtype != DType::BF16) return false;
+  return true;
+}
+
+}  // namespace
+
+void run_linear_step(const StepCtx& c, const LinearStep& s) {
+  const int64_t T = c.rows(s.x);
+  if (T == 0) return;  // e.g. the LM head of a prefill chunk whose logits nobody asked for
+  const int64_t K = c.tensor(s.x).cols;
+  const bool long_step = c.gemm && T >= c.gemm_min_tokens;
+  const bool bf16 = long_step && c.gemm_kind == GemmKind::DnnlBf16 && all_bf16(c, s);
+  const float* x = c.ptr(s.x);
+  uint16_t* xb = bf16 ? c.cg.x_bf16.u16() : nullptr;
+  if (s.norm_w >= 0 && T <= kPrivateNormTokens && !bf16) {
+    // A few rows: every thread normalises them itself, which costs less than a barrier.
+    float* xn = c.scratch() + c.cg.off_xn;
+    rms_norm_rows(x, c.cg.norm_w[size_t(s.norm_w)], K, s.eps, xn, 0, T);
+    x = xn;
+  } else if (s.norm_w >= 0 || bf16) {
+    // Many rows: each thread prepares its share of one shared copy.
+    int64_t b, e;
+    ThreadPool::split(T, c.tid, c.nth, 1, &b, &e);
+    if (s.norm_w >= 0) {
+      rms_norm_rows(x, c.cg.norm_w[size_t(s.norm_w)], K, s.eps, c.cg.normed.f(), b, e);
+      x = c.cg.normed.f();
+    }
+    if (bf16) c.kt.to_bf16(x + b * K, xb + b * K, (e - b) * K);
+    c.barrier.wait();
+  }
+  if (long_step) linear_gemm(c, s, x, xb, T);
+  else linear_native(c, s, x, T);
+}
+
+}  // namespace hearth::cpu

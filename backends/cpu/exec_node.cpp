@@ -1,0 +1,82 @@
+// Single graph nodes the planner did not fuse, run by the reference ops, each thread on its share.
+#include <cmath>
+#include <cstring>
+
+#include "backends/cpu/compiled.h"
+#include "backends/cpu/ops.h"
+
+namespace hearth::cpu {
+
+void run_node_step(const StepCtx& c, const Node& n) {
+  float* out = c.ptr(n.out);
+  const int64_t cols = c.tensor(n.out).cols;
+  const int64_t rows = c.rows(n.out);
+  auto in = [&](int s) { return c.ptr(n.in[s]); };
+  const int tid = c.tid, nth = c.nth;
+  int64_t b, e;
+  switch (n.op) {
+    case Op::Embed:
+      ThreadPool::split(rows, tid, nth, 1, &b, &e);
+      embed_rows(c.tensor(n.in[0]).weight, c.in.tokens, out, b, e);
+      break;
+    case Op::GatherRows:
+      ThreadPool::split(rows, tid, nth, 1, &b, &e);
+      for (int64_t r = b; r < e; ++r)
+        std::memcpy(out + r * cols, in(0) + int64_t(c.in.out_rows[r]) * cols, size_t(cols) * 4);
+      break;
+    case Op::RmsNorm:
+      ThreadPool::split(rows, tid, nth, 1, &b, &e);
+      rms_norm_rows(in(0), c.cg.norm_w[size_t(n.in[1])], cols, n.p.eps, out, b, e);
+      break;
+    case Op::HeadRmsNorm:
+      ThreadPool::split(rows * n.p.n_heads, tid, nth, 1, &b, &e);
+      rms_norm_rows(in(0), c.cg.norm_w[size_t(n.in[1])], n.p.head_dim, n.p.eps, out, b, e);
+      break;
+    case Op::Rope:
+      if (out != in(0)) {
+        if (tid == 0) std::memcpy(out, in(0), size_t(rows * cols) * 4);
+        c.barrier.wait();
+      }
+      ThreadPool::split(rows * n.p.n_heads, tid, nth, 1, &b, &e);
+      rope_heads(out, n.p.n_heads, n.p.head_dim, c.cg.rope_cos.f(), c.cg.rope_sin.f(), b, e);
+      break;
+    case Op::Attention: {
+      // Only graphs the planner could not fuse get here; the plain reference is enough for them.
+      const int hd = n.p.head_dim, nkv = n.p.n_kv_heads, nh = n.p.n_heads;
+      const float* q = in(0);
+      const float* k = in(1);
+      const float* v = in(2);
+      const size_t esz = dtype_size(c.kv->dtype);
+      ThreadPool::split(rows * nkv, tid, nth, 1, &b, &e);
+      for (int64_t p = b; p < e; ++p) {
+        const int64_t t = p / nkv, h = p % nkv;
+        const size_t off = size_t(c.in.pos0 + t) * size_t(hd) * esz;
+        store_as(c.kv->dtype, k + (t * nkv + h) * hd, c.kv->k(n.p.layer, int(h)) + off, hd);
+        store_as(c.kv->dtype, v + (t * nkv + h) * hd, c.kv->v(n.p.layer, int(h)) + off, hd);
+      }
+      c.barrier.wait();
+      const float scale = 1.f / std::sqrt(float(hd));
+      const int group = nh / nkv;
+      ThreadPool::split(rows * nh, tid, nth, 1, &b, &e);
+      for (int64_t p = b; p < e; ++p) {
+        const int64_t t = p / nh, h = p % nh;
+        const int kvh = int(h / group);
+        attend_one(q + (t * nh + h) * hd, c.kv->k(n.p.layer, kvh), c.kv->v(n.p.layer, kvh),
+                   c.kv->dtype, c.in.pos0 + int(t) + 1, hd, scale, out + (t * nh + h) * hd);
+      }
+      break;
+    }
+    case Op::SiluMul:
+      ThreadPool::split(rows * cols, tid, nth, 16, &b, &e);
+      if (b < e) c.kt.silu_mul(in(0) + b, in(1) + b, out + b, e - b);
+      break;
+    case Op::Add:
+      ThreadPool::split(rows * cols, tid, nth, 16, &b, &e);
+      add(in(0), in(1), out, b, e);
+      break;
+    case Op::MatMul:  // always planned as a linear step
+    case Op::kCount: break;
+  }
+}
+
+}  // namespace hearth::cpu

@@ -1,0 +1,175 @@
+// AVX-512 pieces shared by matmul_q8_avx512.cpp and matmul_q4_avx512.cpp; include only from
+// *_avx512.cpp files. Everything is in an anonymous namespace so no AVX-512 code can become the
+// copy of an inline function that a lower-ISA file calls.
+#pragma once
+#include <immintrin.h>
+
+// GCC 12's AVX-512 intrinsics build "undefined" vectors by self-initialisation, which
+// -Wuninitialized reports at our call sites; the lanes in question are never read.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+#include <cstring>
+
+#include "backends/cpu/matmul_quant.h"
+
+namespace hearth::cpu::qk {
+namespace {
+
+inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+inline __mmask16 first_n(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1); }
+
+// Horizontal reductions.
+inline __m128 fold_to_128(__m512 v, __m512 (*op)(__m512, __m512)) {
+  v = op(v, _mm512_shuffle_f32x4(v, v, 0x4E));
+  v = op(v, _mm512_shuffle_f32x4(v, v, 0xB1));
+  return _mm512_castps512_ps128(v);
+}
+inline __m512 add_ps(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+inline __m512 max_ps(__m512 a, __m512 b) { return _mm512_max_ps(a, b); }
+inline float hsum(__m512 v) {
+  __m128 x = fold_to_128(v, add_ps);
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  return _mm_cvtss_f32(_mm_add_ss(x, _mm_shuffle_ps(x, x, 1)));
+}
+inline float hmax(__m512 v) {
+  __m128 x = fold_to_128(v, max_ps);
+  x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+  return _mm_cvtss_f32(_mm_max_ss(x, _mm_shuffle_ps(x, x, 1)));
+}
+
+// Same codes as quantize_act_scalar: x * (127 / amax) rounded to nearest even (the MXCSR default).
+inline void quantize_act_avx512(const float* x, int64_t k, int8_t* q, float* d, float* s) {
+  for (int64_t b = 0; b < k / kBlock; ++b) {
+    const __m512 v0 = _mm512_loadu_ps(x + b * kBlock), v1 = _mm512_loadu_ps(x + b * kBlock + 16);
+    const float amax = hmax(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    const __m512 inv = _mm512_set1_ps(amax > 0.f ? 127.f / amax : 0.f);
+    const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, inv));
+    const __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, inv));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * kBlock), _mm512_maskz_cvtepi32_epi8(0xFFFF, i0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * kBlock + 16), _mm512_maskz_cvtepi32_epi8(0xFFFF, i1));
+    d[b] = amax / 127.f;
+    // Exact: at most 32 * 127 in magnitude.
+    s[b] = hsum(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)));
+  }
+}
+
+inline __m512 widen_scales16(DType t, __m256i h) {
+  return t == DType::BF16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+                          : _mm512_cvtph_ps(h);
+}
+
+// n F16/BF16 scales -> f32.
+inline void scales_to_f32_avx512(DType t, const uint16_t* s, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = first_n(n - i);
+    _mm512_mask_storeu_ps(out + i, m, widen_scales16(t, _mm256_maskz_loadu_epi16(m, s + i)));
+  }
+}
+
+// P[b] = dx[b] * sw[group of block b] for the nb blocks of one (row, token); returns
+// sum_b P[b] * sx[b], the part of the integer dot that the codes' offset contributes per unit.
+template <int G>
+inline float block_products(const float* dx, const float* sx, const float* sw, int64_t nb,
+                            float* P) {
+  constexpr int kPer = G / int(kBlock);  // blocks per group
+  const int64_t ng = nb / kPer;
+  __m512 c = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; b += 16) {
+    const __mmask16 m = first_n(nb - b);
+    __m512 w = _mm512_maskz_loadu_ps(first_n(ng - b / kPer), sw + b / kPer);
+    if constexpr (kPer == 2)
+      w = _mm512_permutexvar_ps(_mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0), w);
+    if constexpr (kPer == 4)
+      w = _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0), w);
+    const __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dx + b), w);
+    _mm512_mask_storeu_ps(P + b, m, p);
+    c = _mm512_fmadd_ps(p, _mm512_maskz_loadu_ps(m, sx + b), c);
+  }
+  return hsum(c);
+}
+
+// Lanes 0-7 of a dpbusd result hold block `a` of a 64-byte step, lanes 8-15 block `a + 1`: this
+// index spreads P[a] and P[a + 1] (within a 16-block window) over them.
+inline __m512i pair_index(int a) {
+  return _mm512_set_epi32(a + 1, a + 1, a + 1, a + 1, a + 1, a + 1, a + 1, a + 1, a, a, a, a, a, a,
+                          a, a);
+}
+
+inline uint16_t to_bf16_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+
+// Rounds n floats (n a multiple of 32) to bf16.
+inline void to_bf16_avx512(const float* x, int64_t n, uint16_t* out) {
+  for (int64_t i = 0; i < n; i += 32) {
+    const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
+    _mm512_storeu_si512(out + i, reinterpret_cast<const __m512i&>(v));
+  }
+}
+
+// Stores 32 floats (lo: elements 0-15, hi: 16-31) as bf16.
+inline void store_bf16x32(uint16_t* dst, __m512 lo, __m512 hi) {
+  const __m512bh v = _mm512_cvtne2ps_pbh(hi, lo);
+  _mm512_storeu_si512(dst, reinterpret_cast<const __m512i&>(v));
+}
+
+// y[t][r] for NR bf16 weight rows and NT bf16 token rows, all of length k (a multiple of 32).
+template <int NR, int NT>
+inline void dot_tile_bf16(const uint16_t* w, const uint16_t* x, int64_t k, float* y, int64_t ldy) {
+  __m512 acc[NR][NT];
+  for (int i = 0; i < NR; ++i)
+    for (int t = 0; t < NT; ++t) acc[i][t] = _mm512_setzero_ps();
+  for (int64_t e = 0; e < k; e += 32) {
+    __m512bh xv[NT];
+    for (int t = 0; t < NT; ++t) {
+      const __m512i v = _mm512_loadu_si512(x + t * k + e);
+      xv[t] = reinterpret_cast<const __m512bh&>(v);
+    }
+    for (int i = 0; i < NR; ++i) {
+      const __m512i v = _mm512_loadu_si512(w + i * k + e);
+      const __m512bh wv = reinterpret_cast<const __m512bh&>(v);
+      for (int t = 0; t < NT; ++t) acc[i][t] = _mm512_dpbf16_ps(acc[i][t], wv, xv[t]);
+    }
+  }
+  for (int i = 0; i < NR; ++i)
+    for (int t = 0; t < NT; ++t) y[t * ldy + i] = hsum(acc[i][t]);
+}
+
+// The prefill path: for each tile of tokens (converted to bf16 once) and each tile of weight rows
+// (dequantized to bf16 once by `deq(row, dst)`), every (row, token) dot runs on vdpbf16ps.
+template <typename Deq>
+void matmul_tiles_bf16(const QuantMatmulArgs& a, Deq deq) {
+  const int64_t k = a.k;
+  auto* xb = reinterpret_cast<uint16_t*>(a.scratch);
+  uint16_t* wb = xb + kTokenTile * k;
+  for (int t0 = 0; t0 < a.n_tokens; t0 += kTokenTile) {
+    const int nt = int(min64(kTokenTile, a.n_tokens - t0));
+    for (int t = 0; t < nt; ++t) to_bf16_avx512(a.x + (t0 + t) * a.ldx, k, xb + t * k);
+    for (int64_t r0 = a.r0; r0 < a.r1; r0 += kRowTile) {
+      const int nr = int(min64(kRowTile, a.r1 - r0));
+      for (int i = 0; i < nr; ++i) deq(r0 + i, wb + i * k);
+      float* y = a.y + t0 * a.ldy + r0;
+      int i = 0;
+      for (; i + 4 <= nr; i += 4) {
+        int t = 0;
+        for (; t + 4 <= nt; t += 4)
+          dot_tile_bf16<4, 4>(wb + i * k, xb + t * k, k, y + t * a.ldy + i, a.ldy);
+        for (; t < nt; ++t) dot_tile_bf16<4, 1>(wb + i * k, xb + t * k, k, y + t * a.ldy + i, a.ldy);
+      }
+      for (; i < nr; ++i) {
+        int t = 0;
+        for (; t + 4 <= nt; t += 4)
+          dot_tile_bf16<1, 4>(wb + i * k, xb + t * k, k, y + t * a.ldy + i, a.ldy);
+        for (; t < nt; ++t) dot_tile_bf16<1, 1>(wb + i * k, xb + t * k, k, y + t * a.ldy + i, a.ldy);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hearth::cpu::qk

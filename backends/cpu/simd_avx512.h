@@ -1,0 +1,53 @@
+// AVX-512 helpers shared by the AVX-512 kernel files (16 f32 lanes). Anonymous namespace: each
+// including file gets its own copy compiled with its own flags.
+#pragma once
+#include <immintrin.h>
+
+// GCC 12 reports its own intrinsics' deliberately undefined pass-through operands as uninitialized
+// wherever they are inlined (GCC bug 105593, fixed in GCC 13); the including kernel files opt out.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+namespace hearth::cpu {
+namespace {
+
+// e^x with Cephes' expf polynomial on x - n ln2 and an exact 2^n scale (scalef); relative error
+// about 2e-7, 0 below -104, overflow clamped at 88.7.
+inline __m512 exp512(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.f)), _mm512_set1_ps(88.7f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.f)));
+  return _mm512_scalef_ps(p, n);
+}
+
+inline __mmask16 tail_mask16(int64_t n) { return __mmask16((1u << n) - 1u); }
+
+// Horizontal sum and max.
+inline float hsum16(__m512 v) {
+  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));
+  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0xB1));
+  v = _mm512_add_ps(v, _mm512_permute_ps(v, 0x4E));
+  v = _mm512_add_ps(v, _mm512_permute_ps(v, 0xB1));
+  return _mm512_cvtss_f32(v);
+}
+
+inline float hmax16(__m512 v) {
+  v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));
+  v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0xB1));
+  v = _mm512_max_ps(v, _mm512_permute_ps(v, 0x4E));
+  v = _mm512_max_ps(v, _mm512_permute_ps(v, 0xB1));
+  return _mm512_cvtss_f32(v);
+}
+
+}  // namespace
+}  // namespace hearth::cpu
