@@ -90,6 +90,21 @@ JsonWriter& JsonWriter::value(double d) {
   out_ += buf;
   return *this;
 }
+JsonWriter& JsonWriter::value(float f) {
+  sep();
+  if (!std::isfinite(f)) {
+    out_ += "null";
+    return *this;
+  }
+  char buf[32];
+  for (int prec = 1; prec <= 9; ++prec) {
+    std::snprintf(buf, sizeof buf, "%.*g", prec, double(f));
+    if (std::strtof(buf, nullptr) == f) break;
+  }
+  out_ += buf;
+  return *this;
+}
+
 JsonWriter& JsonWriter::value(int64_t i) {
   sep();
   out_ += std::to_string(i);

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <utility>
 
 #include "core/error.h"
 
@@ -134,10 +133,12 @@ float sanitize_argmax(float* l, int n, int32_t* arg) {
   }
   nan = (nan4[0] | nan4[1] | nan4[2] | nan4[3]) != 0;
   for (int j = 0; j < 4; ++j) {
-    for (auto [v, ix] : {std::pair<float, int32_t>{m0[j], a0[j]}, {m1[j], a1[j]}}) {
-      if (v > m || (v == m && ix >= 0 && (am < 0 || ix < am))) {
-        m = v;
-        am = ix;
+    const float vs[2] = {m0[j], m1[j]};
+    const int32_t ixs[2] = {a0[j], a1[j]};
+    for (int h = 0; h < 2; ++h) {
+      if (vs[h] > m || (vs[h] == m && ixs[h] >= 0 && (am < 0 || ixs[h] < am))) {
+        m = vs[h];
+        am = ixs[h];
       }
     }
   }

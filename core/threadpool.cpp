@@ -54,7 +54,10 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   }
   if (sleepers_.load(std::memory_order_acquire) > 0) cv_.notify_all();
   fn(0, n_);
-  while (pending_.load(std::memory_order_acquire) != 0) HEARTH_PAUSE();
+  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+    if (spins < kSpinIterations) HEARTH_PAUSE();
+    else std::this_thread::yield();
+  }
   job_ = nullptr;
 }
 
@@ -93,7 +96,12 @@ void SpinBarrier::wait() {
     phase_.fetch_add(1, std::memory_order_release);
     return;
   }
-  while (phase_.load(std::memory_order_acquire) == phase) HEARTH_PAUSE();
+  // Spin first (phases are microseconds apart), then yield so an oversubscribed machine can run
+  // the thread we are waiting for.
+  for (int spins = 0; phase_.load(std::memory_order_acquire) == phase; ++spins) {
+    if (spins < kSpinIterations) HEARTH_PAUSE();
+    else std::this_thread::yield();
+  }
 }
 
 }  // namespace hearth

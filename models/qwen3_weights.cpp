@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "quant/format.h"
+#include "quant/load.h"
 
 namespace hearth {
 
@@ -15,10 +18,15 @@ namespace {
 
 class Binder {
  public:
-  explicit Binder(const Checkpoint& ck) : ck_(ck) {}
+  explicit Binder(const Checkpoint& ck, quant::QuantBinder* q = nullptr) : ck_(ck), q_(q) {}
 
   Tensor bind(const std::string& name, std::vector<int64_t> shape) {
     expected_.insert(name);
+    // Quantized checkpoints: 2-D weights follow the scheme config.json assigns them.
+    if (q_ && shape.size() == 2 && q_->scheme_for(name).quantized()) {
+      expected_.insert(quant::scale_name(name));
+      return q_->bind(name, shape[0], shape[1]);
+    }
     const TensorRef* r = ck_.find(name);
     if (!r)
       fail(ck_.dir(), ": tensor '", name, "' is missing (expected shape ", shape_str(shape), ")");
@@ -45,6 +53,7 @@ class Binder {
 
  private:
   const Checkpoint& ck_;
+  quant::QuantBinder* q_;
   std::set<std::string> expected_;
 };
 
@@ -68,13 +77,15 @@ bool same_values(const Tensor& a, const Tensor& b) {
 }  // namespace
 
 Qwen3Weights bind_qwen3_weights(const Checkpoint& ck, const Qwen3Config& c) {
+  std::unique_ptr<quant::QuantBinder> qb;
   if (c.has_quantization_config)
-    fail(c.source, ": quantization_config is set; quantized checkpoints not supported yet");
+    qb = std::make_unique<quant::QuantBinder>(
+        ck, quant::parse_quant_config(c.quantization_config_json, c.source));
   const int64_t hidden = c.hidden_size, inter = c.intermediate_size, vocab = c.vocab_size;
   const int64_t hd = c.head_dim, q_dim = int64_t(c.num_attention_heads) * hd,
                 kv_dim = int64_t(c.num_key_value_heads) * hd;
 
-  Binder b(ck);
+  Binder b(ck, qb.get());
   Qwen3Weights w;
   w.embed = b.bind("model.embed_tokens.weight", {vocab, hidden});
   w.layers.resize(size_t(c.num_hidden_layers));
@@ -94,10 +105,16 @@ Qwen3Weights bind_qwen3_weights(const Checkpoint& ck, const Qwen3Config& c) {
     l.post_attn_norm = b.bind(p + "post_attention_layernorm.weight", {hidden});
   }
   w.final_norm = b.bind("model.norm.weight", {hidden});
+  // A quantized untied head is bound like the other quantized weights, scales included.
+  const bool q_head = qb && !c.tie_word_embeddings && ck.find("lm_head.weight") &&
+                      qb->scheme_for("lm_head.weight").quantized();
+  if (q_head) w.lm_head = b.bind("lm_head.weight", {vocab, hidden});
   b.reject_unexpected("lm_head.weight");
 
   const TensorRef* head = ck.find("lm_head.weight");
-  if (!head) {
+  if (q_head) {
+    // bound above, before unexpected tensors were rejected
+  } else if (!head) {
     if (!c.tie_word_embeddings)
       fail(ck.dir(), ": lm_head.weight missing and tie_word_embeddings is false");
     w.lm_head = w.embed;

@@ -699,7 +699,7 @@ TEST_SUITE("checkpoint") {
     CHECK(parse_qwen3_config(a, "x").config_hash != parse_qwen3_config(b, "x").config_hash);
   }
 
-  TEST_CASE("quantization_config is exposed, and binding refuses it for now") {
+  TEST_CASE("quantization_config is exposed, and binding validates it") {
     TempDir d;
     Tiny t;
     write_tiny(d, t, tiny_tensors(t),
@@ -709,7 +709,7 @@ TEST_SUITE("checkpoint") {
     CHECK(contains(c.quantization_config_json, "\"bits\":4"));
     CHECK(contains(c.quantization_config_json, "\"quant_method\":\"hearth\""));
     CHECK_ERROR(bind_qwen3_weights(Checkpoint::open(d.str()), c),
-                "quantized checkpoints not supported yet");
+                "'format_version' is missing");
   }
 
   TEST_CASE("generation_config.json: optional, falls back to config.json") {

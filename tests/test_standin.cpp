@@ -228,7 +228,9 @@ TEST_SUITE("standin") {
     CHECK(want.count("lm_head.weight") == 0);
     uint64_t data_bytes = 0;
     std::vector<std::pair<uint64_t, uint64_t>> ranges;
-    for (auto& [name, shape] : want) {
+    for (auto& kv : want) {
+      const std::string& name = kv.first;
+      const std::vector<int64_t>& shape = kv.second;
       CAPTURE(name);
       REQUIRE(st.tensors.count(name));
       const auto& t = st.tensors[name];
@@ -308,7 +310,7 @@ TEST_SUITE("standin") {
     spec.seed = 2;
     hearth::write_standin(c.str(), spec, kTokenizerDir);
     StFile sa = read_st(a.path / "model.safetensors"), sc = read_st(c.path / "model.safetensors");
-    for (auto& [name, t] : sa.tensors) CHECK_MESSAGE(sa.data(name) != sc.data(name), name);
+    for (auto& kv : sa.tensors) CHECK_MESSAGE(sa.data(kv.first) != sc.data(kv.first), kv.first);
     CHECK(slurp(a.path / "config.json") != slurp(c.path / "config.json"));
   }
 

@@ -1,0 +1,135 @@
+#include "quant/quant_config.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "core/error.h"
+#include "core/json_writer.h"
+#include "models/json_value.h"
+#include "quant/format.h"
+
+namespace hearth::quant {
+
+namespace {
+
+Json parse_object(const std::string& text, const std::string& source, const char* what) {
+  Json j;
+  try {
+    j = Json::parse(text);
+  } catch (const Error& e) {
+    fail(source, ": ", what, " is not valid JSON: ", e.what());
+  }
+  if (!j.is_object()) fail(source, ": ", what, " is not a JSON object");
+  return j;
+}
+
+int int_field(const Json& o, const char* key, const std::string& where) {
+  const Json* v = o.find(key);
+  if (!v) fail(where, ": field '", key, "' is missing");
+  if (!v->is_int()) fail(where, ": field '", key, "' must be an integer");
+  return int(v->as_int());
+}
+
+// A scheme object: {"bits": 4|8|16, "group_size": 32|64|128, "scale_dtype": "F16"|"BF16"}; group
+// and scale type may be omitted and then come from `dflt`.
+Scheme parse_scheme(const Json& o, const Scheme& dflt, const std::string& where) {
+  if (!o.is_object()) fail(where, ": must be an object");
+  Scheme s = dflt;
+  s.bits = int_field(o, "bits", where);
+  if (s.bits != 4 && s.bits != 8 && s.bits != 16)
+    fail(where, ": bits is ", s.bits, "; hearth stores 4, 8 or 16 (float) bits");
+  if (o.find("group_size")) s.group = int_field(o, "group_size", where);
+  if (s.quantized() && !valid_group(s.group))
+    fail(where, ": group_size is ", s.group, "; must be 32, 64 or 128");
+  if (const Json* t = o.find("scale_dtype")) {
+    if (!t->is_string()) fail(where, ": field 'scale_dtype' must be a string");
+    if (t->as_string() == "F16") s.scale_dtype = DType::F16;
+    else if (t->as_string() == "BF16") s.scale_dtype = DType::BF16;
+    else fail(where, ": scale_dtype is \"", t->as_string(), "\"; must be \"F16\" or \"BF16\"");
+  }
+  return s;
+}
+
+void write_scheme(JsonWriter& w, const Scheme& s) {
+  w.begin_object();
+  w.field("bits", s.bits);
+  if (s.quantized()) {
+    w.field("group_size", s.group);
+    w.field("scale_dtype", dtype_name(s.scale_dtype));
+  }
+  w.end_object();
+}
+
+}  // namespace
+
+QuantConfig parse_quant_config(const std::string& json, const std::string& source) {
+  const std::string where = source + ": quantization_config";
+  Json o = parse_object(json, source, "quantization_config");
+  const Json* method = o.find("quant_method");
+  if (!method || !method->is_string())
+    fail(where, ": 'quant_method' is missing or not a string");
+  if (method->as_string() != "hearth")
+    fail(where, ": quant_method is \"", method->as_string(),
+         "\"; only hearth's own format (\"hearth\") is supported");
+  const int version = int_field(o, "format_version", where);
+  if (version != kFormatVersion)
+    fail(where, ": format_version ", version, " is not supported (this build reads ",
+         kFormatVersion, ")");
+  QuantConfig c;
+  c.main = parse_scheme(o, Scheme{}, where);
+  if (!c.main.quantized()) fail(where, ": the default bits must be 4 or 8");
+  if (const Json* ov = o.find("overrides")) {
+    if (!ov->is_object()) fail(where, ": 'overrides' must be an object");
+    for (const auto& [name, v] : ov->as_object())
+      c.overrides[name] = parse_scheme(v, c.main, where + ": overrides['" + name + "']");
+  }
+  if (const Json* cal = o.find("calibration"); cal && cal->is_string())
+    c.calibration = cal->as_string();
+  if (const Json* b = o.find("bits_per_weight"); b && b->is_number())
+    c.bits_per_weight = b->as_double();
+  return c;
+}
+
+std::string quant_config_json(const QuantConfig& c) {
+  JsonWriter w;
+  w.begin_object();
+  w.field("quant_method", "hearth");
+  w.field("format_version", kFormatVersion);
+  w.field("bits", c.main.bits);
+  w.field("group_size", c.main.group);
+  w.field("scale_dtype", dtype_name(c.main.scale_dtype));
+  w.key("overrides").begin_object();
+  for (const auto& [name, s] : c.overrides) {
+    w.key(name);
+    write_scheme(w, s);
+  }
+  w.end_object();
+  w.field("calibration", c.calibration);
+  char bpw[32];
+  std::snprintf(bpw, sizeof bpw, "%.4f", c.bits_per_weight);
+  w.key("bits_per_weight").raw(bpw);
+  w.end_object();
+  return w.str();
+}
+
+std::string tensor_schemes_json(const std::map<std::string, Scheme>& schemes) {
+  JsonWriter w;
+  w.begin_object();
+  for (const auto& [name, s] : schemes) {
+    w.key(name);
+    write_scheme(w, s);
+  }
+  w.end_object();
+  return w.str();
+}
+
+std::map<std::string, Scheme> parse_tensor_schemes(const std::string& json,
+                                                   const std::string& source) {
+  Json o = parse_object(json, source, "__metadata__ 'hearth.quant'");
+  std::map<std::string, Scheme> out;
+  for (const auto& [name, v] : o.as_object())
+    out[name] = parse_scheme(v, Scheme{}, source + ": __metadata__ 'hearth.quant' entry '" + name + "'");
+  return out;
+}
+
+}  // namespace hearth::quant

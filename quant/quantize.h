@@ -1,0 +1,39 @@
+// Quantizing weights: one row at a time into the codes and scales of quant/FORMAT.md.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace hearth::quant {
+
+// How one tensor is stored. bits 16 means "kept float" (no codes, no scales).
+struct Scheme {
+  int bits = 4;
+  int group = 32;
+  DType scale_dtype = DType::F16;
+  bool quantized() const { return bits == 4 || bits == 8; }
+  bool operator==(const Scheme& o) const {
+    return bits == o.bits && (!quantized() || (group == o.group && scale_dtype == o.scale_dtype));
+  }
+  bool operator!=(const Scheme& o) const { return !(*this == o); }
+};
+std::string scheme_str(const Scheme& s);  // "int4 g32 F16", "bf16"
+
+enum class Method {
+  Rtn,     // round to nearest with the max-magnitude scale: the plain baseline
+  Search,  // per group, the scale (clipping) minimising the importance-weighted squared error
+};
+
+// Quantizes n weights (n a multiple of s.group). `importance` (n values, or null for all ones)
+// weighs each element's squared error; with calibration it is E[x^2] of the element's input
+// channel, which turns the weight error into the layer's expected output error. Writes n codes
+// (in [-8, 7] or [-127, 127]) and n / group scales as stored (F16 or BF16 bits); the codes are
+// rounded against the stored scale, so dequantizing gives exactly what the search scored.
+void quantize_row(const float* w, int64_t n, const Scheme& s, Method m, const float* importance,
+                  int8_t* q, uint16_t* scales);
+
+// Bits per weight of a scheme including its scales.
+double scheme_bits_per_weight(const Scheme& s, int float_bits = 16);
+
+}  // namespace hearth::quant
