@@ -63,16 +63,26 @@ extern "C" {
 
 const char* hearth_status_name(hearth_status status) {
   switch (status) {
-    case HEARTH_OK: return "HEARTH_OK";
-    case HEARTH_ERR_INVALID_ARGUMENT: return "HEARTH_ERR_INVALID_ARGUMENT";
-    case HEARTH_ERR_NOT_FOUND: return "HEARTH_ERR_NOT_FOUND";
-    case HEARTH_ERR_MODEL: return "HEARTH_ERR_MODEL";
-    case HEARTH_ERR_OUT_OF_MEMORY: return "HEARTH_ERR_OUT_OF_MEMORY";
-    case HEARTH_ERR_CANCELLED: return "HEARTH_ERR_CANCELLED";
-    case HEARTH_ERR_CONTEXT_FULL: return "HEARTH_ERR_CONTEXT_FULL";
-    case HEARTH_ERR_BUSY: return "HEARTH_ERR_BUSY";
-    case HEARTH_ERR_UNSUPPORTED: return "HEARTH_ERR_UNSUPPORTED";
-    case HEARTH_ERR_INTERNAL: return "HEARTH_ERR_INTERNAL";
+    case HEARTH_OK:
+      return "HEARTH_OK";
+    case HEARTH_ERR_INVALID_ARGUMENT:
+      return "HEARTH_ERR_INVALID_ARGUMENT";
+    case HEARTH_ERR_NOT_FOUND:
+      return "HEARTH_ERR_NOT_FOUND";
+    case HEARTH_ERR_MODEL:
+      return "HEARTH_ERR_MODEL";
+    case HEARTH_ERR_OUT_OF_MEMORY:
+      return "HEARTH_ERR_OUT_OF_MEMORY";
+    case HEARTH_ERR_CANCELLED:
+      return "HEARTH_ERR_CANCELLED";
+    case HEARTH_ERR_CONTEXT_FULL:
+      return "HEARTH_ERR_CONTEXT_FULL";
+    case HEARTH_ERR_BUSY:
+      return "HEARTH_ERR_BUSY";
+    case HEARTH_ERR_UNSUPPORTED:
+      return "HEARTH_ERR_UNSUPPORTED";
+    case HEARTH_ERR_INTERNAL:
+      return "HEARTH_ERR_INTERNAL";
   }
   return "HEARTH_ERR_UNKNOWN";
 }
@@ -89,7 +99,9 @@ const char* hearth_version(int* major, int* minor, int* patch) {
   return HEARTH_VERSION;
 }
 
-void hearth_free(void* ptr) { std::free(ptr); }
+void hearth_free(void* ptr) {
+  std::free(ptr);
+}
 
 hearth_status hearth_model_params_init(hearth_model_params* params, size_t struct_size) {
   hearth_model_params d{};

@@ -65,8 +65,8 @@ hearth_status guard(hearth_status engine_status, F&& f) noexcept {
   }
 }
 
-#define HEARTH_CHECK_ARG(cond, ...) \
-  do {                              \
+#define HEARTH_CHECK_ARG(cond, ...)                                                  \
+  do {                                                                               \
     if (!(cond)) ::hearth::capi::api_fail(HEARTH_ERR_INVALID_ARGUMENT, __VA_ARGS__); \
   } while (0)
 
@@ -93,8 +93,8 @@ void write_struct(const char* type, T* out, T value, size_t min_size) {
   HEARTH_CHECK_ARG(out, type, " pointer is NULL");
   const size_t n = out->struct_size;
   if (n < min_size)
-    api_fail(HEARTH_ERR_INVALID_ARGUMENT, type, ".struct_size is ", n, ", expected sizeof(",
-             type, ") = ", sizeof(T), " (set it before the call)");
+    api_fail(HEARTH_ERR_INVALID_ARGUMENT, type, ".struct_size is ", n, ", expected sizeof(", type,
+             ") = ", sizeof(T), " (set it before the call)");
   value.struct_size = n;
   std::memcpy(out, &value, std::min(n, sizeof(T)));
   if (n > sizeof(T)) std::memset(reinterpret_cast<char*>(out) + sizeof(T), 0, n - sizeof(T));
@@ -102,8 +102,7 @@ void write_struct(const char* type, T* out, T value, size_t min_size) {
 
 // Fills the caller's struct with defaults, as many bytes as the caller's struct has.
 template <typename T>
-hearth_status init_struct(const char* type, T* p, size_t struct_size, T defaults,
-                          size_t min_size) {
+hearth_status init_struct(const char* type, T* p, size_t struct_size, T defaults, size_t min_size) {
   return guard(HEARTH_ERR_INTERNAL, [&] {
     HEARTH_CHECK_ARG(p, type, " pointer is NULL");
     if (struct_size < min_size)

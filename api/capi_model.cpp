@@ -35,8 +35,8 @@ class Progress {
     static const struct {
       const char* stage;
       float lazy, prefault;
-    } kSteps[] = {{"config", .10f, .02f},    {"checkpoint", .20f, .04f}, {"weights", .30f, .06f},
-                  {"graph", .40f, .08f},     {"tokenizer", .60f, .10f},  {"backend", .95f, .97f},
+    } kSteps[] = {{"config", .10f, .02f}, {"checkpoint", .20f, .04f}, {"weights", .30f, .06f},
+                  {"graph", .40f, .08f},  {"tokenizer", .60f, .10f},  {"backend", .95f, .97f},
                   {"done", 1.f, 1.f}};
     for (const auto& s : kSteps)
       if (std::strcmp(s.stage, stage) == 0) return report(p_.prefault ? s.prefault : s.lazy, stage);
@@ -72,7 +72,8 @@ void prefault_weights(const Checkpoint& ck, Progress& prog) {
       const size_t aligned = off / page * page;
       (void)::madvise(const_cast<uint8_t*>(base + aligned), n + (off - aligned), MADV_WILLNEED);
       unsigned sum = 0;
-      for (size_t i = 0; i < n; i += page) sum += static_cast<const volatile uint8_t*>(base)[off + i];
+      for (size_t i = 0; i < n; i += page)
+        sum += static_cast<const volatile uint8_t*>(base)[off + i];
       // The loads must happen; feeding the sum to an asm barrier keeps them.
       asm volatile("" : : "r"(sum));
       done += n;
@@ -83,8 +84,9 @@ void prefault_weights(const Checkpoint& ck, Progress& prog) {
 
 uint64_t count_params(const Qwen3Config& c) {
   const uint64_t h = uint64_t(c.hidden_size), hd = uint64_t(c.head_dim);
-  const uint64_t q = uint64_t(c.num_attention_heads) * hd, kv = uint64_t(c.num_key_value_heads) * hd;
-  const uint64_t per_layer = h * q + 2 * h * kv + q * h  // q, k, v, o projections
+  const uint64_t q = uint64_t(c.num_attention_heads) * hd,
+                 kv = uint64_t(c.num_key_value_heads) * hd;
+  const uint64_t per_layer = h * q + 2 * h * kv + q * h               // q, k, v, o projections
                              + 3 * h * uint64_t(c.intermediate_size)  // gate, up, down
                              + 2 * h + 2 * hd;  // input/post-attention norms, q/k norms
   const uint64_t embed = uint64_t(c.vocab_size) * h;
@@ -93,9 +95,12 @@ uint64_t count_params(const Qwen3Config& c) {
 
 DType kv_dtype(hearth_kv_type t) {
   switch (t) {
-    case HEARTH_KV_F32: return DType::F32;
-    case HEARTH_KV_F16: return DType::F16;
-    case HEARTH_KV_BF16: return DType::BF16;
+    case HEARTH_KV_F32:
+      return DType::F32;
+    case HEARTH_KV_F16:
+      return DType::F16;
+    case HEARTH_KV_BF16:
+      return DType::BF16;
   }
   api_fail(HEARTH_ERR_INVALID_ARGUMENT, "hearth_model_params.kv_type ", int(t),
            " is not a hearth_kv_type");
@@ -145,9 +150,9 @@ Json message_json(const std::string& role, const std::string& content) {
 }
 
 ChatOptions chat_options(const hearth_chat_params* params) {
-  const hearth_chat_params p = read_struct("hearth_chat_params", params,
-                                           hearth_chat_params_default(),
-                                           HEARTH_FIELD_END(hearth_chat_params, extra_json));
+  const hearth_chat_params p =
+      read_struct("hearth_chat_params", params, hearth_chat_params_default(),
+                  HEARTH_FIELD_END(hearth_chat_params, extra_json));
   ChatOptions o;
   o.add_generation_prompt = p.add_generation_prompt != 0;
   if (p.thinking != HEARTH_THINKING_DEFAULT) {
@@ -194,16 +199,18 @@ hearth_status hearth_model_load(const char* path, const hearth_model_params* par
                     HEARTH_FIELD_END(hearth_model_params, progress_user_data));
     HEARTH_CHECK_ARG(p.n_threads >= 0 && p.n_threads <= 4096, "hearth_model_params.n_threads is ",
                      p.n_threads, "; expected 0 (automatic) or a positive count");
-    HEARTH_CHECK_ARG(p.prefill_chunk >= 0, "hearth_model_params.prefill_chunk is ",
-                     p.prefill_chunk, "; expected 0 (automatic) or a positive count");
+    HEARTH_CHECK_ARG(p.prefill_chunk >= 0, "hearth_model_params.prefill_chunk is ", p.prefill_chunk,
+                     "; expected 0 (automatic) or a positive count");
 
     const fs::path dir(path);
     std::error_code ec;
     if (!fs::is_directory(dir, ec))
       api_fail(HEARTH_ERR_NOT_FOUND, path, ": model folder does not exist or is not a folder");
     for (const char* f : {"config.json", "tokenizer.json"})
-      if (!file_exists(dir / f)) api_fail(HEARTH_ERR_NOT_FOUND, path, ": no ", f, " in the model folder");
-    if (!file_exists(dir / "model.safetensors") && !file_exists(dir / "model.safetensors.index.json"))
+      if (!file_exists(dir / f))
+        api_fail(HEARTH_ERR_NOT_FOUND, path, ": no ", f, " in the model folder");
+    if (!file_exists(dir / "model.safetensors") &&
+        !file_exists(dir / "model.safetensors.index.json"))
       api_fail(HEARTH_ERR_NOT_FOUND, path,
                ": no model.safetensors or model.safetensors.index.json in the model folder");
 
@@ -245,7 +252,9 @@ hearth_status hearth_model_load(const char* path, const hearth_model_params* par
   });
 }
 
-void hearth_model_free(hearth_model* model) { delete model; }
+void hearth_model_free(hearth_model* model) {
+  delete model;
+}
 
 hearth_status hearth_model_get_info(const hearth_model* model, hearth_model_info* info) {
   return guard(HEARTH_ERR_INTERNAL, [&] {
@@ -307,9 +316,9 @@ hearth_status hearth_detokenize(const hearth_model* model, const int32_t* tokens
   });
 }
 
-hearth_status hearth_apply_chat_template(const hearth_model* model,
-                                         const hearth_message* messages, size_t n_messages,
-                                         const hearth_chat_params* params, char** out_prompt) {
+hearth_status hearth_apply_chat_template(const hearth_model* model, const hearth_message* messages,
+                                         size_t n_messages, const hearth_chat_params* params,
+                                         char** out_prompt) {
   if (out_prompt) *out_prompt = nullptr;
   return guard(HEARTH_ERR_MODEL, [&] {
     HEARTH_CHECK_ARG(model, "hearth_apply_chat_template: model is NULL");
@@ -331,8 +340,7 @@ hearth_status hearth_apply_chat_template(const hearth_model* model,
 }
 
 hearth_status hearth_apply_chat_template_json(const hearth_model* model, const char* messages_json,
-                                              const hearth_chat_params* params,
-                                              char** out_prompt) {
+                                              const hearth_chat_params* params, char** out_prompt) {
   if (out_prompt) *out_prompt = nullptr;
   return guard(HEARTH_ERR_MODEL, [&] {
     HEARTH_CHECK_ARG(model, "hearth_apply_chat_template_json: model is NULL");
@@ -342,8 +350,8 @@ hearth_status hearth_apply_chat_template_json(const hearth_model* model, const c
     try {
       list = Json::parse(messages_json);
     } catch (const hearth::Error& e) {
-      api_fail(HEARTH_ERR_INVALID_ARGUMENT, "hearth_apply_chat_template_json: messages_json: ",
-               e.what());
+      api_fail(HEARTH_ERR_INVALID_ARGUMENT,
+               "hearth_apply_chat_template_json: messages_json: ", e.what());
     }
     HEARTH_CHECK_ARG(list.is_array(),
                      "hearth_apply_chat_template_json: messages_json must be a JSON array");

@@ -39,8 +39,8 @@ hearth_generate_params read_generate_params(const hearth_generate_params* params
                    "hearth_generate_params.stop_strings is NULL but n_stop_strings is ",
                    p.n_stop_strings);
   for (size_t i = 0; i < p.n_stop_strings; ++i)
-    HEARTH_CHECK_ARG(p.stop_strings[i] && *p.stop_strings[i], "hearth_generate_params.stop_strings[",
-                     i, "] is NULL or empty");
+    HEARTH_CHECK_ARG(p.stop_strings[i] && *p.stop_strings[i],
+                     "hearth_generate_params.stop_strings[", i, "] is NULL or empty");
   return p;
 }
 
@@ -114,11 +114,16 @@ std::string generate(hearth_session* s, const std::vector<int32_t>& prompt,
   hearth_metrics& mt = s->metrics;
   mt = hearth_metrics{};
   mt.struct_size = sizeof mt;
-  if (filter.matched()) mt.finish_reason = HEARTH_FINISH_STOP_STRING;
-  else if (callback_stopped) mt.finish_reason = HEARTH_FINISH_CALLBACK;
-  else if (r.finish_reason == "cancelled") mt.finish_reason = HEARTH_FINISH_CANCELLED;
-  else if (r.finish_reason == "length") mt.finish_reason = HEARTH_FINISH_LENGTH;
-  else mt.finish_reason = HEARTH_FINISH_STOP_TOKEN;
+  if (filter.matched())
+    mt.finish_reason = HEARTH_FINISH_STOP_STRING;
+  else if (callback_stopped)
+    mt.finish_reason = HEARTH_FINISH_CALLBACK;
+  else if (r.finish_reason == "cancelled")
+    mt.finish_reason = HEARTH_FINISH_CANCELLED;
+  else if (r.finish_reason == "length")
+    mt.finish_reason = HEARTH_FINISH_LENGTH;
+  else
+    mt.finish_reason = HEARTH_FINISH_STOP_TOKEN;
   const GenerationMetrics& g = r.metrics;
   mt.prompt_tokens = g.prompt_tokens;
   mt.prefill_tokens = g.prefill_tokens;
@@ -162,9 +167,8 @@ hearth_status hearth_session_new(hearth_model* model, const hearth_session_param
         read_struct("hearth_session_params", params, hearth_session_params_default(),
                     HEARTH_FIELD_END(hearth_session_params, system_prompt));
     const int max_ctx = model->core->model->config().max_position_embeddings;
-    HEARTH_CHECK_ARG(p.n_threads >= 0 && p.n_threads <= 4096,
-                     "hearth_session_params.n_threads is ", p.n_threads,
-                     "; expected 0 (the model's) or a positive count");
+    HEARTH_CHECK_ARG(p.n_threads >= 0 && p.n_threads <= 4096, "hearth_session_params.n_threads is ",
+                     p.n_threads, "; expected 0 (the model's) or a positive count");
     HEARTH_CHECK_ARG(p.context_length >= 0 && p.context_length <= max_ctx,
                      "hearth_session_params.context_length is ", p.context_length,
                      "; expected 0 (the model's) up to the model's ", max_ctx);
@@ -176,8 +180,8 @@ hearth_status hearth_session_new(hearth_model* model, const hearth_session_param
       s->system_prompt = p.system_prompt;
     }
     reset_messages(s.get());
-    s->runner = s->core->take_runner(p.n_threads > 0 ? p.n_threads
-                                                     : s->core->backend_options.threads);
+    s->runner =
+        s->core->take_runner(p.n_threads > 0 ? p.n_threads : s->core->backend_options.threads);
     s->session = std::make_unique<Session>(*s->runner);
     s->metrics.struct_size = sizeof s->metrics;
     *out_session = s.release();

@@ -31,6 +31,8 @@ std::string StopFilter::push(std::string_view text) {
   return out;
 }
 
-std::string StopFilter::finish() { return matched_ ? std::string() : std::exchange(held_, {}); }
+std::string StopFilter::finish() {
+  return matched_ ? std::string() : std::exchange(held_, {});
+}
 
 }  // namespace hearth::capi

@@ -88,6 +88,8 @@ set(HEARTH_CONFIG_STATIC_LIBS "${_cfg_libs}")
 # anywhere (or moving the tree) keeps them valid.
 file(RELATIVE_PATH HEARTH_PC_PREFIX_REL "/p/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/p")
 file(RELATIVE_PATH HEARTH_CONFIG_PREFIX_REL "/p/${CMAKE_INSTALL_LIBDIR}/cmake/hearth" "/p")
+string(REGEX REPLACE "/$" "" HEARTH_PC_PREFIX_REL "${HEARTH_PC_PREFIX_REL}")
+string(REGEX REPLACE "/$" "" HEARTH_CONFIG_PREFIX_REL "${HEARTH_CONFIG_PREFIX_REL}")
 configure_file(cmake/hearth.pc.in ${CMAKE_BINARY_DIR}/packaging/hearth.pc @ONLY)
 configure_file(cmake/hearth-config.cmake.in ${CMAKE_BINARY_DIR}/packaging/hearth-config.cmake
   @ONLY)

@@ -6,6 +6,7 @@
 // (`Rows::Tokens`) or the number of positions whose logits were asked for (`Rows::Outputs`).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,11 @@ struct StepInputs {
   // of each output row's largest logit here (first index on ties, NaN ignored, -1 if no logit is
   // above -inf) instead of the logits, and `logits` may be null.
   int32_t* argmax = nullptr;
+  // Calibration hook (quantize --calibration): when set, the backend calls it for every MatMul
+  // node with the graph id of its weight and its input rows [rows, cols] (after any fused norm),
+  // one call at a time. It slows the step; inference leaves it null.
+  const std::function<void(int weight, const float* x, int64_t rows, int64_t cols)>*
+      observe_matmul = nullptr;
 };
 
 }  // namespace hearth

@@ -1,11 +1,23 @@
 #include "core/runner.h"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 #include "core/error.h"
 
 namespace hearth {
+
+namespace {
+// First index of the largest value, NaN ignored; -1 if nothing is above -inf.
+int32_t first_argmax(const float* x, int n) {
+  float best = -std::numeric_limits<float>::infinity();
+  int32_t arg = -1;
+  for (int i = 0; i < n; ++i)
+    if (x[i] > best) best = x[i], arg = i;
+  return arg;
+}
+}  // namespace
 
 Runner::Runner(std::unique_ptr<Backend> backend, const Graph& graph, int vocab_size,
                int max_positions, int prefill_chunk)
@@ -45,6 +57,17 @@ CompiledGraph& Runner::compiled_for(int n_tokens) {
 
 void Runner::forward(KVCache& kv, const int32_t* tokens, int n, int pos0, float* all_logits,
                      float* last_logits, int chunk) {
+  run_chunks(kv, tokens, n, pos0, all_logits, last_logits, nullptr, chunk);
+}
+
+int32_t Runner::forward_argmax(KVCache& kv, const int32_t* tokens, int n, int pos0, int chunk) {
+  int32_t arg = -1;
+  run_chunks(kv, tokens, n, pos0, nullptr, nullptr, &arg, chunk);
+  return arg;
+}
+
+void Runner::run_chunks(KVCache& kv, const int32_t* tokens, int n, int pos0, float* all_logits,
+                        float* last_logits, int32_t* argmax, int chunk) {
   if (n <= 0) fail("no tokens to run");
   for (int i = 0; i < n; ++i)
     if (tokens[i] < 0 || tokens[i] >= vocab_)
@@ -70,7 +93,17 @@ void Runner::forward(KVCache& kv, const int32_t* tokens, int n, int pos0, float*
       in.n_out = 1;
       in.logits = last_logits;
     }
-    backend_->run(compiled_for(m), in);
+    CompiledGraph& cg = compiled_for(m);
+    if (argmax && last_chunk) {
+      if (cg.argmax_fused) {
+        in.argmax = argmax;
+      } else {
+        argmax_logits_.resize(size_t(vocab_));
+        in.logits = argmax_logits_.data();
+      }
+    }
+    backend_->run(cg, in);
+    if (argmax && last_chunk && !cg.argmax_fused) *argmax = first_argmax(in.logits, vocab_);
     done += m;
   }
 }

@@ -29,15 +29,22 @@ class Runner {
   // ([n, vocab]) when given, else only the last position's into `last_logits` ([vocab]).
   void forward(KVCache& kv, const int32_t* tokens, int n, int pos0, float* all_logits,
                float* last_logits, int chunk = 0);
+  // Greedy decoding: the same, but returns only the index of the last position's largest logit
+  // (first index on ties, NaN ignored; -1 if none is above -inf). Backends that fuse the LM head
+  // with the argmax never write the vocab-sized logits row.
+  int32_t forward_argmax(KVCache& kv, const int32_t* tokens, int n, int pos0, int chunk = 0);
 
  private:
   CompiledGraph& compiled_for(int n_tokens);
+  void run_chunks(KVCache& kv, const int32_t* tokens, int n, int pos0, float* all_logits,
+                  float* last_logits, int32_t* argmax, int chunk);
 
   std::unique_ptr<Backend> backend_;
   const Graph& graph_;
   int vocab_, max_pos_, chunk_;
   std::unique_ptr<CompiledGraph> decode_, prefill_;
   std::vector<int32_t> rows_;  // 0..chunk-1, the out_rows of an all-logits step
+  std::vector<float> argmax_logits_;  // for backends that cannot fuse the argmax
 };
 
 }  // namespace hearth

@@ -52,10 +52,27 @@ GenerationResult Session::generate(const std::vector<int32_t>& prompt, const Gen
   Sampler sampler(opt.sampling, runner_.vocab_size());
   std::vector<int32_t> history(prompt);
   history.reserve(prompt.size() + size_t(opt.max_new_tokens));
+  // Plain greedy decoding needs only the argmax, which the backend can take inside the LM head.
+  const SamplingParams& sp = opt.sampling;
+  const bool argmax_only = sp.temperature <= 0.f && sp.repetition_penalty == 1.f &&
+                           sp.presence_penalty == 0.f && sp.frequency_penalty == 0.f;
+  int32_t argmax = -1;
+  auto step = [&](const int32_t* tokens, int n, int pos0) {
+    if (argmax_only) argmax = runner_.forward_argmax(*kv_, tokens, n, pos0);
+    else runner_.forward(*kv_, tokens, n, pos0, nullptr, logits_.data());
+  };
+  auto next_token = [&] {
+    if (!argmax_only)
+      return sampler.sample(logits_.data(), runner_.vocab_size(), history.data(),
+                            int(history.size()));
+    if (argmax < 0)
+      fail("sampler: no finite logit among ", runner_.vocab_size(), " (all NaN or -inf)");
+    return argmax;
+  };
   try {
     ensure_capacity(int(prompt.size()) + std::max(opt.max_new_tokens, 1), int(keep));
     const int n_new = int(prompt.size() - keep);
-    runner_.forward(*kv_, prompt.data() + keep, n_new, int(keep), nullptr, logits_.data());
+    step(prompt.data() + keep, n_new, int(keep));
     cached_ = prompt;
     res.metrics.prefill_tokens = n_new;
     res.metrics.prefill_ms = ms_since(t0);
@@ -69,11 +86,10 @@ GenerationResult Session::generate(const std::vector<int32_t>& prompt, const Gen
       }
       if (i > 0) {
         const int32_t prev = res.tokens.back();
-        runner_.forward(*kv_, &prev, 1, int(cached_.size()), nullptr, logits_.data());
+        step(&prev, 1, int(cached_.size()));
         cached_.push_back(prev);
       }
-      const int32_t tok = sampler.sample(logits_.data(), runner_.vocab_size(), history.data(),
-                                         int(history.size()));
+      const int32_t tok = next_token();
       if (i == 0) {
         first_token_time = Clock::now();
         res.metrics.ttft_ms = ms_since(t0);

@@ -50,12 +50,15 @@
  *   the cache). The exception is hearth_session_cancel(), which may be called from any thread at
  *   any time while the session exists.
  * - Sessions of the same model run in parallel: each session has its own KV cache, its own
- *   compiled graph and its own backend with its own worker threads (n_threads each), so running
- *   many sessions at once shares the weights but multiplies the threads; size n_threads so that
- *   the sum fits the machine's cores.
+ *   compiled graph (activation memory for prefill_chunk tokens) and its own backend with its own
+ *   worker threads (n_threads each), so running many sessions at once shares the weights but
+ *   multiplies the threads; size n_threads so that the sum fits the machine's cores. A freed
+ *   session's compiled graph and threads are kept by the model for the next session.
  * - hearth_model_free() may be called while sessions of the model still exist: the weights are
  *   released when the last session is freed.
- * - Callbacks run on the thread that called the function they were passed to.
+ * - Callbacks run on the thread that called the function they were passed to. From inside a
+ *   streaming callback, the only call allowed on the generating session is
+ *   hearth_session_cancel() (others return HEARTH_ERR_BUSY); the model may be used freely.
  * - hearth_last_error() is per thread.
  */
 #ifndef HEARTH_H
@@ -140,10 +143,10 @@ typedef enum hearth_kv_type {
 typedef int (*hearth_progress_fn)(float fraction, const char* stage, void* user_data);
 
 typedef struct hearth_model_params {
-  size_t struct_size;   /* sizeof(hearth_model_params) */
-  int32_t n_threads;    /* compute threads per session; 0: one per physical core */
-  const char* backend;  /* "cpu", ...; NULL or "": the best available */
-  const char* isa;      /* CPU: force a lower ISA ("avx2", "scalar"); NULL or "": best */
+  size_t struct_size;  /* sizeof(hearth_model_params) */
+  int32_t n_threads;   /* compute threads per session; 0: one per physical core */
+  const char* backend; /* "cpu", ...; NULL or "": the best available */
+  const char* isa;     /* CPU: force a lower ISA ("avx2", "scalar"); NULL or "": best */
   hearth_kv_type kv_type;
   int32_t prefill_chunk; /* prompt tokens per prefill step; 0: 256 */
   /* Nonzero: read every weight page during the load (with "prefault" progress), so the first
@@ -250,9 +253,9 @@ HEARTH_API hearth_status hearth_apply_chat_template_json(const hearth_model* mod
 typedef struct hearth_session hearth_session;
 
 typedef struct hearth_session_params {
-  size_t struct_size;     /* sizeof(hearth_session_params) */
-  int32_t n_threads;      /* 0: the model's n_threads */
-  int32_t context_length; /* most positions the cache may hold; 0: the model's context length */
+  size_t struct_size;        /* sizeof(hearth_session_params) */
+  int32_t n_threads;         /* 0: the model's n_threads */
+  int32_t context_length;    /* most positions the cache may hold; 0: the model's context length */
   const char* system_prompt; /* NULL, or the first message of the conversation (role "system") */
 } hearth_session_params;
 
@@ -381,14 +384,14 @@ typedef enum hearth_finish_reason {
 typedef struct hearth_metrics {
   size_t struct_size; /* set to sizeof(hearth_metrics) before the call */
   hearth_finish_reason finish_reason;
-  int32_t prompt_tokens;     /* tokens in the prompt */
-  int32_t prefill_tokens;    /* of those, the ones computed (the rest came from the cache) */
-  int32_t new_tokens;        /* tokens generated */
-  double prefill_ms;         /* prompt processing */
-  double ttft_ms;            /* call start to first token */
-  double decode_ms;          /* first token to last */
-  double ms_per_token;       /* decode_ms / (new_tokens - 1) */
-  double tokens_per_s;       /* decode speed */
+  int32_t prompt_tokens;  /* tokens in the prompt */
+  int32_t prefill_tokens; /* of those, the ones computed (the rest came from the cache) */
+  int32_t new_tokens;     /* tokens generated */
+  double prefill_ms;      /* prompt processing */
+  double ttft_ms;         /* call start to first token */
+  double decode_ms;       /* first token to last */
+  double ms_per_token;    /* decode_ms / (new_tokens - 1) */
+  double tokens_per_s;    /* decode speed */
   double prefill_tokens_per_s;
   int32_t cached_tokens; /* tokens the cache holds now */
   uint64_t kv_bytes;     /* memory of the session's KV cache */

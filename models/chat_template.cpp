@@ -16,7 +16,9 @@ std::string token_text(const Json* tok) {
 }  // namespace
 
 ChatTemplate::ChatTemplate(const std::string& source, std::string bos_token, std::string eos_token)
-    : template_(jinja::Template::parse(source)), bos_(std::move(bos_token)), eos_(std::move(eos_token)) {}
+    : template_(jinja::Template::parse(source)),
+      bos_(std::move(bos_token)),
+      eos_(std::move(eos_token)) {}
 
 ChatTemplate ChatTemplate::from_tokenizer_config(const Json& config) {
   const Json* tmpl = config.find("chat_template");
@@ -51,7 +53,8 @@ std::string ChatTemplate::render(const Json& messages, const ChatOptions& opt) c
     for (const auto& kv : opt.extra.as_object()) {
       // Python would reject these as duplicate keyword arguments.
       if (kv.first == "messages" || kv.first == "tools" || kv.first == "documents" ||
-          kv.first == "add_generation_prompt" || (kv.first == "enable_thinking" && opt.enable_thinking))
+          kv.first == "add_generation_prompt" ||
+          (kv.first == "enable_thinking" && opt.enable_thinking))
         fail("chat template: argument '", kv.first, "' is given twice");
       ctx.set(kv.first, kv.second);
     }

@@ -117,14 +117,22 @@ Value binop(BinOp op, const Value& a, const Value& b) {
 
 bool compare(CmpOp op, const Value& a, const Value& b) {
   switch (op) {
-    case CmpOp::Eq: return py_equal(a, b);
-    case CmpOp::Ne: return !py_equal(a, b);
-    case CmpOp::Lt: return py_compare(a, b, "<") < 0;
-    case CmpOp::Le: return py_compare(a, b, "<=") <= 0;
-    case CmpOp::Gt: return py_compare(a, b, ">") > 0;
-    case CmpOp::Ge: return py_compare(a, b, ">=") >= 0;
-    case CmpOp::In: return py_contains(b, a);
-    case CmpOp::NotIn: return !py_contains(b, a);
+    case CmpOp::Eq:
+      return py_equal(a, b);
+    case CmpOp::Ne:
+      return !py_equal(a, b);
+    case CmpOp::Lt:
+      return py_compare(a, b, "<") < 0;
+    case CmpOp::Le:
+      return py_compare(a, b, "<=") <= 0;
+    case CmpOp::Gt:
+      return py_compare(a, b, ">") > 0;
+    case CmpOp::Ge:
+      return py_compare(a, b, ">=") >= 0;
+    case CmpOp::In:
+      return py_contains(b, a);
+    case CmpOp::NotIn:
+      return !py_contains(b, a);
   }
   return false;
 }
@@ -161,7 +169,8 @@ CallArgs Interp::eval_args(const ExprArgs& a) {
   for (const auto& kv : a.kw) out.kw.emplace_back(kv.first, eval(*kv.second));
   if (a.starstar) {
     Value d = eval(*a.starstar);
-    if (d.kind != K::Dict) rt_fail("TypeError: argument after ** must be a mapping, not ", type_name(d));
+    if (d.kind != K::Dict)
+      rt_fail("TypeError: argument after ** must be a mapping, not ", type_name(d));
     for (const auto& kv : d.dict().entries) out.kw.emplace_back(to_str(kv.first), kv.second);
   }
   return out;
@@ -169,9 +178,12 @@ CallArgs Interp::eval_args(const ExprArgs& a) {
 
 Value Interp::eval_inner(const Expr& e) {
   switch (e.kind) {
-    case ExprKind::Const: return e.value;
-    case ExprKind::Name: return lookup(e.name);
-    case ExprKind::Captured: return captured;
+    case ExprKind::Const:
+      return e.value;
+    case ExprKind::Name:
+      return lookup(e.name);
+    case ExprKind::Captured:
+      return captured;
     case ExprKind::List:
     case ExprKind::Tuple: {
       List items;
@@ -180,10 +192,12 @@ Value Interp::eval_inner(const Expr& e) {
     }
     case ExprKind::Dict: {
       Value d = make_dict();
-      for (size_t k = 0; k + 1 < e.kids.size(); k += 2) d.dict().set(eval(*e.kids[k]), eval(*e.kids[k + 1]));
+      for (size_t k = 0; k + 1 < e.kids.size(); k += 2)
+        d.dict().set(eval(*e.kids[k]), eval(*e.kids[k + 1]));
       return d;
     }
-    case ExprKind::Attr: return get_attr(defined(eval(*e.kids[0])), e.name);
+    case ExprKind::Attr:
+      return get_attr(defined(eval(*e.kids[0])), e.name);
     case ExprKind::Item: {
       Value obj = eval(*e.kids[0]);
       return get_item(defined(obj), eval(*e.kids[1]));
@@ -209,14 +223,15 @@ Value Interp::eval_inner(const Expr& e) {
       CallArgs args = eval_args(e.args);
       return make_bool(apply_test(*this, e.name, v, args));
     }
-    case ExprKind::Not: return make_bool(!truthy(eval(*e.kids[0])));
+    case ExprKind::Not:
+      return make_bool(!truthy(eval(*e.kids[0])));
     case ExprKind::Neg:
     case ExprKind::Pos: {
       Value v = eval(*e.kids[0]);
       if (!v.is_number()) {
         defined(v);
-        rt_fail("TypeError: bad operand type for unary ", e.kind == ExprKind::Neg ? "-" : "+", ": '",
-                type_name(v), "'");
+        rt_fail("TypeError: bad operand type for unary ", e.kind == ExprKind::Neg ? "-" : "+",
+                ": '", type_name(v), "'");
       }
       if (e.kind == ExprKind::Pos) return v.kind == K::Bool ? make_int(v.as_int()) : v;
       if (v.kind == K::Float) return make_float(-v.f);
@@ -315,8 +330,9 @@ Value Interp::call_macro(const std::shared_ptr<MacroDef>& m, const std::shared_p
     for (size_t k = 0; k < n; ++k) {
       const char* name = m->params[k].c_str();
       Value v = args.has(k, name) ? args.take(k, name)
-                : m->defaults[k]  ? eval(*m->defaults[k])
-                                  : make_undefined("parameter '" + m->params[k] + "' was not provided");
+                : m->defaults[k]
+                    ? eval(*m->defaults[k])
+                    : make_undefined("parameter '" + m->params[k] + "' was not provided");
       f->set(m->params[k], std::move(v));
     }
   } catch (...) {
@@ -332,7 +348,8 @@ Value Interp::call_macro(const std::shared_ptr<MacroDef>& m, const std::shared_p
   for (size_t k = 0; k < args.kw.size(); ++k) {
     if (k < args.used.size() && args.used[k]) continue;
     if (!m->uses_kwargs)
-      rt_fail("TypeError: macro '", m->name, "' takes no keyword argument '", args.kw[k].first, "'");
+      rt_fail("TypeError: macro '", m->name, "' takes no keyword argument '", args.kw[k].first,
+              "'");
     kwargs.emplace_back(make_str(args.kw[k].first), args.kw[k].second);
   }
   if (m->uses_varargs) f->set("varargs", make_tuple(std::move(extra)));
@@ -429,16 +446,18 @@ Flow Interp::exec_for(const Stmt& s) {
           {"nextitem", k + 1 < n ? items[size_t(k + 1)] : make_undefined("there is no next item")},
       };
       attrs.emplace_back("cycle", make_func("cycle", [k](Interp&, CallArgs& a) {
-        if (a.pos.empty()) rt_fail("TypeError: no items for cycling given");
-        return a.pos[size_t(k) % a.pos.size()];
-      }));
+                           if (a.pos.empty()) rt_fail("TypeError: no items for cycling given");
+                           return a.pos[size_t(k) % a.pos.size()];
+                         }));
       attrs.emplace_back("changed", make_func("changed", [changed_state](Interp&, CallArgs& a) {
-        List now = a.pos;
-        bool differs = !changed_state->first || !py_equal(make_list(now), make_list(changed_state->second));
-        changed_state->first = true;
-        changed_state->second = std::move(now);
-        return make_bool(differs);
-      }));
+                           List now = a.pos;
+                           bool differs =
+                               !changed_state->first ||
+                               !py_equal(make_list(now), make_list(changed_state->second));
+                           changed_state->first = true;
+                           changed_state->second = std::move(now);
+                           return make_bool(differs);
+                         }));
       frame->set("loop", make_object("LoopContext", std::move(attrs)));
       f = exec(s.body);
     } catch (...) {
@@ -454,14 +473,21 @@ Flow Interp::exec_for(const Stmt& s) {
 Flow Interp::exec_stmt(const Stmt& s) {
   try {
     switch (s.kind) {
-      case StmtKind::Text: *out += s.text; break;
-      case StmtKind::Output: *out += to_str(eval(*s.expr)); break;
+      case StmtKind::Text:
+        *out += s.text;
+        break;
+      case StmtKind::Output:
+        *out += to_str(eval(*s.expr));
+        break;
       case StmtKind::If:
         for (const auto& br : s.branches)
           if (truthy(eval(*br.first))) return exec(br.second);
         return exec(s.else_body);
-      case StmtKind::For: return exec_for(s);
-      case StmtKind::Set: assign(*s.target, eval(*s.expr), true); break;
+      case StmtKind::For:
+        return exec_for(s);
+      case StmtKind::Set:
+        assign(*s.target, eval(*s.expr), true);
+        break;
       case StmtKind::SetBlock: {
         Value v = make_str(capture(s.body, child(frame)));
         if (s.expr) {
@@ -471,7 +497,9 @@ Flow Interp::exec_stmt(const Stmt& s) {
         assign(*s.target, v, true);
         break;
       }
-      case StmtKind::Macro: frame->set(s.macro->name, make_macro(s.macro)); break;
+      case StmtKind::Macro:
+        frame->set(s.macro->name, make_macro(s.macro));
+        break;
       case StmtKind::CallBlock: {
         const Expr& call = *s.expr;
         Value callee = eval(*call.kids[0]);
@@ -501,8 +529,10 @@ Flow Interp::exec_stmt(const Stmt& s) {
         frame = saved;
         return f;
       }
-      case StmtKind::Break: return Flow::Break;
-      case StmtKind::Continue: return Flow::Continue;
+      case StmtKind::Break:
+        return Flow::Break;
+      case StmtKind::Continue:
+        return Flow::Continue;
     }
   } catch (const RuntimeFail& f) {
     fail("template line ", s.line, " column ", s.col, ": ", f.what());

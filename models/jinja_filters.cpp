@@ -1,10 +1,10 @@
-// jinja2's builtin filters, tests and globals (plus transformers' tojson, raise_exception and
-// strftime_now). Filters that return generators in jinja2 (map, select, reverse, ...) return
-// lists here, which only differs if a template prints the generator object itself.
+// jinja2's builtin filters plus transformers' tojson (Python's json.dumps, no HTML escaping).
+// Filters that give a generator in jinja2 (map, select, unique, ...) give an Iter value, which is
+// computed eagerly; only a template that relies on an error inside a never-consumed generator can
+// tell the difference.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <ctime>
 #include <unordered_map>
 
 #include "models/jinja_internal.h"
@@ -16,7 +16,6 @@ using K = Value::Kind;
 namespace {
 
 using FilterFn = Value (*)(Interp&, const Value&, CallArgs&);
-using TestFn = bool (*)(Interp&, const Value&, CallArgs&);
 
 // make_attrgetter: "a.b.0" looks up each part with item-first access, digits as indices.
 Value attr_path(const Value& item, const Value& attribute) {
@@ -26,12 +25,18 @@ Value attr_path(const Value& item, const Value& attribute) {
   size_t start = 0;
   for (;;) {
     size_t dot = path.find('.', start);
-    std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    std::string part =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     bool digits = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
     cur = get_item(cur, digits ? make_int(std::stoll(part)) : make_str(part));
     if (dot == std::string::npos) return cur;
     start = dot + 1;
   }
+}
+
+// What jinja2 returns as a Python generator.
+Value make_gen(List items) {
+  return make_iter(ListBox::Flavor::Generator, std::move(items));
 }
 
 Value fold_case(const Value& v, bool case_sensitive) {
@@ -42,12 +47,23 @@ std::string html_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -91,8 +107,9 @@ bool parse_int(const std::string& text, int base, int64_t* out) {
   for (; k < s.size(); ++k) {
     char c = s[k];
     if (c == '_') continue;
-    int d = std::isdigit(static_cast<unsigned char>(c)) ? c - '0'
-            : std::isalpha(static_cast<unsigned char>(c)) ? std::tolower(c) - 'a' + 10 : 99;
+    int d = std::isdigit(static_cast<unsigned char>(c))   ? c - '0'
+            : std::isalpha(static_cast<unsigned char>(c)) ? std::tolower(c) - 'a' + 10
+                                                          : 99;
     if (d >= base) return false;
     if (__builtin_mul_overflow(v, base, &v) || __builtin_add_overflow(v, d, &v)) return false;
   }
@@ -117,7 +134,8 @@ std::vector<std::pair<Value, Value>> sorted_items(const List& items, const Value
                                                   bool case_sensitive, bool reverse) {
   std::vector<std::pair<Value, Value>> keyed;
   for (const Value& v : items)
-    keyed.emplace_back(fold_case(attribute.is_none() ? v : attr_path(v, attribute), case_sensitive), v);
+    keyed.emplace_back(fold_case(attribute.is_none() ? v : attr_path(v, attribute), case_sensitive),
+                       v);
   std::stable_sort(keyed.begin(), keyed.end(), [reverse](const auto& x, const auto& y) {
     return reverse ? py_compare(y.first, x.first, "<") < 0 : py_compare(x.first, y.first, "<") < 0;
   });
@@ -136,9 +154,12 @@ Value f_tojson(Interp&, const Value& v, CallArgs& a) {
   if (!indent.is_none()) {
     opt.has_indent = true;
     opt.item_sep = ",";
-    if (indent.kind == K::String) opt.indent = indent.str();
-    else if (indent.is_int()) opt.indent = std::string(size_t(std::max<int64_t>(0, indent.as_int())), ' ');
-    else rt_fail("TypeError: tojson indent must be an int or a string");
+    if (indent.kind == K::String)
+      opt.indent = indent.str();
+    else if (indent.is_int())
+      opt.indent = std::string(size_t(std::max<int64_t>(0, indent.as_int())), ' ');
+    else
+      rt_fail("TypeError: tojson indent must be an int or a string");
   }
   if (!separators.is_none()) {
     if (!separators.is_seq() || separators.items().size() != 2)
@@ -178,14 +199,25 @@ Value f_join(Interp&, const Value& v, CallArgs& a) {
 
 Value f_first(Interp&, const Value& v, CallArgs& a) {
   a.finish("first");
-  if (v.is_seq()) return v.items().empty() ? make_undefined("No first item, sequence was empty.") : v.items().front();
+  if (v.is_seq())
+    return v.items().empty() ? make_undefined("No first item, sequence was empty.")
+                             : v.items().front();
+  if (v.kind == K::Iter && iter_box(v).flavor == ListBox::Flavor::Generator) {
+    ListBox& b = iter_box(v);  // next(generator) takes a single item
+    if (b.consumed >= b.items.size()) return make_undefined("No first item, sequence was empty.");
+    return b.items[b.consumed++];
+  }
   List items = iterate(v);
   return items.empty() ? make_undefined("No first item, sequence was empty.") : items.front();
 }
 
 Value f_last(Interp&, const Value& v, CallArgs& a) {
   a.finish("last");
-  if (v.is_seq()) return v.items().empty() ? make_undefined("No last item, sequence was empty.") : v.items().back();
+  if (v.is_seq())
+    return v.items().empty() ? make_undefined("No last item, sequence was empty.")
+                             : v.items().back();
+  if (v.kind == K::Iter && iter_box(v).flavor == ListBox::Flavor::Generator)
+    rt_fail("TypeError: 'generator' object is not reversible");
   List items = iterate(v);
   return items.empty() ? make_undefined("No last item, sequence was empty.") : items.back();
 }
@@ -197,11 +229,11 @@ Value f_list(Interp&, const Value& v, CallArgs& a) {
 
 Value f_items(Interp&, const Value& v, CallArgs& a) {
   a.finish("items");
-  if (v.is_undefined()) return make_list({});
+  if (v.is_undefined()) return make_gen({});
   if (v.kind != K::Dict) rt_fail("Can only get item pairs from a mapping.");
   List out;
   for (const auto& kv : v.dict().entries) out.push_back(make_tuple({kv.first, kv.second}));
-  return make_list(std::move(out));
+  return make_gen(std::move(out));
 }
 
 Value f_string(Interp&, const Value& v, CallArgs& a) {
@@ -248,6 +280,15 @@ Value f_round(Interp&, const Value& v, CallArgs& a) {
   if (!v.is_number()) rt_fail("TypeError: type ", type_name(v), " doesn't define __round__ method");
   if (method == "common") {
     if (v.is_int() && precision >= 0) return make_int(v.as_int());
+    if (v.is_int() && precision > -19) {
+      // round(int, -n) stays an int, rounding half to even.
+      int64_t p = 1;
+      for (int64_t k = 0; k < -precision; ++k) p *= 10;
+      int64_t x = v.as_int(), q = x / p, r = x % p;
+      if (r < 0) r += p, --q;
+      if (2 * r > p || (2 * r == p && (q & 1))) ++q;
+      return make_int(q * p);
+    }
     return make_float(py_round(v.as_float(), precision));
   }
   if (method != "ceil" && method != "floor") rt_fail("method must be common, ceil or floor");
@@ -290,7 +331,8 @@ Value f_title(Interp&, const Value& v, CallArgs& a) {
       word_start = true;
       utf8_append(out, c);
     } else {
-      out += word_start ? py_upper(utf8_encode(std::u32string(1, c))) : py_lower(utf8_encode(std::u32string(1, c)));
+      out += word_start ? py_upper(utf8_encode(std::u32string(1, c)))
+                        : py_lower(utf8_encode(std::u32string(1, c)));
       word_start = false;
     }
   }
@@ -304,8 +346,9 @@ Value f_replace(Interp&, const Value& v, CallArgs& a) {
   return make_str(py_replace(to_str(v), old, repl, count.is_none() ? -1 : count.as_int()));
 }
 
-Value select_or_reject(Interp& in, const Value& v, CallArgs& a, bool select, bool by_attr, const char* fn) {
-  if (!truthy(v)) return make_list({});
+Value select_or_reject(Interp& in, const Value& v, CallArgs& a, bool select, bool by_attr,
+                       const char* fn) {
+  if (!truthy(v)) return make_gen({});
   size_t off = 0;
   Value attribute;
   if (by_attr) {
@@ -331,16 +374,24 @@ Value select_or_reject(Interp& in, const Value& v, CallArgs& a, bool select, boo
     }
     if (ok == select) out.push_back(item);
   }
-  return make_list(std::move(out));
+  return make_gen(std::move(out));
 }
 
-Value f_select(Interp& in, const Value& v, CallArgs& a) { return select_or_reject(in, v, a, true, false, "select"); }
-Value f_reject(Interp& in, const Value& v, CallArgs& a) { return select_or_reject(in, v, a, false, false, "reject"); }
-Value f_selectattr(Interp& in, const Value& v, CallArgs& a) { return select_or_reject(in, v, a, true, true, "selectattr"); }
-Value f_rejectattr(Interp& in, const Value& v, CallArgs& a) { return select_or_reject(in, v, a, false, true, "rejectattr"); }
+Value f_select(Interp& in, const Value& v, CallArgs& a) {
+  return select_or_reject(in, v, a, true, false, "select");
+}
+Value f_reject(Interp& in, const Value& v, CallArgs& a) {
+  return select_or_reject(in, v, a, false, false, "reject");
+}
+Value f_selectattr(Interp& in, const Value& v, CallArgs& a) {
+  return select_or_reject(in, v, a, true, true, "selectattr");
+}
+Value f_rejectattr(Interp& in, const Value& v, CallArgs& a) {
+  return select_or_reject(in, v, a, false, true, "rejectattr");
+}
 
 Value f_map(Interp& in, const Value& v, CallArgs& a) {
-  if (!truthy(v)) return make_list({});
+  if (!truthy(v)) return make_gen({});
   List out;
   if (a.pos.empty() && a.has(SIZE_MAX, "attribute")) {
     Value attribute = a.take(SIZE_MAX, "attribute");
@@ -350,7 +401,7 @@ Value f_map(Interp& in, const Value& v, CallArgs& a) {
       Value x = attr_path(item, attribute);
       out.push_back(x.is_undefined() && !def.is_none() ? def : x);
     }
-    return make_list(std::move(out));
+    return make_gen(std::move(out));
   }
   if (a.pos.empty()) rt_fail("map requires a filter argument");
   std::string filter = to_str(a.pos[0]);
@@ -361,7 +412,7 @@ Value f_map(Interp& in, const Value& v, CallArgs& a) {
     CallArgs args = rest;
     out.push_back(apply_filter(in, filter, item, args));
   }
-  return make_list(std::move(out));
+  return make_gen(std::move(out));
 }
 
 Value f_unique(Interp&, const Value& v, CallArgs& a) {
@@ -371,11 +422,12 @@ Value f_unique(Interp&, const Value& v, CallArgs& a) {
   List out, seen;
   for (const Value& item : iterate(v)) {
     Value key = fold_case(attribute.is_none() ? item : attr_path(item, attribute), cs);
-    if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return py_equal(s, key); })) continue;
+    if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return py_equal(s, key); }))
+      continue;
     seen.push_back(key);
     out.push_back(item);
   }
-  return make_list(std::move(out));
+  return make_gen(std::move(out));
 }
 
 Value f_reverse(Interp&, const Value& v, CallArgs& a) {
@@ -385,9 +437,11 @@ Value f_reverse(Interp&, const Value& v, CallArgs& a) {
     std::reverse(u.begin(), u.end());
     return make_str(utf8_encode(u));
   }
+  // reversed() gives an iterator; a generator cannot be reversed, so jinja2 makes it a list.
+  bool gen = v.kind == K::Iter && iter_box(v).flavor == ListBox::Flavor::Generator;
   List items = iterate(v);
   std::reverse(items.begin(), items.end());
-  return make_list(std::move(items));
+  return gen ? make_list(std::move(items)) : make_gen(std::move(items));
 }
 
 Value f_sort(Interp&, const Value& v, CallArgs& a) {
@@ -417,8 +471,12 @@ Value min_max(const Value& v, CallArgs& a, bool want_max, const char* fn) {
   }
   return items[best];
 }
-Value f_min(Interp&, const Value& v, CallArgs& a) { return min_max(v, a, false, "min"); }
-Value f_max(Interp&, const Value& v, CallArgs& a) { return min_max(v, a, true, "max"); }
+Value f_min(Interp&, const Value& v, CallArgs& a) {
+  return min_max(v, a, false, "min");
+}
+Value f_max(Interp&, const Value& v, CallArgs& a) {
+  return min_max(v, a, true, "max");
+}
 
 Value f_sum(Interp&, const Value& v, CallArgs& a) {
   Value attribute = a.take(0, "attribute", make_none());
@@ -427,9 +485,12 @@ Value f_sum(Interp&, const Value& v, CallArgs& a) {
   for (const Value& item : iterate(v)) {
     Value x = attribute.is_none() ? item : attr_path(item, attribute);
     if (!x.is_number() || !total.is_number())
-      rt_fail("TypeError: unsupported operand type(s) for +: '", type_name(total), "' and '", type_name(x), "'");
-    if (x.is_int() && total.is_int()) total = make_int(total.as_int() + x.as_int());
-    else total = make_float(total.as_float() + x.as_float());
+      rt_fail("TypeError: unsupported operand type(s) for +: '", type_name(total), "' and '",
+              type_name(x), "'");
+    if (x.is_int() && total.is_int())
+      total = make_int(total.as_int() + x.as_int());
+    else
+      total = make_float(total.as_float() + x.as_float());
   }
   return total;
 }
@@ -444,7 +505,8 @@ Value f_dictsort(Interp&, const Value& v, CallArgs& a) {
   List pairs;
   for (const auto& kv : v.dict().entries) pairs.push_back(make_tuple({kv.first, kv.second}));
   List out;
-  for (auto& kv : sorted_items(pairs, make_int(by == "key" ? 0 : 1), cs, reverse)) out.push_back(kv.second);
+  for (auto& kv : sorted_items(pairs, make_int(by == "key" ? 0 : 1), cs, reverse))
+    out.push_back(kv.second);
   return make_list(std::move(out));
 }
 
@@ -463,7 +525,7 @@ Value f_batch(Interp&, const Value& v, CallArgs& a) {
       while (int64_t(cur.size()) < n) cur.push_back(fill);
     out.push_back(make_list(std::move(cur)));
   }
-  return make_list(std::move(out));
+  return make_gen(std::move(out));
 }
 
 Value f_safe(Interp&, const Value& v, CallArgs& a) {
@@ -487,7 +549,11 @@ Value f_indent(Interp&, const Value& v, CallArgs& a) {
   bool first = truthy(a.take(1, "first", make_bool(false)));
   bool blank = truthy(a.take(2, "blank", make_bool(false)));
   a.finish("indent");
-  std::string pad = width.kind == K::String ? width.str() : std::string(size_t(std::max<int64_t>(0, width.as_int())), ' ');
+  // jinja2 appends "\n" to the value itself, which only works for strings.
+  if (v.kind != K::String) rt_fail("TypeError: indent expects a string, got ", type_name(v));
+  std::string pad = width.kind == K::String
+                        ? width.str()
+                        : std::string(size_t(std::max<int64_t>(0, width.as_int())), ' ');
   // jinja2 appends a newline first so that splitlines keeps a trailing empty line.
   std::vector<std::string> lines = py_splitlines(to_str(v) + "\n", false);
   std::string rv;
@@ -528,7 +594,8 @@ Value f_truncate(Interp&, const Value& v, CallArgs& a) {
   int64_t leeway = leeway_v.is_none() ? 5 : leeway_v.as_int();
   std::u32string u = utf8_decode(to_str(v));
   int64_t end_len = utf8_length(end);
-  if (length < end_len) rt_fail("expected length >= ", std::to_string(end_len), ", got ", std::to_string(length));
+  if (length < end_len)
+    rt_fail("expected length >= ", std::to_string(end_len), ", got ", std::to_string(length));
   if (int64_t(u.size()) <= length + leeway) return make_str(utf8_encode(u));
   std::u32string head = u.substr(0, size_t(length - end_len));
   if (!killwords) {
@@ -539,7 +606,8 @@ Value f_truncate(Interp&, const Value& v, CallArgs& a) {
 }
 
 Value f_format(Interp&, const Value& v, CallArgs& a) {
-  if (!a.pos.empty() && !a.kw.empty()) rt_fail("can't handle positional and keyword arguments at the same time");
+  if (!a.pos.empty() && !a.kw.empty())
+    rt_fail("can't handle positional and keyword arguments at the same time");
   if (!a.kw.empty()) {
     std::vector<std::pair<Value, Value>> entries;
     for (const auto& kv : a.kw) entries.emplace_back(make_str(kv.first), kv.second);
@@ -563,210 +631,64 @@ Value f_pprint(Interp&, const Value& v, CallArgs& a) {
 }
 
 const std::unordered_map<std::string, FilterFn>& filters() {
-  static const std::unordered_map<std::string, FilterFn> m = {
-      {"abs", f_abs},         {"attr", f_attr},       {"batch", f_batch},
-      {"capitalize", f_capitalize}, {"center", f_center}, {"count", f_length},
-      {"d", f_default},       {"default", f_default}, {"dictsort", f_dictsort},
-      {"e", f_escape},        {"escape", f_escape},   {"first", f_first},
-      {"float", f_float},     {"forceescape", f_forceescape}, {"format", f_format},
-      {"indent", f_indent},   {"int", f_int},         {"items", f_items},
-      {"join", f_join},       {"last", f_last},       {"length", f_length},
-      {"list", f_list},       {"lower", f_lower},     {"map", f_map},
-      {"max", f_max},         {"min", f_min},         {"pprint", f_pprint},
-      {"reject", f_reject},   {"rejectattr", f_rejectattr}, {"replace", f_replace},
-      {"reverse", f_reverse}, {"round", f_round},     {"safe", f_safe},
-      {"select", f_select},   {"selectattr", f_selectattr}, {"sort", f_sort},
-      {"string", f_string},   {"sum", f_sum},         {"title", f_title},
-      {"tojson", f_tojson},   {"trim", f_trim},       {"truncate", f_truncate},
-      {"unique", f_unique},   {"upper", f_upper},     {"wordcount", f_wordcount}};
+  static const std::unordered_map<std::string, FilterFn> m = {{"abs", f_abs},
+                                                              {"attr", f_attr},
+                                                              {"batch", f_batch},
+                                                              {"capitalize", f_capitalize},
+                                                              {"center", f_center},
+                                                              {"count", f_length},
+                                                              {"d", f_default},
+                                                              {"default", f_default},
+                                                              {"dictsort", f_dictsort},
+                                                              {"e", f_escape},
+                                                              {"escape", f_escape},
+                                                              {"first", f_first},
+                                                              {"float", f_float},
+                                                              {"forceescape", f_forceescape},
+                                                              {"format", f_format},
+                                                              {"indent", f_indent},
+                                                              {"int", f_int},
+                                                              {"items", f_items},
+                                                              {"join", f_join},
+                                                              {"last", f_last},
+                                                              {"length", f_length},
+                                                              {"list", f_list},
+                                                              {"lower", f_lower},
+                                                              {"map", f_map},
+                                                              {"max", f_max},
+                                                              {"min", f_min},
+                                                              {"pprint", f_pprint},
+                                                              {"reject", f_reject},
+                                                              {"rejectattr", f_rejectattr},
+                                                              {"replace", f_replace},
+                                                              {"reverse", f_reverse},
+                                                              {"round", f_round},
+                                                              {"safe", f_safe},
+                                                              {"select", f_select},
+                                                              {"selectattr", f_selectattr},
+                                                              {"sort", f_sort},
+                                                              {"string", f_string},
+                                                              {"sum", f_sum},
+                                                              {"title", f_title},
+                                                              {"tojson", f_tojson},
+                                                              {"trim", f_trim},
+                                                              {"truncate", f_truncate},
+                                                              {"unique", f_unique},
+                                                              {"upper", f_upper},
+                                                              {"wordcount", f_wordcount}};
   return m;
-}
-
-// ---- tests ----
-
-Value arg0(CallArgs& a, const char* fn) {
-  Value v = a.take(0, "value");
-  a.finish(fn);
-  return v;
-}
-
-bool t_defined(Interp&, const Value& v, CallArgs& a) { a.finish("defined"); return !v.is_undefined(); }
-bool t_undefined(Interp&, const Value& v, CallArgs& a) { a.finish("undefined"); return v.is_undefined(); }
-bool t_none(Interp&, const Value& v, CallArgs& a) { a.finish("none"); return v.is_none(); }
-bool t_boolean(Interp&, const Value& v, CallArgs& a) { a.finish("boolean"); return v.kind == K::Bool; }
-bool t_true(Interp&, const Value& v, CallArgs& a) { a.finish("true"); return v.kind == K::Bool && v.b; }
-bool t_false(Interp&, const Value& v, CallArgs& a) { a.finish("false"); return v.kind == K::Bool && !v.b; }
-bool t_integer(Interp&, const Value& v, CallArgs& a) { a.finish("integer"); return v.kind == K::Int; }
-bool t_float(Interp&, const Value& v, CallArgs& a) { a.finish("float"); return v.kind == K::Float; }
-bool t_number(Interp&, const Value& v, CallArgs& a) { a.finish("number"); return v.is_number(); }
-bool t_string(Interp&, const Value& v, CallArgs& a) { a.finish("string"); return v.kind == K::String; }
-bool t_mapping(Interp&, const Value& v, CallArgs& a) { a.finish("mapping"); return v.kind == K::Dict; }
-bool t_callable(Interp&, const Value& v, CallArgs& a) { a.finish("callable"); return v.kind == K::Func; }
-bool t_escaped(Interp&, const Value& v, CallArgs& a) { a.finish("escaped"); return v.kind == K::String && v.safe; }
-bool t_iterable(Interp&, const Value& v, CallArgs& a) {
-  a.finish("iterable");
-  return v.kind == K::String || v.is_seq() || v.kind == K::Dict || v.is_undefined();
-}
-bool t_sequence(Interp&, const Value& v, CallArgs& a) {
-  a.finish("sequence");
-  return v.kind == K::String || v.is_seq() || v.kind == K::Dict || v.is_undefined();
-}
-bool t_sameas(Interp&, const Value& v, CallArgs& a) {
-  Value o = arg0(a, "sameas");
-  if (v.kind != o.kind) return false;
-  if (v.box && v.kind != K::String) return v.box == o.box;
-  return py_equal(v, o);
-}
-bool t_in(Interp&, const Value& v, CallArgs& a) { return py_contains(arg0(a, "in"), v); }
-int64_t int_arg(const Value& v, const char* fn) {
-  if (!v.is_number()) rt_fail("TypeError: '", fn, "' test needs a number, got ", type_name(v));
-  return v.kind == K::Float ? int64_t(v.f) : v.as_int();
-}
-bool t_odd(Interp&, const Value& v, CallArgs& a) { a.finish("odd"); return int_arg(v, "odd") % 2 != 0; }
-bool t_even(Interp&, const Value& v, CallArgs& a) { a.finish("even"); return int_arg(v, "even") % 2 == 0; }
-bool t_divisibleby(Interp&, const Value& v, CallArgs& a) {
-  int64_t n = int_arg(arg0(a, "divisibleby"), "divisibleby");
-  if (n == 0) rt_fail("ZeroDivisionError: integer division or modulo by zero");
-  return int_arg(v, "divisibleby") % n == 0;
-}
-bool t_lower(Interp&, const Value& v, CallArgs& a) {
-  a.finish("lower");
-  return v.kind == K::String && !v.str().empty() && py_lower(v.str()) == v.str() && py_upper(v.str()) != v.str();
-}
-bool t_upper(Interp&, const Value& v, CallArgs& a) {
-  a.finish("upper");
-  return v.kind == K::String && !v.str().empty() && py_upper(v.str()) == v.str() && py_lower(v.str()) != v.str();
-}
-bool t_eq(Interp&, const Value& v, CallArgs& a) { return py_equal(v, arg0(a, "eq")); }
-bool t_ne(Interp&, const Value& v, CallArgs& a) { return !py_equal(v, arg0(a, "ne")); }
-bool t_lt(Interp&, const Value& v, CallArgs& a) { return py_compare(v, arg0(a, "lt"), "<") < 0; }
-bool t_le(Interp&, const Value& v, CallArgs& a) { return py_compare(v, arg0(a, "le"), "<=") <= 0; }
-bool t_gt(Interp&, const Value& v, CallArgs& a) { return py_compare(v, arg0(a, "gt"), ">") > 0; }
-bool t_ge(Interp&, const Value& v, CallArgs& a) { return py_compare(v, arg0(a, "ge"), ">=") >= 0; }
-bool t_filter(Interp&, const Value& v, CallArgs& a) { a.finish("filter"); return v.kind == K::String && has_filter(v.str()); }
-bool t_test(Interp&, const Value& v, CallArgs& a) { a.finish("test"); return v.kind == K::String && has_test(v.str()); }
-
-const std::unordered_map<std::string, TestFn>& tests() {
-  static const std::unordered_map<std::string, TestFn> m = {
-      {"defined", t_defined}, {"undefined", t_undefined}, {"none", t_none},
-      {"boolean", t_boolean}, {"true", t_true},           {"false", t_false},
-      {"integer", t_integer}, {"float", t_float},         {"number", t_number},
-      {"string", t_string},   {"mapping", t_mapping},     {"callable", t_callable},
-      {"escaped", t_escaped}, {"iterable", t_iterable},   {"sequence", t_sequence},
-      {"sameas", t_sameas},   {"in", t_in},               {"odd", t_odd},
-      {"even", t_even},       {"divisibleby", t_divisibleby}, {"lower", t_lower},
-      {"upper", t_upper},     {"eq", t_eq},               {"equalto", t_eq},
-      {"==", t_eq},           {"ne", t_ne},               {"!=", t_ne},
-      {"lt", t_lt},           {"lessthan", t_lt},         {"<", t_lt},
-      {"le", t_le},           {"<=", t_le},               {"gt", t_gt},
-      {"greaterthan", t_gt},  {">", t_gt},                {"ge", t_ge},
-      {">=", t_ge},           {"filter", t_filter},       {"test", t_test}};
-  return m;
-}
-
-// ---- globals ----
-
-Value g_range(Interp&, CallArgs& a) {
-  if (!a.kw.empty()) rt_fail("TypeError: range() takes no keyword arguments");
-  if (a.pos.empty() || a.pos.size() > 3) rt_fail("TypeError: range expected 1 to 3 arguments");
-  for (const Value& v : a.pos)
-    if (!v.is_int()) rt_fail("TypeError: '", type_name(v), "' object cannot be interpreted as an integer");
-  int64_t start = 0, stop, step = 1;
-  if (a.pos.size() == 1) stop = a.pos[0].as_int();
-  else start = a.pos[0].as_int(), stop = a.pos[1].as_int();
-  if (a.pos.size() == 3) step = a.pos[2].as_int();
-  if (step == 0) rt_fail("ValueError: range() arg 3 must not be zero");
-  int64_t n = step > 0 ? (stop > start ? (stop - start + step - 1) / step : 0)
-                       : (start > stop ? (start - stop - step - 1) / -step : 0);
-  // The sandbox caps ranges to keep templates from allocating without bound.
-  if (n > 100000) rt_fail("OverflowError: Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
-  List out;
-  for (int64_t k = 0; k < n; ++k) out.push_back(make_int(start + k * step));
-  return make_list(std::move(out));
-}
-
-std::vector<std::pair<Value, Value>> dict_args(CallArgs& a, const char* fn) {
-  Value d = make_dict();
-  if (a.pos.size() > 1) rt_fail("TypeError: ", fn, " expected at most 1 positional argument");
-  if (!a.pos.empty()) {
-    const Value& src = a.pos[0];
-    if (src.kind == K::Dict) {
-      d = make_dict(src.dict().entries);
-    } else {
-      for (const Value& pair : iterate(src)) {
-        List kv = iterate(pair);
-        if (kv.size() != 2) rt_fail("ValueError: ", fn, " sequence elements must have length 2");
-        d.dict().set(kv[0], kv[1]);
-      }
-    }
-  }
-  for (const auto& kv : a.kw) d.dict().set(make_str(kv.first), kv.second);
-  return d.dict().entries;
-}
-
-Value g_dict(Interp&, CallArgs& a) { return make_dict(dict_args(a, "dict")); }
-
-Value g_namespace(Interp&, CallArgs& a) {
-  std::vector<std::pair<std::string, Value>> attrs;
-  for (auto& kv : dict_args(a, "namespace")) attrs.emplace_back(to_str(kv.first), kv.second);
-  return make_object("Namespace", std::move(attrs));
-}
-
-Value g_raise_exception(Interp&, CallArgs& a) {
-  Value msg = a.take(0, "message", make_str(""));
-  a.finish("raise_exception");
-  throw RuntimeFail(to_str(msg));
-}
-
-Value g_strftime_now(Interp&, CallArgs& a) {
-  std::string fmt = to_str(a.take(0, "format"));
-  a.finish("strftime_now");
-  std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  localtime_r(&now, &tm);
-  char buf[512];
-  size_t n = std::strftime(buf, sizeof buf, fmt.c_str(), &tm);
-  return make_str(std::string(buf, n));
-}
-
-Value g_joiner(Interp&, CallArgs& a) {
-  std::string sep = to_str(a.take(0, "sep", make_str(", ")));
-  a.finish("joiner");
-  auto used = std::make_shared<bool>(false);
-  return make_func("joiner", [sep, used](Interp&, CallArgs&) {
-    if (!*used) {
-      *used = true;
-      return make_str("");
-    }
-    return make_str(sep);
-  });
 }
 
 }  // namespace
 
-bool has_filter(const std::string& name) { return filters().count(name) != 0; }
-bool has_test(const std::string& name) { return tests().count(name) != 0; }
+bool has_filter(const std::string& name) {
+  return filters().count(name) != 0;
+}
 
 Value apply_filter(Interp& in, const std::string& name, const Value& v, CallArgs& args) {
   auto it = filters().find(name);
   if (it == filters().end()) rt_fail("No filter named '", name, "'.");
   return it->second(in, v, args);
-}
-
-bool apply_test(Interp& in, const std::string& name, const Value& v, CallArgs& args) {
-  auto it = tests().find(name);
-  if (it == tests().end()) rt_fail("No test named '", name, "'.");
-  return it->second(in, v, args);
-}
-
-Value lookup_global(const std::string& name) {
-  if (name == "range") return make_func(name, g_range);
-  if (name == "dict") return make_func(name, g_dict);
-  if (name == "namespace") return make_func(name, g_namespace);
-  if (name == "raise_exception") return make_func(name, g_raise_exception);
-  if (name == "strftime_now") return make_func(name, g_strftime_now);
-  if (name == "joiner") return make_func(name, g_joiner);
-  return Value();
 }
 
 }  // namespace hearth::jinja::detail

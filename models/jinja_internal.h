@@ -40,6 +40,8 @@ struct Box {
 
 struct Value {
   // Tuple is kept apart from List only because Python prints and compares them differently.
+  // Iter stands for Python's generators and dict views (what map/select return, dict.items()):
+  // iterable but not indexable; a generator is truthy even when empty and runs only once.
   // Object covers jinja2's namespace() and the loop variable: attribute bags, not mappings.
   enum class Kind : uint8_t {
     Undefined,
@@ -50,6 +52,7 @@ struct Value {
     String,
     List,
     Tuple,
+    Iter,
     Dict,
     Object,
     Func
@@ -71,7 +74,7 @@ struct Value {
   int64_t as_int() const { return kind == Kind::Bool ? int64_t(b) : i; }
   double as_float() const { return kind == Kind::Float ? f : double(as_int()); }
   const std::string& str() const;  // String only
-  const List& items() const;       // List/Tuple only
+  const List& items() const;       // List/Tuple/Iter only
   struct DictBox& dict() const;
   struct ObjectBox& object() const;
   struct FuncBox& func() const;
@@ -83,7 +86,10 @@ struct StringBox : Box {
   explicit StringBox(std::string v) : s(std::move(v)) {}
 };
 struct ListBox : Box {
+  enum class Flavor : uint8_t { Plain, Generator, DictKeys, DictValues, DictItems };
   List items;
+  Flavor flavor = Flavor::Plain;
+  size_t consumed = 0;  // a generator's items before this index have been taken
   explicit ListBox(List v) : items(std::move(v)) {}
 };
 // Keys are values because Python dict literals may use numbers; lookups use Python equality.
@@ -113,6 +119,8 @@ Value make_float(double f);
 Value make_str(std::string s);
 Value make_list(List items);
 Value make_tuple(List items);
+Value make_iter(ListBox::Flavor flavor, List items);
+ListBox& iter_box(const Value& v);
 Value make_dict(std::vector<std::pair<Value, Value>> entries = {});
 Value make_object(std::string type, std::vector<std::pair<std::string, Value>> attrs = {});
 Value make_func(std::string name, NativeFn fn);

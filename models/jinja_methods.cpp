@@ -14,16 +14,16 @@ namespace {
 
 const std::unordered_set<std::string>& str_methods() {
   static const std::unordered_set<std::string> m = {
-      "startswith", "endswith", "split",   "rsplit",     "splitlines",   "strip",   "lstrip",
-      "rstrip",     "upper",    "lower",   "title",      "capitalize",   "swapcase", "casefold",
-      "replace",    "find",     "rfind",   "index",      "rindex",       "count",   "join",
-      "format",     "isdigit",  "isalpha", "isalnum",    "isspace",      "isupper", "islower",
-      "isnumeric",  "isdecimal", "zfill",  "center",     "ljust",        "rjust",   "partition",
+      "startswith", "endswith",     "split",       "rsplit",  "splitlines", "strip",    "lstrip",
+      "rstrip",     "upper",        "lower",       "title",   "capitalize", "swapcase", "casefold",
+      "replace",    "find",         "rfind",       "index",   "rindex",     "count",    "join",
+      "format",     "isdigit",      "isalpha",     "isalnum", "isspace",    "isupper",  "islower",
+      "isnumeric",  "isdecimal",    "zfill",       "center",  "ljust",      "rjust",    "partition",
       "rpartition", "removeprefix", "removesuffix"};
   return m;
 }
 const std::unordered_set<std::string> kListSafe = {"count", "index", "copy"};
-const std::unordered_set<std::string> kListUnsafe = {"append", "extend", "insert", "pop",
+const std::unordered_set<std::string> kListUnsafe = {"append", "extend",  "insert", "pop",
                                                      "remove", "reverse", "sort",   "clear"};
 const std::unordered_set<std::string> kDictSafe = {"keys", "values", "items", "get", "copy"};
 const std::unordered_set<std::string> kDictUnsafe = {"pop", "popitem", "setdefault", "update",
@@ -58,8 +58,10 @@ std::string pad(const std::string& s, int64_t width, char32_t fill, char align) 
   int64_t len = utf8_length(s);
   if (width <= len) return s;
   int64_t total = width - len, left = 0;
-  if (align == '>') left = total;
-  else if (align == '^') left = total / 2;
+  if (align == '>')
+    left = total;
+  else if (align == '^')
+    left = total / 2;
   std::string f;
   utf8_append(f, fill);
   std::string out;
@@ -80,7 +82,8 @@ std::string format_spec(const Value& v, const std::string& spec) {
     fill = u[0];
     align = char(u[1]);
     i = 2;
-  } else if (!u.empty() && u[0] < 128 && std::string("<>^=").find(char(u[0])) != std::string::npos) {
+  } else if (!u.empty() && u[0] < 128 &&
+             std::string("<>^=").find(char(u[0])) != std::string::npos) {
     align = char(u[0]);
     i = 1;
   }
@@ -98,7 +101,8 @@ std::string format_spec(const Value& v, const std::string& spec) {
   int precision = -1;
   if (i < u.size() && u[i] == '.') {
     precision = 0;
-    for (++i; i < u.size() && u[i] >= '0' && u[i] <= '9';) precision = precision * 10 + int(u[i++] - '0');
+    for (++i; i < u.size() && u[i] >= '0' && u[i] <= '9';)
+      precision = precision * 10 + int(u[i++] - '0');
   }
   char type = i < u.size() ? char(u[i]) : 0;
   std::string body;
@@ -145,8 +149,10 @@ std::string str_format(Interp& in, const std::string& fmt, CallArgs& a) {
   for (size_t i = 0; i < fmt.size(); ++i) {
     char c = fmt[i];
     if (c == '}') {
-      if (i + 1 < fmt.size() && fmt[i + 1] == '}') ++i;
-      else rt_fail("ValueError: Single '}' encountered in format string");
+      if (i + 1 < fmt.size() && fmt[i + 1] == '}')
+        ++i;
+      else
+        rt_fail("ValueError: Single '}' encountered in format string");
       out += '}';
       continue;
     }
@@ -176,14 +182,16 @@ std::string str_format(Interp& in, const std::string& fmt, CallArgs& a) {
     std::string head = field.substr(0, name_end);
     Value v;
     if (head.empty()) {
-      if (auto_index >= a.pos.size()) rt_fail("IndexError: Replacement index ", std::to_string(auto_index), " out of range");
+      if (auto_index >= a.pos.size())
+        rt_fail("IndexError: Replacement index ", std::to_string(auto_index), " out of range");
       v = a.pos[auto_index++];
     } else if (std::all_of(head.begin(), head.end(), ::isdigit)) {
       size_t k = std::stoul(head);
       if (k >= a.pos.size()) rt_fail("IndexError: Replacement index ", head, " out of range");
       v = a.pos[k];
     } else {
-      auto it = std::find_if(a.kw.begin(), a.kw.end(), [&](const auto& kv) { return kv.first == head; });
+      auto it =
+          std::find_if(a.kw.begin(), a.kw.end(), [&](const auto& kv) { return kv.first == head; });
       if (it == a.kw.end()) rt_fail("KeyError: '", head, "'");
       v = it->second;
     }
@@ -200,8 +208,10 @@ std::string str_format(Interp& in, const std::string& fmt, CallArgs& a) {
         p = e == std::string::npos ? field.size() : e + 1;
       }
     }
-    if (conv == "r") v = make_str(repr(v));
-    else if (conv == "s") v = make_str(to_str(v));
+    if (conv == "r")
+      v = make_str(repr(v));
+    else if (conv == "s")
+      v = make_str(to_str(v));
     out += format_spec(v, spec);
   }
   (void)in;
@@ -211,7 +221,8 @@ std::string str_format(Interp& in, const std::string& fmt, CallArgs& a) {
 Value str_method(Interp& in, const std::string& s, const std::string& name, CallArgs& a) {
   const char* fn = name.c_str();
   if (name == "startswith" || name == "endswith") {
-    Value what = a.take(0, "prefix"), start = a.take(1, "start", make_none()), end = a.take(2, "end", make_none());
+    Value what = a.take(0, "prefix"), start = a.take(1, "start", make_none()),
+          end = a.take(2, "end", make_none());
     a.finish(fn);
     int64_t off;
     std::string w = utf8_encode(window(utf8_decode(s), start, end, &off));
@@ -267,7 +278,8 @@ Value str_method(Interp& in, const std::string& s, const std::string& name, Call
     a.finish(fn);
     std::string cs;
     if (!chars.is_none()) cs = arg_str(chars, fn);
-    return make_str(py_strip(s, chars.is_none() ? nullptr : &cs, name != "rstrip", name != "lstrip"));
+    return make_str(
+        py_strip(s, chars.is_none() ? nullptr : &cs, name != "rstrip", name != "lstrip"));
   }
   if (name == "upper" || name == "lower" || name == "title" || name == "capitalize" ||
       name == "casefold" || name == "swapcase") {
@@ -277,7 +289,8 @@ Value str_method(Interp& in, const std::string& s, const std::string& name, Call
     if (name == "title") return make_str(py_title(s));
     if (name == "capitalize") return make_str(py_capitalize(s));
     std::string out;
-    for (char32_t c : utf8_decode(s)) utf8_append(out, to_upper_cp(c) != c ? to_upper_cp(c) : to_lower_cp(c));
+    for (char32_t c : utf8_decode(s))
+      utf8_append(out, to_upper_cp(c) != c ? to_upper_cp(c) : to_lower_cp(c));
     return make_str(out);
   }
   if (name == "replace") {
@@ -286,7 +299,8 @@ Value str_method(Interp& in, const std::string& s, const std::string& name, Call
     return make_str(py_replace(s, arg_str(o, fn), arg_str(n, fn), arg_int(c, fn)));
   }
   if (name == "find" || name == "rfind" || name == "index" || name == "rindex" || name == "count") {
-    Value sub = a.take(0, "sub"), start = a.take(1, "start", make_none()), end = a.take(2, "end", make_none());
+    Value sub = a.take(0, "sub"), start = a.take(1, "start", make_none()),
+          end = a.take(2, "end", make_none());
     a.finish(fn);
     int64_t off;
     std::u32string w = window(utf8_decode(s), start, end, &off);
@@ -294,7 +308,9 @@ Value str_method(Interp& in, const std::string& s, const std::string& name, Call
     if (name == "count") {
       if (needle.empty()) return make_int(int64_t(w.size()) + 1);
       int64_t n = 0;
-      for (size_t p = w.find(needle); p != std::u32string::npos; p = w.find(needle, p + needle.size())) ++n;
+      for (size_t p = w.find(needle); p != std::u32string::npos;
+           p = w.find(needle, p + needle.size()))
+        ++n;
       return make_int(n);
     }
     size_t p = name[0] == 'r' ? w.rfind(needle) : w.find(needle);
@@ -324,12 +340,18 @@ Value str_method(Interp& in, const std::string& s, const std::string& name, Call
     if (u.empty()) return make_bool(false);
     bool cased = false, ok = true;
     for (char32_t c : u) {
-      if (name == "isdigit" || name == "isdecimal" || name == "isnumeric") ok &= is_digit_cp(c);
-      else if (name == "isalpha") ok &= is_alpha_cp(c);
-      else if (name == "isalnum") ok &= is_alnum_cp(c);
-      else if (name == "isspace") ok &= py_isspace(c);
-      else if (name == "isupper") ok &= !(is_cased_cp(c) && to_upper_cp(c) != c), cased |= is_cased_cp(c);
-      else if (name == "islower") ok &= !(is_cased_cp(c) && to_lower_cp(c) != c), cased |= is_cased_cp(c);
+      if (name == "isdigit" || name == "isdecimal" || name == "isnumeric")
+        ok &= is_digit_cp(c);
+      else if (name == "isalpha")
+        ok &= is_alpha_cp(c);
+      else if (name == "isalnum")
+        ok &= is_alnum_cp(c);
+      else if (name == "isspace")
+        ok &= py_isspace(c);
+      else if (name == "isupper")
+        ok &= !(is_cased_cp(c) && to_upper_cp(c) != c), cased |= is_cased_cp(c);
+      else if (name == "islower")
+        ok &= !(is_cased_cp(c) && to_lower_cp(c) != c), cased |= is_cased_cp(c);
     }
     if (name == "isupper" || name == "islower") ok &= cased;
     return make_bool(ok);
@@ -346,7 +368,8 @@ Value str_method(Interp& in, const std::string& s, const std::string& name, Call
     int64_t width = arg_int(a.take(0, "width"), fn);
     std::u32string fill = utf8_decode(arg_str(a.take(1, "fillchar", make_str(" ")), fn));
     a.finish(fn);
-    if (fill.size() != 1) rt_fail("TypeError: The fill character must be exactly one character long");
+    if (fill.size() != 1)
+      rt_fail("TypeError: The fill character must be exactly one character long");
     // str.center puts the extra character on the left only when the padding and width are odd.
     if (name == "center") {
       int64_t total = width - utf8_length(s);
@@ -368,12 +391,14 @@ Value str_method(Interp& in, const std::string& s, const std::string& name, Call
     if (p == std::string::npos)
       return name == "partition" ? make_tuple({make_str(s), make_str(""), make_str("")})
                                  : make_tuple({make_str(""), make_str(""), make_str(s)});
-    return make_tuple({make_str(s.substr(0, p)), make_str(sep), make_str(s.substr(p + sep.size()))});
+    return make_tuple(
+        {make_str(s.substr(0, p)), make_str(sep), make_str(s.substr(p + sep.size()))});
   }
   if (name == "removeprefix" || name == "removesuffix") {
     std::string fix = arg_str(a.take(0, "prefix"), fn);
     a.finish(fn);
-    if (name == "removeprefix" && s.compare(0, fix.size(), fix) == 0) return make_str(s.substr(fix.size()));
+    if (name == "removeprefix" && s.compare(0, fix.size(), fix) == 0)
+      return make_str(s.substr(fix.size()));
     if (name == "removesuffix" && fix.size() <= s.size() && !fix.empty() &&
         s.compare(s.size() - fix.size(), fix.size(), fix) == 0)
       return make_str(s.substr(0, s.size() - fix.size()));
@@ -413,20 +438,30 @@ Value dict_method(const Value& self, const std::string& name, CallArgs& a) {
   if (name == "copy") return make_dict(entries);
   List out;
   for (const auto& kv : entries) {
-    if (name == "keys") out.push_back(kv.first);
-    else if (name == "values") out.push_back(kv.second);
-    else out.push_back(make_tuple({kv.first, kv.second}));
+    if (name == "keys")
+      out.push_back(kv.first);
+    else if (name == "values")
+      out.push_back(kv.second);
+    else
+      out.push_back(make_tuple({kv.first, kv.second}));
   }
-  return make_list(std::move(out));
+  using F = ListBox::Flavor;
+  return make_iter(name == "keys"     ? F::DictKeys
+                   : name == "values" ? F::DictValues
+                                      : F::DictItems,
+                   std::move(out));
 }
 
 Value bound(const Value& self, const std::string& name) {
   return make_func(name, [self, name](Interp& in, CallArgs& a) -> Value {
     switch (self.kind) {
-      case K::String: return str_method(in, self.str(), name, a);
+      case K::String:
+        return str_method(in, self.str(), name, a);
       case K::List:
-      case K::Tuple: return list_method(self, name, a);
-      default: return dict_method(self, name, a);
+      case K::Tuple:
+        return list_method(self, name, a);
+      default:
+        return dict_method(self, name, a);
     }
   });
 }
@@ -461,8 +496,10 @@ Value get_attr(const Value& obj, const std::string& name) {
     case K::Object:
       if (const Value* v = obj.object().find(name)) return *v;
       break;
-    case K::Undefined: rt_fail(obj.undefined_hint());
-    default: break;
+    case K::Undefined:
+      rt_fail(obj.undefined_hint());
+    default:
+      break;
   }
   return missing_attr(obj, name);
 }
@@ -488,8 +525,10 @@ Value get_item(const Value& obj, const Value& key) {
         return make_str(std::move(s));
       }
       break;
-    case K::Undefined: rt_fail(obj.undefined_hint());
-    default: break;
+    case K::Undefined:
+      rt_fail(obj.undefined_hint());
+    default:
+      break;
   }
   // jinja2 retries a failed string subscript as an attribute (so d['items'] finds no method
   // only when the dict lacks the key).

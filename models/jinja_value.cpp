@@ -120,6 +120,16 @@ Value make_tuple(List items) {
   v.kind = K::Tuple;
   return v;
 }
+Value make_iter(ListBox::Flavor flavor, List items) {
+  Value v = make_list(std::move(items));
+  v.kind = K::Iter;
+  iter_box(v).flavor = flavor;
+  return v;
+}
+ListBox& iter_box(const Value& v) {
+  return static_cast<ListBox&>(*v.box);
+}
+
 Value make_dict(std::vector<std::pair<Value, Value>> entries) {
   Value v;
   v.kind = K::Dict;
@@ -194,6 +204,8 @@ bool truthy(const Value& v) {
       return !v.items().empty();
     case K::Dict:
       return !v.dict().entries.empty();
+    case K::Iter:
+      return iter_box(v).flavor == ListBox::Flavor::Generator || !v.items().empty();
     case K::Object:
     case K::Func:
       return true;
@@ -243,6 +255,9 @@ std::string to_str(const Value& v) {
       return "(" + join_repr(v.items()) + (v.items().size() == 1 ? ",)" : ")");
     case K::Dict:
       return dict_repr(v.dict().entries);
+    case K::Iter:
+      if (iter_box(v).flavor == ListBox::Flavor::Generator) return "<generator object>";
+      return type_name(v) + "([" + join_repr(v.items()) + "])";
     case K::Object: {
       const ObjectBox& o = v.object();
       if (o.type == "LoopContext") {
@@ -285,6 +300,17 @@ std::string type_name(const Value& v) {
       return "list";
     case K::Tuple:
       return "tuple";
+    case K::Iter:
+      switch (iter_box(v).flavor) {
+        case ListBox::Flavor::DictKeys:
+          return "dict_keys";
+        case ListBox::Flavor::DictValues:
+          return "dict_values";
+        case ListBox::Flavor::DictItems:
+          return "dict_items";
+        default:
+          return "generator";
+      }
     case K::Dict:
       return "dict";
     case K::Object:
@@ -372,7 +398,21 @@ bool py_contains(const Value& container, const Value& item) {
         if (py_equal(e, item)) return true;
       return false;
     case K::Dict:
+      if (item.is_seq() && item.kind == K::List) rt_fail("TypeError: unhashable type: 'list'");
+      if (item.kind == K::Dict) rt_fail("TypeError: unhashable type: 'dict'");
       return container.dict().find(item) != nullptr;
+    case K::Iter: {
+      // Membership consumes a generator up to the match, as Python's `in` does.
+      ListBox& b = iter_box(container);
+      bool gen = b.flavor == ListBox::Flavor::Generator;
+      for (size_t k = gen ? b.consumed : 0; k < b.items.size(); ++k)
+        if (py_equal(b.items[k], item)) {
+          if (gen) b.consumed = k + 1;
+          return true;
+        }
+      if (gen) b.consumed = b.items.size();
+      return false;
+    }
     case K::Undefined:
       return false;  // jinja2's Undefined iterates as empty
     default:
@@ -389,6 +429,10 @@ int64_t py_len(const Value& v) {
       return int64_t(v.items().size());
     case K::Dict:
       return int64_t(v.dict().entries.size());
+    case K::Iter:
+      if (iter_box(v).flavor == ListBox::Flavor::Generator)
+        rt_fail("TypeError: object of type 'generator' has no len()");
+      return int64_t(v.items().size());
     case K::Undefined:
       return 0;
     default:
@@ -401,6 +445,13 @@ List iterate(const Value& v) {
     case K::List:
     case K::Tuple:
       return v.items();
+    case K::Iter: {
+      ListBox& b = iter_box(v);
+      if (b.flavor != ListBox::Flavor::Generator) return b.items;
+      List rest(b.items.begin() + long(b.consumed), b.items.end());
+      b.consumed = b.items.size();
+      return rest;
+    }
     case K::Dict: {
       List keys;
       for (const auto& kv : v.dict().entries) keys.push_back(kv.first);
@@ -424,20 +475,19 @@ List iterate(const Value& v) {
 }
 
 Value py_slice(const Value& v, const Value& start_v, const Value& stop_v, const Value& step_v) {
-  auto index_of = [](const Value& x, int64_t def) {
-    if (x.is_none()) return def;
-    if (!x.is_int())
+  // jinja2 compiles a slice to a plain Python subscript, so unlike item access it raises.
+  for (const Value* x : {&start_v, &stop_v, &step_v})
+    if (!x->is_none() && !x->is_int())
       rt_fail("TypeError: slice indices must be integers or None or have an __index__ method");
-    return x.as_int();
-  };
+  if (v.kind == K::Dict) rt_fail("TypeError: unhashable type: 'slice'");
+  if (v.kind != K::String && !v.is_seq())
+    rt_fail("TypeError: '", type_name(v), "' object is not subscriptable");
+  auto index_of = [](const Value& x, int64_t def) { return x.is_none() ? def : x.as_int(); };
   int64_t step = index_of(step_v, 1);
   if (step == 0) rt_fail("ValueError: slice step cannot be zero");
   std::u32string u;
   bool is_str = v.kind == K::String;
-  if (is_str)
-    u = utf8_decode(v.str());
-  else if (!v.is_seq())
-    rt_fail("TypeError: '", type_name(v), "' object is not subscriptable");
+  if (is_str) u = utf8_decode(v.str());
   int64_t len = is_str ? int64_t(u.size()) : int64_t(v.items().size());
   auto adjust = [&](const Value& x, bool is_start) {
     int64_t i = index_of(x, INT64_MIN);

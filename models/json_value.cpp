@@ -48,8 +48,7 @@ Json from_dom(simdjson::dom::element e) {
     case element_type::OBJECT: {
       Json out = Json::object();
       simdjson::dom::object obj = e.get_object().value_unsafe();
-      for (simdjson::dom::key_value_pair kv : obj)
-        out.set(std::string(kv.key), from_dom(kv.value));
+      for (simdjson::dom::key_value_pair kv : obj) out.set(std::string(kv.key), from_dom(kv.value));
       return out;
     }
     case element_type::INT64:

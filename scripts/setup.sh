@@ -4,7 +4,9 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config git
       libopenblas-dev libdnnl-dev ocl-icd-opencl-dev opencl-headers libomp-dev libsimdjson-dev doctest-dev
       libpcre2-dev libutf8proc-dev libcpp-httplib-dev
-      python3)
+      python3
+      # examples/desktop-chat and its Xvfb test; leak checks of the C API
+      libgtk-4-dev xvfb xauth x11-apps imagemagick valgrind)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -10,33 +10,33 @@
 
 static int failures = 0;
 
-#define CHECK(cond)                                                      \
-  do {                                                                   \
-    if (!(cond)) {                                                       \
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
       fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                        \
-    }                                                                    \
+      ++failures;                                                              \
+    }                                                                          \
   } while (0)
 
 /* The call fails with `status` and leaves a message. */
-#define CHECK_FAILS(call, status)                                             \
-  do {                                                                        \
-    hearth_status s_ = (call);                                                \
-    if (s_ != (status) || hearth_last_error()[0] == '\0') {                   \
+#define CHECK_FAILS(call, status)                                                             \
+  do {                                                                                        \
+    hearth_status s_ = (call);                                                                \
+    if (s_ != (status) || hearth_last_error()[0] == '\0') {                                   \
       fprintf(stderr, "%s:%d: %s returned %s (%s), expected %s\n", __FILE__, __LINE__, #call, \
-              hearth_status_name(s_), hearth_last_error(), #status);          \
-      ++failures;                                                             \
-    }                                                                         \
+              hearth_status_name(s_), hearth_last_error(), #status);                          \
+      ++failures;                                                                             \
+    }                                                                                         \
   } while (0)
 
-#define CHECK_OK(call)                                                                      \
-  do {                                                                                      \
-    hearth_status s_ = (call);                                                              \
-    if (s_ != HEARTH_OK) {                                                                  \
-      fprintf(stderr, "%s:%d: %s returned %s: %s\n", __FILE__, __LINE__, #call,             \
-              hearth_status_name(s_), hearth_last_error());                                 \
-      ++failures;                                                                           \
-    }                                                                                       \
+#define CHECK_OK(call)                                                          \
+  do {                                                                          \
+    hearth_status s_ = (call);                                                  \
+    if (s_ != HEARTH_OK) {                                                      \
+      fprintf(stderr, "%s:%d: %s returned %s: %s\n", __FILE__, __LINE__, #call, \
+              hearth_status_name(s_), hearth_last_error());                     \
+      ++failures;                                                               \
+    }                                                                           \
   } while (0)
 
 struct progress_log {
@@ -51,7 +51,8 @@ static int on_progress(float fraction, const char* stage, void* user_data) {
   if (fraction < log->last || fraction < 0.0f || fraction > 1.0f) log->monotonic = 0;
   log->last = fraction;
   ++log->calls;
-  if (strstr(log->stages, stage) == NULL && strlen(log->stages) + strlen(stage) + 2 < sizeof log->stages) {
+  if (strstr(log->stages, stage) == NULL &&
+      strlen(log->stages) + strlen(stage) + 2 < sizeof log->stages) {
     strcat(log->stages, stage);
     strcat(log->stages, " ");
   }
@@ -140,8 +141,10 @@ int main(void) {
   if (!model) return 1;
   CHECK(hearth_last_error()[0] == '\0');
   CHECK(log.monotonic && log.last == 1.0f);
-  CHECK(strcmp(log.stages, "start config checkpoint weights graph tokenizer prefault backend done ") == 0);
-  if (strcmp(log.stages, "start config checkpoint weights graph tokenizer prefault backend done ") != 0)
+  CHECK(strcmp(log.stages,
+               "start config checkpoint weights graph tokenizer prefault backend done ") == 0);
+  if (strcmp(log.stages,
+             "start config checkpoint weights graph tokenizer prefault backend done ") != 0)
     fprintf(stderr, "stages: %s\n", log.stages);
 
   info.struct_size = sizeof info;
@@ -206,7 +209,9 @@ int main(void) {
   hearth_free(ids);
   hearth_session_free(session);
   hearth_model_free(model);
-  if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
-  else printf("capi_c99: all checks passed\n");
+  if (failures)
+    fprintf(stderr, "%d check(s) failed\n", failures);
+  else
+    printf("capi_c99: all checks passed\n");
   return failures ? 1 : 0;
 }

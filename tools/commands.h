@@ -13,5 +13,8 @@ int cmd_tokenize(int argc, char** argv);
 int cmd_detokenize(int argc, char** argv);
 int cmd_template(int argc, char** argv);
 int cmd_bench_tokenizer(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
+int cmd_quantize(int argc, char** argv);
+int cmd_eval(int argc, char** argv);
 
 }  // namespace hearth::cli

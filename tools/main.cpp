@@ -31,6 +31,17 @@ commands:
   standin   --out DIR [--preset 0.6b|1.7b|4b|8b|tiny] [--dtype bf16|f16|f32] [--seed N]
             [--heavy-tailed] [--outliers N] [--shards N]
             write a random-weight Qwen3 checkpoint for tests and benchmarks
+  quantize  --model IN --out OUT [--bits 4|8] [--group 32|64|128] [--head int8|int4|bf16]
+            [--scale-dtype f16|bf16] [--calibration TEXTFILE | --calibration-ids FILE]
+            [--rtn] [--force] [--json]     write an INT8/INT4 checkpoint (quant/FORMAT.md)
+  bench     --model DIR [--threads N] [--prompt 512] [--gen 128] [--reps 2] [--gemm G] [--json]
+            prefill and greedy-decode tokens/s beside the machine's memory read bandwidth and
+            FMA peak measured in the same run; JSON fields: prefill_tokens_per_s, prefill_gflops,
+            peak_gflops, prefill_peak_fraction, decode_tokens_per_s, decode_bytes_per_token
+            (= decode_weight_bytes + decode_kv_bytes_per_token), mem_bw_gbs, decode_bw_fraction,
+            peak_rss_mb, weights_hugepage_mb (see tools/cmd_bench.cpp)
+  eval      --model M --reference REF (--text FILE | --ids-file FILE) [--ctx 512] [--json]
+            perplexity of both, KL(REF||M) mean and p99, top-1 agreement, bits per weight
 
 engine options (all model commands):
   --threads N  --backend cpu  --isa avx512|avx2|neon|scalar  --kv f32|f16|bf16
@@ -59,6 +70,9 @@ int main(int argc, char** argv) {
     if (cmd == "detokenize") return cmd_detokenize(argc - 2, argv + 2);
     if (cmd == "template") return cmd_template(argc - 2, argv + 2);
     if (cmd == "bench-tokenizer") return cmd_bench_tokenizer(argc - 2, argv + 2);
+    if (cmd == "bench") return cmd_bench(argc - 2, argv + 2);
+    if (cmd == "quantize") return cmd_quantize(argc - 2, argv + 2);
+    if (cmd == "eval") return cmd_eval(argc - 2, argv + 2);
     std::fprintf(stderr, "error: unknown command '%s' (try: hearth help)\n", cmd.c_str());
     return 2;
   } catch (const std::bad_alloc&) {

@@ -73,6 +73,60 @@ inline void scores(const float* q, const float* kt, int n, int hd, float scale, 
   }
 }
 
+// The same for two query rows that see the same keys: each key vector loaded once feeds both
+// rows, halving the loads per FMA. Lanes 0-7 of each reduction are row 0's, 8-15 row 1's.
+inline void scores2(const float* q0, const float* q1, const float* kt, int n, int hd, float scale,
+                    float* s0, float* s1) {
+  for (int j0 = 0; j0 < n; j0 += 8) {
+    __m512 acc[16];
+    const float* rows[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      acc[j] = acc[j + 8] = _mm512_setzero_ps();
+      rows[j] = kt + int64_t(j0 + j < n ? j0 + j : n - 1) * hd;
+    }
+    for (int c = 0; c < hd; c += 16) {
+      const __m512 a = _mm512_loadu_ps(q0 + c), b = _mm512_loadu_ps(q1 + c);
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+        const __m512 k = _mm512_loadu_ps(rows[j] + c);
+        acc[j] = _mm512_fmadd_ps(a, k, acc[j]);
+        acc[j + 8] = _mm512_fmadd_ps(b, k, acc[j + 8]);
+      }
+    }
+    __m512 r = _mm512_mul_ps(reduce16(acc), _mm512_set1_ps(scale));
+    const int valid = n - j0 < 8 ? n - j0 : 8;
+    const __mmask16 m = __mmask16(((1u << valid) - 1u) * 0x101u);
+    r = _mm512_mask_blend_ps(m, _mm512_set1_ps(-INFINITY), r);
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, r);
+    for (int j = 0; j < 8; ++j) s0[j0 + j] = lanes[j], s1[j0 + j] = lanes[j + 8];
+  }
+}
+
+// Online softmax over one tile of scores s[0..n) (padded with -inf to whole vectors): rescales the
+// row's running sum l and output o to the new maximum m, and leaves exp(s - m) in s.
+inline void softmax_tile(float* s, int n, int hd, float* m, float* l, float* o) {
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  for (int j = 0; j < n; j += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + j));
+  const float tile_max = hmax16(mx);
+  const float m_new = tile_max > *m ? tile_max : *m;
+  if (m_new > *m) {
+    // exp(-inf) is 0, which also clears the first tile's (already zero) state.
+    const __m512 c = exp512(_mm512_set1_ps(*m - m_new));
+    *l *= _mm512_cvtss_f32(c);
+    for (int d = 0; d < hd; d += 16) _mm512_storeu_ps(o + d, _mm512_mul_ps(_mm512_loadu_ps(o + d), c));
+    *m = m_new;
+  }
+  __m512 sum = _mm512_setzero_ps();
+  for (int j = 0; j < n; j += 16) {
+    const __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(s + j), _mm512_set1_ps(m_new)));
+    sum = _mm512_add_ps(sum, e);
+    _mm512_storeu_ps(s + j, e);
+  }
+  *l += hsum16(sum);
+}
+
 // o += sum_j e[j] v_j over n value rows; eight vectors of o stay in registers per pass.
 inline void accumulate_v(const float* e, const float* vt, int n, int hd, float* o) {
   int d0 = 0;
@@ -97,6 +151,39 @@ inline void accumulate_v(const float* e, const float* vt, int n, int hd, float* 
   }
 }
 
+// The same for two rows: each value vector loaded once feeds both.
+inline void accumulate_v2(const float* e0, const float* e1, const float* vt, int n, int hd,
+                          float* o0, float* o1) {
+  int d0 = 0;
+  for (; d0 + 128 <= hd; d0 += 128) {
+    __m512 a[8], b[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+      a[c] = _mm512_loadu_ps(o0 + d0 + c * 16);
+      b[c] = _mm512_loadu_ps(o1 + d0 + c * 16);
+    }
+    for (int j = 0; j < n; ++j) {
+      const __m512 x = _mm512_set1_ps(e0[j]), y = _mm512_set1_ps(e1[j]);
+      const float* vr = vt + int64_t(j) * hd + d0;
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; ++c) {
+        const __m512 v = _mm512_loadu_ps(vr + c * 16);
+        a[c] = _mm512_fmadd_ps(x, v, a[c]);
+        b[c] = _mm512_fmadd_ps(y, v, b[c]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+      _mm512_storeu_ps(o0 + d0 + c * 16, a[c]);
+      _mm512_storeu_ps(o1 + d0 + c * 16, b[c]);
+    }
+  }
+  if (d0 < hd) {
+    accumulate_v(e0, vt + d0, n, hd, o0 + d0);
+    accumulate_v(e1, vt + d0, n, hd, o1 + d0);
+  }
+}
+
 template <DType T>
 void attention_avx512(const AttentionArgs& a) {
   const int hd = a.head_dim;
@@ -110,8 +197,8 @@ void attention_avx512(const AttentionArgs& a) {
   float* acc = a.scratch;              // [kRows][hd]
   float* m = acc + kRows * hd;         // [kRows]
   float* l = m + kRows;                // [kRows]
-  float* s = l + kRows;                // [kTile]
-  float* ktile = s + kTile;            // [kTile][hd], 16-bit caches only
+  float* s = l + kRows;                // [2][kTile]: one or two rows' scores
+  float* ktile = s + 2 * kTile;        // [kTile][hd], 16-bit caches only
   float* vtile = ktile + kTile * hd;   // [kTile][hd]
   const int n_rows = a.n_tok * a.group;
   for (int r0 = 0; r0 < n_rows; r0 += kRows) {
@@ -140,30 +227,28 @@ void attention_avx512(const AttentionArgs& a) {
         kt = ktile;
         vt = vtile;
       }
-      for (int i = 0; i < nr; ++i) {
+      for (int i = 0; i < nr;) {
         const int n = visible(i) - p0 < tile_n ? visible(i) - p0 : tile_n;
-        if (n <= 0) continue;
-        scores(q_row(i), kt, n, hd, a.scale, s);
-        __m512 mx = _mm512_set1_ps(-INFINITY);
-        for (int j = 0; j < n; j += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + j));
-        const float tile_max = hmax16(mx);
-        const float m_new = tile_max > m[i] ? tile_max : m[i];
-        float* o = acc + i * hd;
-        if (m_new > m[i]) {
-          // exp(-inf) is 0, which also clears the first tile's (already zero) state.
-          const __m512 c = exp512(_mm512_set1_ps(m[i] - m_new));
-          l[i] *= _mm512_cvtss_f32(c);
-          for (int d = 0; d < hd; d += 16) _mm512_storeu_ps(o + d, _mm512_mul_ps(_mm512_loadu_ps(o + d), c));
-          m[i] = m_new;
+        if (n <= 0) {
+          ++i;
+          continue;
         }
-        __m512 sum = _mm512_setzero_ps();
-        for (int j = 0; j < n; j += 16) {
-          const __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(s + j), _mm512_set1_ps(m_new)));
-          sum = _mm512_add_ps(sum, e);
-          _mm512_storeu_ps(s + j, e);
+        float* s0 = s;
+        float* s1 = s + kTile;
+        if (i + 1 < nr && visible(i + 1) == visible(i)) {
+          // Two heads of one token (GQA) see the same keys: share the K and V loads.
+          scores2(q_row(i), q_row(i + 1), kt, n, hd, a.scale, s0, s1);
+          for (int j = n; j < (n + 15) / 16 * 16; ++j) s0[j] = s1[j] = -INFINITY;
+          softmax_tile(s0, n, hd, m + i, l + i, acc + i * hd);
+          softmax_tile(s1, n, hd, m + i + 1, l + i + 1, acc + (i + 1) * hd);
+          accumulate_v2(s0, s1, vt, n, hd, acc + i * hd, acc + (i + 1) * hd);
+          i += 2;
+        } else {
+          scores(q_row(i), kt, n, hd, a.scale, s0);
+          softmax_tile(s0, n, hd, m + i, l + i, acc + i * hd);
+          accumulate_v(s0, vt, n, hd, acc + i * hd);
+          ++i;
         }
-        l[i] += hsum16(sum);
-        accumulate_v(s, vt, n, hd, o);
       }
     }
     for (int i = 0; i < nr; ++i) {

@@ -113,9 +113,12 @@ bool CpuBackend::supports_op(const Graph& g, const Node& n) const {
   switch (n.op) {
     case Op::MatMul: {
       const auto& w = g.tensor(n.in[1]);
-      return w.kind == TensorKind::Weight && plain(w.weight.dtype);
+      return w.kind == TensorKind::Weight && (plain(w.weight.dtype) || w.weight.quantized());
     }
-    case Op::Embed: return plain(g.tensor(n.in[0]).weight.dtype);
+    case Op::Embed: {
+      const Tensor& t = g.tensor(n.in[0]).weight;
+      return plain(t.dtype) || t.quantized();
+    }
     case Op::kCount: return false;
     default: return true;
   }
@@ -151,7 +154,7 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
     cg->rope_head_dim = head_dim;
     cg->inv_freq = f;
   };
-  int64_t max_k = 0, max_norm = 0, max_hd = 0;
+  int64_t max_k = 0, max_norm = 0, max_hd = 0, max_qmm = 0;
   for (const Step& s : cg->steps) {
     switch (s.kind) {
       case Step::Kind::Node: {
@@ -163,7 +166,11 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
       }
       case Step::Kind::Linear:
         widen_norm(s.lin.norm_w);
-        for (const auto& p : s.lin.parts) max_k = std::max(max_k, ts[size_t(p.w)].weight.cols());
+        for (const auto& p : s.lin.parts) {
+          const Tensor& w = ts[size_t(p.w)].weight;
+          max_k = std::max(max_k, w.cols());
+          if (w.quantized()) max_qmm = std::max(max_qmm, quant_matmul_scratch_floats(w.cols()));
+        }
         if (s.lin.norm_w >= 0) max_norm = std::max(max_norm, ts[size_t(s.lin.x)].cols);
         if (s.lin.logits) cg->argmax_fused = true;
         break;
@@ -233,7 +240,7 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
   cg->off_xn = at, at += round16(size_t(kPrivateNormTokens) * size_t(max_norm));
   cg->off_tmp = at, at += 2 * cg->tmp_floats;
   cg->off_wide = at, at += gemm_ ? round16(size_t(kGemmBlockRows) * size_t(max_k)) : 0;
-  cg->off_mm = at, at += round16(size_t(max_k));
+  cg->off_mm = at, at += round16(size_t(std::max(max_k, max_qmm)));
   cg->off_attn = at, at += max_hd ? round16(size_t(attention_scratch_floats(max_hd))) : 0;
   cg->per_thread = std::max<size_t>(at, 16);
   cg->scratch.alloc(cg->per_thread * 4 * size_t(pool_.size()), "scratch");

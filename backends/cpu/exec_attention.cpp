@@ -40,7 +40,7 @@ struct Heads {
 
   void norm_rope(float* x, int n_heads, int t, int h, int norm_w, bool rope) const {
     float* head = x + (int64_t(t) * n_heads + h) * hd;
-    if (norm_w >= 0) rms_norm_rows(head, c.cg.norm_w[size_t(norm_w)], hd, s.eps, head, 0, 1);
+    if (norm_w >= 0) c.kt.rms_norm(head, c.cg.norm_w[size_t(norm_w)], hd, s.eps, head);
     if (rope) {
       const int64_t p = int64_t(t) * n_heads + h;
       rope_heads(x, n_heads, hd, c.cg.rope_cos.f(), c.cg.rope_sin.f(), p, p + 1);

@@ -41,10 +41,20 @@ void silu_mul_block(const StepCtx& c, const float* a, const float* b, int64_t ld
 
 // --- short steps: the ISA's matmul kernel ------------------------------------------------------
 
+// Rows [r0, r1) of w; the caller goes on to read rows up to prefetch_r1 next.
 void matmul_rows(const StepCtx& c, const Tensor& w, const float* x, int64_t T, int64_t r0,
-                 int64_t r1, float* y, int64_t ldy) {
+                 int64_t r1, float* y, int64_t ldy, int64_t prefetch_r1 = 0) {
   MatmulArgs a{w.data, w.cols(), x,  w.cols(), int(T), y, ldy, r0, r1,
-               c.scratch() + c.cg.off_mm};
+               c.scratch() + c.cg.off_mm, prefetch_r1};
+  if (w.quantized()) {  // Q8/Q4 kernels handle decode and prefill themselves
+    QuantMatmulArgs q;
+    static_cast<MatmulArgs&>(q) = a;
+    q.scales = w.scales;
+    q.scale_dtype = w.scale_dtype;
+    q.group = w.group_size;
+    (w.dtype == DType::Q8 ? c.kt.matmul_q8 : c.kt.matmul_q4)(q);
+    return;
+  }
   c.kt.matmul[type_slot(w.dtype)](a);
 }
 
@@ -61,8 +71,8 @@ void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_
     ThreadPool::split(N, c.tid, c.nth, 16, &b, &e);
     for (int64_t r = b; r < e; r += kBlockRows) {
       const int64_t r1 = std::min(e, r + kBlockRows);
-      matmul_rows(c, wa, x, T, r, r1, tmp_a, kBlockRows);
-      matmul_rows(c, wb, x, T, r, r1, tmp_b, kBlockRows);
+      matmul_rows(c, wa, x, T, r, r1, tmp_a, kBlockRows, e);
+      matmul_rows(c, wb, x, T, r, r1, tmp_b, kBlockRows, e);
       silu_mul_block(c, tmp_a, tmp_b, kBlockRows, out + r, N, T, r1 - r);
     }
     return;
@@ -81,7 +91,7 @@ void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_
     if (argmax) {
       for (int64_t r = lo; r < hi; r += kBlockRows) {
         const int64_t r1 = std::min(hi, r + kBlockRows);
-        matmul_rows(c, w, x, T, r, r1, tmp_a, kBlockRows);
+        matmul_rows(c, w, x, T, r, r1, tmp_a, kBlockRows, hi);
         argmax_update(c, tmp_a, kBlockRows, T, r, r1 - r);
       }
       continue;
@@ -113,8 +123,8 @@ void gemm_rows(const StepCtx& c, const Tensor& w, const float* x, const uint16_t
     const size_t esz = dtype_size(w.dtype);
     for (int64_t r = r0; r < r1; r += kGemmBlockRows) {
       const int64_t n = std::min(r1, r + kGemmBlockRows) - r;
-      to_f32(w.dtype, static_cast<const uint8_t*>(w.data) + size_t(r * K) * esz, wide,
-             size_t(n * K));
+      c.kt.widen[type_slot(w.dtype)](static_cast<const uint8_t*>(w.data) + size_t(r * K) * esz,
+                                     wide, n * K);
       c.gemm->f32(c.tid, int(T), n, K, x, K, wide, y + (r - r0), ldy);
     }
   }
@@ -159,6 +169,12 @@ void linear_gemm(const StepCtx& c, const LinearStep& s, const float* x, const ui
   }
 }
 
+bool any_quantized(const StepCtx& c, const LinearStep& s) {
+  for (const auto& p : s.parts)
+    if (weight(c, p).quantized()) return true;
+  return false;
+}
+
 bool all_bf16(const StepCtx& c, const LinearStep& s) {
   for (const auto& p : s.parts)
     if (weight(c, p).dtype != DType::BF16) return false;
@@ -171,26 +187,31 @@ void run_linear_step(const StepCtx& c, const LinearStep& s) {
   const int64_t T = c.rows(s.x);
   if (T == 0) return;  // e.g. the LM head of a prefill chunk whose logits nobody asked for
   const int64_t K = c.tensor(s.x).cols;
-  const bool long_step = c.gemm && T >= c.gemm_min_tokens;
+  const bool long_step = c.gemm && T >= c.gemm_min_tokens && !any_quantized(c, s);
   const bool bf16 = long_step && c.gemm_kind == GemmKind::DnnlBf16 && all_bf16(c, s);
   const float* x = c.ptr(s.x);
   uint16_t* xb = bf16 ? c.cg.x_bf16.u16() : nullptr;
   if (s.norm_w >= 0 && T <= kPrivateNormTokens && !bf16) {
     // A few rows: every thread normalises them itself, which costs less than a barrier.
     float* xn = c.scratch() + c.cg.off_xn;
-    rms_norm_rows(x, c.cg.norm_w[size_t(s.norm_w)], K, s.eps, xn, 0, T);
+    for (int64_t t = 0; t < T; ++t)
+      c.kt.rms_norm(x + t * K, c.cg.norm_w[size_t(s.norm_w)], K, s.eps, xn + t * K);
     x = xn;
   } else if (s.norm_w >= 0 || bf16) {
     // Many rows: each thread prepares its share of one shared copy.
     int64_t b, e;
     ThreadPool::split(T, c.tid, c.nth, 1, &b, &e);
     if (s.norm_w >= 0) {
-      rms_norm_rows(x, c.cg.norm_w[size_t(s.norm_w)], K, s.eps, c.cg.normed.f(), b, e);
+      for (int64_t t = b; t < e; ++t)
+        c.kt.rms_norm(x + t * K, c.cg.norm_w[size_t(s.norm_w)], K, s.eps,
+                      c.cg.normed.f() + t * K);
       x = c.cg.normed.f();
     }
     if (bf16) c.kt.to_bf16(x + b * K, xb + b * K, (e - b) * K);
     c.barrier.wait();
   }
+  if (c.in.observe_matmul && c.tid == 0)  // calibration; x is only read while the step runs
+    for (const auto& p : s.parts) (*c.in.observe_matmul)(p.w, x, T, K);
   if (long_step) linear_gemm(c, s, x, xb, T);
   else linear_native(c, s, x, T);
 }

@@ -26,11 +26,15 @@ void run_node_step(const StepCtx& c, const Node& n) {
       break;
     case Op::RmsNorm:
       ThreadPool::split(rows, tid, nth, 1, &b, &e);
-      rms_norm_rows(in(0), c.cg.norm_w[size_t(n.in[1])], cols, n.p.eps, out, b, e);
+      for (int64_t r = b; r < e; ++r)
+        c.kt.rms_norm(in(0) + r * cols, c.cg.norm_w[size_t(n.in[1])], cols, n.p.eps, out + r * cols);
       break;
     case Op::HeadRmsNorm:
       ThreadPool::split(rows * n.p.n_heads, tid, nth, 1, &b, &e);
-      rms_norm_rows(in(0), c.cg.norm_w[size_t(n.in[1])], n.p.head_dim, n.p.eps, out, b, e);
+      for (int64_t r = b; r < e; ++r) {
+        const int64_t hd = n.p.head_dim;
+        c.kt.rms_norm(in(0) + r * hd, c.cg.norm_w[size_t(n.in[1])], hd, n.p.eps, out + r * hd);
+      }
       break;
     case Op::Rope:
       if (out != in(0)) {

@@ -10,8 +10,10 @@
 namespace hearth::cpu {
 
 // y[t*ldy + (r - r0)] = dot(x[t*ldx .. +k], W[r*k .. +k]) for t < n_tokens and r in [r0, r1):
-// y points at row r0's output. W is row-major [rows, k] in its stored type; x and y are f32. Every ISA reads each weight row
-// once per call however many tokens there are (tokens are the inner loop).
+// y points at row r0's output. W is row-major [rows, k] in its stored type; x and y are f32. Every
+// ISA reads each weight row once per call however many tokens there are (tokens are the inner
+// loop), and may prefetch ahead in address order up to row `prefetch_r1` (>= r1; 0 means r1),
+// which lets a caller that walks a matrix in blocks keep one prefetch stream running.
 struct MatmulArgs {
   const void* w;
   int64_t k;
@@ -22,6 +24,7 @@ struct MatmulArgs {
   int64_t ldy;
   int64_t r0, r1;
   float* scratch;  // per-thread, at least k floats (the scalar kernel widens one row into it)
+  int64_t prefetch_r1 = 0;
 };
 using MatmulFn = void (*)(const MatmulArgs&);
 
@@ -62,13 +65,23 @@ using AttentionFn = void (*)(const AttentionArgs&);
 constexpr int64_t kAttnRowsPerBlock = 16;  // query rows (tokens x group) handled together
 constexpr int64_t kAttnKeyTile = 64;       // positions per key tile
 inline int64_t attention_scratch_floats(int64_t head_dim) {
-  return kAttnRowsPerBlock * (head_dim + kAttnKeyTile + 4) + 2 * kAttnKeyTile * head_dim + 64;
+  return kAttnRowsPerBlock * (head_dim + 2) + 2 * kAttnKeyTile * (head_dim + 1) + 64;
 }
 
 // out[i] = silu(a[i]) * b[i] for i < n.
 using SiluMulFn = void (*)(const float* a, const float* b, float* out, int64_t n);
+// out = x / sqrt(mean(x^2) + eps) * w over n values (out may be x). The sum of squares is taken in
+// double, as the reference does: rows reach 4096 values and the fixtures are float64.
+using RmsNormFn = void (*)(const float* x, const float* w, int64_t n, float eps, float* out);
+// Widens n values of a weight type to f32 (a GEMM's weight block).
+using WidenFn = void (*)(const void* src, float* dst, int64_t n);
 // Rounds n floats to bf16 (round to nearest even), for a BF16 GEMM's input.
 using ToBf16Fn = void (*)(const float* x, uint16_t* out, int64_t n);
+// Machine probes for `hearth bench`: the sum of n floats (64-byte aligned, n a multiple of 64) read
+// at full vector width, for memory bandwidth; and `iters` rounds of independent FMAs, returning a
+// value that depends on all of them and setting *flops to the floating-point operations done.
+using ReadSumFn = float (*)(const float* x, int64_t n);
+using FmaLoopFn = float (*)(int64_t iters, double* flops);
 
 constexpr int kNumTypes = 3;  // F32, F16, BF16: weight and KV cache types
 constexpr int type_slot(DType t) { return t == DType::F32 ? 0 : t == DType::F16 ? 1 : 2; }
@@ -78,7 +91,11 @@ struct KernelTable {
   MatmulFn matmul[kNumTypes] = {};        // by weight type
   AttentionFn attention[kNumTypes] = {};  // by KV cache type
   SiluMulFn silu_mul = nullptr;
+  RmsNormFn rms_norm = nullptr;
+  WidenFn widen[kNumTypes] = {};  // by weight type
   ToBf16Fn to_bf16 = nullptr;
+  ReadSumFn read_sum = nullptr;
+  FmaLoopFn fma_loop = nullptr;
   QuantMatmulFn matmul_q8 = nullptr, matmul_q4 = nullptr;
 };
 

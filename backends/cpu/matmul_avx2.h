@@ -56,12 +56,26 @@ inline float hsum8(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// Software prefetch in address order, this far ahead: see matmul_avx512.h.
+constexpr size_t kPrefetchAhead = 16384;
+
+// Kept by value in the kernels' loops, so the stream pointer lives in a register.
+struct Prefetcher {
+  const char* next;
+  const char* end;
+  inline void advance(size_t lines) {
+    for (size_t i = 0; i < lines && next < end; ++i, next += 64) _mm_prefetch(next, _MM_HINT_T0);
+  }
+};
+
 // R weight rows against NT tokens with R*NT accumulators in registers; k % 8 tails are scalar.
 template <DType T, int R, int NT>
-inline void block_avx2(const uint8_t* w, int64_t k, const float* x, int64_t ldx, float* y,
-                       int64_t ldy) {
+inline Prefetcher block_avx2(const uint8_t* w, int64_t k, const float* x, int64_t ldx, float* y,
+                             int64_t ldy, Prefetcher pf) {
   using W = Widen8<T>;
   constexpr size_t esz = T == DType::F32 ? 4 : 2;
+  // Lines consumed per two 8-column steps (prefetching on every other step).
+  constexpr size_t kLines = R * 16 * esz / 64 > 0 ? R * 16 * esz / 64 : 1;
   const size_t row_bytes = size_t(k) * esz;
   __m256 acc[R][NT];
 #pragma GCC unroll 4
@@ -70,6 +84,7 @@ inline void block_avx2(const uint8_t* w, int64_t k, const float* x, int64_t ldx,
     for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps();
   const int64_t k8 = k & ~int64_t(7);
   for (int64_t i = 0; i < k8; i += 8) {
+    if ((i & 8) == 0) pf.advance(kLines);
     __m256 xv[NT];
 #pragma GCC unroll 2
     for (int t = 0; t < NT; ++t) xv[t] = _mm256_loadu_ps(x + t * ldx + i);
@@ -88,24 +103,39 @@ inline void block_avx2(const uint8_t* w, int64_t k, const float* x, int64_t ldx,
       for (int64_t i = k8; i < k; ++i) s += W::one(w + r * row_bytes, i) * x[t * ldx + i];
       y[t * ldy + r] = s;
     }
+  return pf;
 }
 
 template <DType T, int R>
-inline void rows_avx2(const MatmulArgs& a, int64_t r) {
+inline Prefetcher rows_avx2(const MatmulArgs& a, int64_t r, Prefetcher pf) {
   constexpr size_t esz = T == DType::F32 ? 4 : 2;
   const uint8_t* w = static_cast<const uint8_t*>(a.w) + size_t(r) * size_t(a.k) * esz;
+  const Prefetcher none{nullptr, nullptr};  // later token pairs read the rows from cache
+  Prefetcher out = pf;
   int t = 0;
-  for (; t + 2 <= a.n_tokens; t += 2)
-    block_avx2<T, R, 2>(w, a.k, a.x + t * a.ldx, a.ldx, a.y + t * a.ldy + (r - a.r0), a.ldy);
-  if (t < a.n_tokens)
-    block_avx2<T, R, 1>(w, a.k, a.x + t * a.ldx, a.ldx, a.y + t * a.ldy + (r - a.r0), a.ldy);
+  for (; t + 2 <= a.n_tokens; t += 2) {
+    const Prefetcher q = block_avx2<T, R, 2>(w, a.k, a.x + t * a.ldx, a.ldx,
+                                             a.y + t * a.ldy + (r - a.r0), a.ldy, t == 0 ? pf : none);
+    if (t == 0) out = q;
+  }
+  if (t < a.n_tokens) {
+    const Prefetcher q = block_avx2<T, R, 1>(w, a.k, a.x + t * a.ldx, a.ldx,
+                                             a.y + t * a.ldy + (r - a.r0), a.ldy, t == 0 ? pf : none);
+    if (t == 0) out = q;
+  }
+  return out;
 }
 
 template <DType T>
 void matmul_avx2(const MatmulArgs& a) {
+  constexpr size_t esz = T == DType::F32 ? 4 : 2;
+  const char* base = static_cast<const char*>(a.w);
+  const int64_t pf_rows = a.prefetch_r1 > a.r1 ? a.prefetch_r1 : a.r1;
+  Prefetcher pf{base + size_t(a.r0) * size_t(a.k) * esz + kPrefetchAhead,
+                base + size_t(pf_rows) * size_t(a.k) * esz};
   int64_t r = a.r0;
-  for (; r + 4 <= a.r1; r += 4) rows_avx2<T, 4>(a, r);
-  for (; r < a.r1; ++r) rows_avx2<T, 1>(a, r);
+  for (; r + 4 <= a.r1; r += 4) pf = rows_avx2<T, 4>(a, r, pf);
+  for (; r < a.r1; ++r) pf = rows_avx2<T, 1>(a, r, pf);
 }
 
 }  // namespace

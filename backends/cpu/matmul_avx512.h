@@ -51,13 +51,31 @@ struct Widen16<DType::BF16> {
   }
 };
 
+// Software prefetch runs this far ahead of the rows being read, in address order. The R rows of a
+// block are R short streams that restart every block, which the hardware prefetchers follow
+// poorly; one linear stream over the matrix keeps enough lines in flight (measured: decode
+// matvec from about 60% to about 80% of a plain read's bandwidth).
+constexpr size_t kPrefetchAhead = 16384;
+
+// Issues prefetches for the next `bytes` of the linear stream, stopping at `end`.
+// Kept by value in the kernels' loops, so the stream pointer lives in a register.
+struct Prefetcher {
+  const char* next;
+  const char* end;
+  inline void advance(size_t lines) {
+    for (size_t i = 0; i < lines && next < end; ++i, next += 64) _mm_prefetch(next, _MM_HINT_T0);
+  }
+};
+
 // R weight rows against NT tokens: R*NT accumulators stay in registers; each widened weight vector
 // is used NT times and each x vector R times.
 template <DType T, int R, int NT>
-inline void block_avx512(const uint8_t* w, int64_t k, const float* x, int64_t ldx, float* y,
-                         int64_t ldy) {
+inline Prefetcher block_avx512(const uint8_t* w, int64_t k, const float* x, int64_t ldx,
+                               float* y, int64_t ldy, Prefetcher pf) {
   using W = Widen16<T>;
   constexpr size_t esz = T == DType::F32 ? 4 : 2;
+  // Lines of weights consumed per 16-column step, at least one so the stream keeps pace.
+  constexpr size_t kLines = R * 16 * esz / 64 > 0 ? R * 16 * esz / 64 : 1;
   const size_t row_bytes = size_t(k) * esz;
   __m512 acc[R][NT];
 #pragma GCC unroll 8
@@ -67,6 +85,7 @@ inline void block_avx512(const uint8_t* w, int64_t k, const float* x, int64_t ld
   const int64_t k16 = k & ~int64_t(15);
   for (int64_t i = 0; i < k16; i += 16) {
     __m512 xv[NT];
+    pf.advance(kLines);
 #pragma GCC unroll 4
     for (int t = 0; t < NT; ++t) xv[t] = _mm512_loadu_ps(x + t * ldx + i);
 #pragma GCC unroll 8
@@ -92,35 +111,46 @@ inline void block_avx512(const uint8_t* w, int64_t k, const float* x, int64_t ld
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int t = 0; t < NT; ++t) y[t * ldy + r] = hsum16(acc[r][t]);
+  return pf;
 }
 
 // Rows [r, r + R) against every token, four tokens per pass, so the R rows are read from memory
 // once and from L1/L2 for the later token groups.
 template <DType T, int R>
-inline void rows_avx512(const MatmulArgs& a, int64_t r) {
+inline Prefetcher rows_avx512(const MatmulArgs& a, int64_t r, Prefetcher pf) {
   constexpr size_t esz = T == DType::F32 ? 4 : 2;
   const uint8_t* w = static_cast<const uint8_t*>(a.w) + size_t(r) * size_t(a.k) * esz;
   for (int t = 0; t < a.n_tokens; t += 4) {
     const float* x = a.x + t * a.ldx;
     float* y = a.y + t * a.ldy + (r - a.r0);
+    // Later token groups read the rows from cache; only the first one drives the prefetch.
+    const Prefetcher p = t == 0 ? pf : Prefetcher{nullptr, nullptr};
+    Prefetcher q;
     switch (a.n_tokens - t) {
-      case 1: block_avx512<T, R, 1>(w, a.k, x, a.ldx, y, a.ldy); break;
-      case 2: block_avx512<T, R, 2>(w, a.k, x, a.ldx, y, a.ldy); break;
-      case 3: block_avx512<T, R, 3>(w, a.k, x, a.ldx, y, a.ldy); break;
-      default: block_avx512<T, R, 4>(w, a.k, x, a.ldx, y, a.ldy); break;
+      case 1: q = block_avx512<T, R, 1>(w, a.k, x, a.ldx, y, a.ldy, p); break;
+      case 2: q = block_avx512<T, R, 2>(w, a.k, x, a.ldx, y, a.ldy, p); break;
+      case 3: q = block_avx512<T, R, 3>(w, a.k, x, a.ldx, y, a.ldy, p); break;
+      default: q = block_avx512<T, R, 4>(w, a.k, x, a.ldx, y, a.ldy, p); break;
     }
+    if (t == 0) pf = q;
   }
+  return pf;
 }
 
 template <DType T>
 void matmul_avx512(const MatmulArgs& a) {
+  constexpr size_t esz = T == DType::F32 ? 4 : 2;
+  const char* base = static_cast<const char*>(a.w);
+  const int64_t pf_rows = a.prefetch_r1 > a.r1 ? a.prefetch_r1 : a.r1;
+  Prefetcher pf{base + size_t(a.r0) * size_t(a.k) * esz + kPrefetchAhead,
+                base + size_t(pf_rows) * size_t(a.k) * esz};
   int64_t r = a.r0;
   if (a.n_tokens == 1) {
-    // Decode: eight independent rows hide the FMA latency and keep eight streams in flight.
-    for (; r + 8 <= a.r1; r += 8) rows_avx512<T, 8>(a, r);
+    // Decode: eight independent rows hide the FMA latency.
+    for (; r + 8 <= a.r1; r += 8) pf = rows_avx512<T, 8>(a, r, pf);
   }
-  for (; r + 4 <= a.r1; r += 4) rows_avx512<T, 4>(a, r);
-  for (; r < a.r1; ++r) rows_avx512<T, 1>(a, r);
+  for (; r + 4 <= a.r1; r += 4) pf = rows_avx512<T, 4>(a, r, pf);
+  for (; r < a.r1; ++r) pf = rows_avx512<T, 1>(a, r, pf);
 }
 
 }  // namespace

@@ -54,7 +54,7 @@ void matmul_q4_avx2(const QuantMatmulArgs& a) {
           }
           for (int64_t b = 0; b < (k - kc) / kBlock; ++b) dot += P[kc / kBlock + b] * float(isum[b]);
         }
-        a.y[(t0 + t) * a.ldy + r] = dot - 8.f * corr;
+        a.y[(t0 + t) * a.ldy + (r - a.r0)] = dot - 8.f * corr;
       }
     }
   }

@@ -104,7 +104,7 @@ void decode(const QuantMatmulArgs& a) {
           for (int64_t b = 0; b < (k - kc) / kBlock; ++b)
             dot[i] += pr[i][kc / kBlock + b] * float(isum[b]);
         }
-        a.y[t * a.ldy + r + i] = dot[i] - 8.f * corr[i];
+        a.y[t * a.ldy + (r - a.r0) + i] = dot[i] - 8.f * corr[i];
       }
     }
   };

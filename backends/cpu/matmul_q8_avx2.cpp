@@ -33,7 +33,7 @@ void matmul_q8_avx2(const QuantMatmulArgs& a) {
           const __m256i d = dot_u8s8(_mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv));
           acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(P[b]), acc);
         }
-        a.y[(t0 + t) * a.ldy + r] = hsum8(acc);
+        a.y[(t0 + t) * a.ldy + (r - a.r0)] = hsum8(acc);
       }
     }
   }

@@ -75,7 +75,7 @@ void decode(const QuantMatmulArgs& a) {
           for (int64_t j = kc; j < k; ++j) s += (int32_t(w[i][j]) + 128) * xq[j];
           dot[i] += pr[i][kc / kBlock] * float(s);
         }
-        a.y[t * a.ldy + r + i] = dot[i] - 128.f * corr[i];
+        a.y[t * a.ldy + (r - a.r0) + i] = dot[i] - 128.f * corr[i];
       }
     }
   };

@@ -23,7 +23,7 @@ void matmul_q8_scalar(const QuantMatmulArgs& a) {
       const float* x = a.x + tok * a.ldx;
       float s = 0.f;
       for (int64_t i = 0; i < a.k; ++i) s += a.scratch[i] * x[i];
-      a.y[tok * a.ldy + r] = s;
+      a.y[tok * a.ldy + (r - a.r0)] = s;
     }
   }
 }

@@ -153,7 +153,7 @@ void matmul_tiles_bf16(const QuantMatmulArgs& a, Deq deq) {
     for (int64_t r0 = a.r0; r0 < a.r1; r0 += kRowTile) {
       const int nr = int(min64(kRowTile, a.r1 - r0));
       for (int i = 0; i < nr; ++i) deq(r0 + i, wb + i * k);
-      float* y = a.y + t0 * a.ldy + r0;
+      float* y = a.y + t0 * a.ldy + (r0 - a.r0);
       int i = 0;
       for (; i + 4 <= nr; i += 4) {
         int t = 0;

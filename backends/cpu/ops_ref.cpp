@@ -3,11 +3,16 @@
 #include <cstring>
 
 #include "backends/cpu/ops.h"
+#include "quant/format.h"
 
 namespace hearth::cpu {
 
 void embed_rows(const Tensor& table, const int32_t* tokens, float* out, int64_t t0, int64_t t1) {
   const int64_t n = table.cols();
+  if (table.quantized()) {  // Q8/Q4 tables (the tied LM head shares them): dequantize the row
+    for (int64_t t = t0; t < t1; ++t) quant::dequantize_row(table, tokens[t], out + t * n);
+    return;
+  }
   const size_t row_bytes = size_t(n) * dtype_size(table.dtype);
   for (int64_t t = t0; t < t1; ++t) {
     const auto* row = static_cast<const uint8_t*>(table.data) + size_t(tokens[t]) * row_bytes;

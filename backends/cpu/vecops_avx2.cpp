@@ -1,4 +1,4 @@
-// AVX2 element-wise kernels on contiguous f32 arrays.
+// AVX2 element-wise kernels on contiguous f32 arrays and the machine probes of hearth bench.
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/simd_avx2.h"
 
@@ -23,8 +23,37 @@ void silu_mul_avx2(const float* a, const float* b, float* out, int64_t n) {
   }
 }
 
+float read_sum_avx2(const float* x, int64_t n) {
+  __m256 a = _mm256_setzero_ps(), b = a, c = a, d = a;
+  for (int64_t i = 0; i < n; i += 32) {
+    a = _mm256_add_ps(a, _mm256_load_ps(x + i));
+    b = _mm256_add_ps(b, _mm256_load_ps(x + i + 8));
+    c = _mm256_add_ps(c, _mm256_load_ps(x + i + 16));
+    d = _mm256_add_ps(d, _mm256_load_ps(x + i + 24));
+  }
+  return hsum256(_mm256_add_ps(_mm256_add_ps(a, b), _mm256_add_ps(c, d)));
+}
+
+float fma_loop_avx2(int64_t iters, double* flops) {
+  __m256 acc[10];
+  for (int j = 0; j < 10; ++j) acc[j] = _mm256_set1_ps(float(j));
+  const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 10
+    for (int j = 0; j < 10; ++j) acc[j] = _mm256_fmadd_ps(acc[j], m, c);
+  }
+  __m256 s = acc[0];
+  for (int j = 1; j < 10; ++j) s = _mm256_add_ps(s, acc[j]);
+  *flops = double(iters) * 10 * 8 * 2;
+  return hsum256(s);
+}
+
 }  // namespace
 
-void fill_vecops_avx2(KernelTable& k) { k.silu_mul = silu_mul_avx2; }
+void fill_vecops_avx2(KernelTable& k) {
+  k.silu_mul = silu_mul_avx2;
+  k.read_sum = read_sum_avx2;
+  k.fma_loop = fma_loop_avx2;
+}
 
 }  // namespace hearth::cpu

@@ -1,4 +1,7 @@
-// AVX-512 element-wise kernels on contiguous f32 arrays (bf16 output for to_bf16).
+// AVX-512 element-wise kernels on contiguous f32 arrays (16-bit input for widen, bf16 output for
+// to_bf16) and the machine probes of hearth bench.
+#include <cmath>
+
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/simd_avx512.h"
 
@@ -22,6 +25,55 @@ void silu_mul_avx512(const float* a, const float* b, float* out, int64_t n) {
   }
 }
 
+// Squares summed in double (eight lanes per half vector), like the reference.
+void rms_norm_avx512(const float* x, const float* w, int64_t n, float eps, float* out) {
+  __m512d s0 = _mm512_setzero_pd(), s1 = s0;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512d lo = _mm512_cvtps_pd(_mm256_loadu_ps(x + i));
+    const __m512d hi = _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 8));
+    s0 = _mm512_fmadd_pd(lo, lo, s0);
+    s1 = _mm512_fmadd_pd(hi, hi, s1);
+  }
+  alignas(64) double lanes[8];
+  _mm512_store_pd(lanes, _mm512_add_pd(s0, s1));
+  double ss = 0;
+  for (double l : lanes) ss += l;
+  for (; i < n; ++i) ss += double(x[i]) * x[i];
+  const __m512 inv = _mm512_set1_ps(float(1.0 / std::sqrt(ss / double(n) + double(eps))));
+  for (i = 0; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(x + i), inv),
+                                            _mm512_loadu_ps(w + i)));
+  const float inv1 = _mm512_cvtss_f32(inv);
+  for (; i < n; ++i) out[i] = x[i] * inv1 * w[i];
+}
+
+// Weights come straight from memory here, so prefetch ahead as the matmul kernels do.
+template <DType T>
+void widen_avx512(const void* src, float* dst, int64_t n) {
+  const uint16_t* s = static_cast<const uint16_t*>(src);
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    _mm_prefetch(reinterpret_cast<const char*>(s + i) + 16384, _MM_HINT_T0);
+    for (int64_t j = i; j < i + 32; j += 16) {
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + j));
+      if constexpr (T == DType::F16) _mm512_storeu_ps(dst + j, _mm512_cvtph_ps(h));
+      else _mm512_storeu_ps(dst + j, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+    }
+  }
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+    if constexpr (T == DType::F16) _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(h));
+    else _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+  }
+  if (i < n) {
+    const __mmask16 m = tail_mask16(n - i);
+    const __m256i h = _mm256_maskz_loadu_epi16(m, s + i);
+    if constexpr (T == DType::F16) _mm512_mask_storeu_ps(dst + i, m, _mm512_cvtph_ps(h));
+    else _mm512_mask_storeu_ps(dst + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+  }
+}
+
 // vcvtneps2bf16 rounds to nearest even like f32_to_bf16.
 void to_bf16_avx512(const float* x, uint16_t* out, int64_t n) {
   int64_t i = 0;
@@ -34,11 +86,43 @@ void to_bf16_avx512(const float* x, uint16_t* out, int64_t n) {
   }
 }
 
+// Four independent sums so the loads, not the adds, set the pace.
+float read_sum_avx512(const float* x, int64_t n) {
+  __m512 a = _mm512_setzero_ps(), b = a, c = a, d = a;
+  for (int64_t i = 0; i < n; i += 64) {
+    a = _mm512_add_ps(a, _mm512_load_ps(x + i));
+    b = _mm512_add_ps(b, _mm512_load_ps(x + i + 16));
+    c = _mm512_add_ps(c, _mm512_load_ps(x + i + 32));
+    d = _mm512_add_ps(d, _mm512_load_ps(x + i + 48));
+  }
+  return hsum16(_mm512_add_ps(_mm512_add_ps(a, b), _mm512_add_ps(c, d)));
+}
+
+// Sixteen chains hide the FMA latency on two FMA ports.
+float fma_loop_avx512(int64_t iters, double* flops) {
+  __m512 acc[16];
+  for (int j = 0; j < 16; ++j) acc[j] = _mm512_set1_ps(float(j));
+  const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) acc[j] = _mm512_fmadd_ps(acc[j], m, c);
+  }
+  __m512 s = acc[0];
+  for (int j = 1; j < 16; ++j) s = _mm512_add_ps(s, acc[j]);
+  *flops = double(iters) * 16 * 16 * 2;
+  return hsum16(s);
+}
+
 }  // namespace
 
 void fill_vecops_avx512(KernelTable& k) {
   k.silu_mul = silu_mul_avx512;
+  k.rms_norm = rms_norm_avx512;
+  k.widen[type_slot(DType::F16)] = widen_avx512<DType::F16>;
+  k.widen[type_slot(DType::BF16)] = widen_avx512<DType::BF16>;
   k.to_bf16 = to_bf16_avx512;
+  k.read_sum = read_sum_avx512;
+  k.fma_loop = fma_loop_avx512;
 }
 
 }  // namespace hearth::cpu

@@ -49,7 +49,8 @@ static void* cancel_thread(void* arg) {
 }
 
 static int check(hearth_status s, const char* what) {
-  if (s != HEARTH_OK) fprintf(stderr, "%s: %s: %s\n", what, hearth_status_name(s), hearth_last_error());
+  if (s != HEARTH_OK)
+    fprintf(stderr, "%s: %s: %s\n", what, hearth_status_name(s), hearth_last_error());
   return s == HEARTH_OK;
 }
 
@@ -57,7 +58,8 @@ static void print_metrics(hearth_session* session) {
   hearth_metrics m;
   m.struct_size = sizeof m;
   if (!check(hearth_session_get_metrics(session, &m), "metrics")) return;
-  fprintf(stderr, "\n[finish %d] prompt %d tokens (%d computed), %d new, first token %.0f ms, %.1f tok/s\n",
+  fprintf(stderr,
+          "\n[finish %d] prompt %d tokens (%d computed), %d new, first token %.0f ms, %.1f tok/s\n",
           (int)m.finish_reason, m.prompt_tokens, m.prefill_tokens, m.new_tokens, m.ttft_ms,
           m.tokens_per_s);
 }

@@ -19,14 +19,14 @@
 
 typedef struct {
   GtkApplication* app;
-  GtkWidget *window, *open_button, *model_label, *progress, *thinking, *view, *entry, *send,
-      *stop, *status;
+  GtkWidget *window, *open_button, *model_label, *progress, *thinking, *view, *entry, *send, *stop,
+      *status;
   GtkTextBuffer* buffer;
   GtkTextTag *tag_user, *tag_thinking;
 
   hearth_model* model;
   hearth_session* session;
-  GThread* worker; /* the load or generation thread; at most one at a time */
+  GThread* worker;  /* the load or generation thread; at most one at a time */
   gint cancel_load; /* atomic: the progress callback returns 0 once set */
   gboolean generating, in_think, closing;
   char* model_dir;
@@ -167,8 +167,10 @@ typedef struct {
 static void append(App* app, const char* text, GtkTextTag* tag) {
   GtkTextIter end;
   gtk_text_buffer_get_end_iter(app->buffer, &end);
-  if (tag) gtk_text_buffer_insert_with_tags(app->buffer, &end, text, -1, tag, NULL);
-  else gtk_text_buffer_insert(app->buffer, &end, text, -1);
+  if (tag)
+    gtk_text_buffer_insert_with_tags(app->buffer, &end, text, -1, tag, NULL);
+  else
+    gtk_text_buffer_insert(app->buffer, &end, text, -1);
   gtk_text_buffer_get_end_iter(app->buffer, &end);
   gtk_text_view_scroll_to_iter(GTK_TEXT_VIEW(app->view), &end, 0.0, FALSE, 0.0, 1.0);
 }
@@ -383,9 +385,9 @@ static void on_folder_response(GtkNativeDialog* dialog, int response, gpointer d
 
 static void on_open(GtkWidget* widget, gpointer data) {
   App* app = data;
-  GtkFileChooserNative* dialog = gtk_file_chooser_native_new(
-      "Choose a model folder", GTK_WINDOW(app->window), GTK_FILE_CHOOSER_ACTION_SELECT_FOLDER,
-      "_Open", "_Cancel");
+  GtkFileChooserNative* dialog =
+      gtk_file_chooser_native_new("Choose a model folder", GTK_WINDOW(app->window),
+                                  GTK_FILE_CHOOSER_ACTION_SELECT_FOLDER, "_Open", "_Cancel");
   (void)widget;
   g_signal_connect(dialog, "response", G_CALLBACK(on_folder_response), app);
   gtk_native_dialog_show(GTK_NATIVE_DIALOG(dialog));
@@ -450,7 +452,8 @@ static void on_activate(GtkApplication* gapp, gpointer data) {
   gtk_text_view_set_left_margin(GTK_TEXT_VIEW(app->view), 6);
   gtk_text_view_set_right_margin(GTK_TEXT_VIEW(app->view), 6);
   app->buffer = gtk_text_view_get_buffer(GTK_TEXT_VIEW(app->view));
-  app->tag_user = gtk_text_buffer_create_tag(app->buffer, "user", "weight", PANGO_WEIGHT_BOLD, NULL);
+  app->tag_user =
+      gtk_text_buffer_create_tag(app->buffer, "user", "weight", PANGO_WEIGHT_BOLD, NULL);
   app->tag_thinking = gtk_text_buffer_create_tag(app->buffer, "thinking", "foreground", "gray50",
                                                  "style", PANGO_STYLE_ITALIC, NULL);
   scroll = gtk_scrolled_window_new();

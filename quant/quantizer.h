@@ -1,0 +1,39 @@
+// Writing a hearth quantized checkpoint (quant/FORMAT.md) from a float Qwen3 checkpoint, tensor by
+// tensor: peak memory is the output of the largest tensor plus a few rows per thread, never the
+// model. The output is a pure function of the input and the options (threads only split rows).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "quant/quantize.h"
+
+namespace hearth::quant {
+
+struct QuantizeOptions {
+  Scheme main{4, 32, DType::F16};  // linear weights
+  Scheme head{8, 32, DType::F16};  // embedding and LM head; bits 16 keeps them as they are
+  Method method = Method::Search;
+  // Calibration tokens; empty: none (then the clipping search minimises plain weight error).
+  std::vector<int32_t> calibration_ids;
+  int calibration_ctx = 512;
+  bool force = false;  // replace an existing output folder
+  int threads = 0;     // 0: one per hardware thread
+  // Progress: bytes of source weights done of the total, and the tensor being written.
+  std::function<void(size_t done, size_t total, const std::string& tensor)> progress;
+  std::function<void(const std::string&)> log;  // informational lines (calibration)
+};
+
+struct QuantizeReport {
+  double bits_per_weight = 0;  // all tensors, scales included, per logical weight
+  size_t source_bytes = 0, output_bytes = 0;
+  int64_t params = 0;
+  std::string calibration;     // "rtn", "mse-clip" or "awq+clip"
+  double calibration_error_ratio = 0;  // scaled / plain output error in the search, when calibrated
+};
+
+QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string& out_dir,
+                                   const QuantizeOptions& opt);
+
+}  // namespace hearth::quant

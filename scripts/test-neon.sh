@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Cross-compiles the CPU kernel tests (tests/test_kernels.cpp, kernel half only) for aarch64 and
+# runs them under qemu, so the NEON kernels are checked against the float64 references without an
+# Arm machine. Needs Debian's g++-aarch64-linux-gnu and qemu-user (installed when missing).
+# Usage: scripts/test-neon.sh [BUILD_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out="${1:-build-neon}"
+need=()
+command -v aarch64-linux-gnu-g++ >/dev/null || need+=(g++-aarch64-linux-gnu)
+command -v qemu-aarch64 >/dev/null || need+=(qemu-user)
+if [ ${#need[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
+mkdir -p "$out/include"
+# doctest is header-only; expose just its folder, not the host's whole /usr/include.
+ln -sfn /usr/include/doctest "$out/include/doctest"
+
+cxx=(aarch64-linux-gnu-g++ -std=c++17 -O2 -Wall -Wextra -Wno-unused-parameter -Werror -I. -I"$out/include"
+     -DHEARTH_KERNELS_ONLY)
+srcs=(tests/main.cpp tests/test_kernels.cpp core/dtype.cpp core/tensor.cpp quant/format.cpp
+      backends/cpu/kernels.cpp backends/cpu/cpu_features.cpp backends/cpu/ops_ref.cpp)
+for f in backends/cpu/*_scalar.cpp backends/cpu/matmul_quant.cpp; do srcs+=("$f"); done
+objs=()
+for f in "${srcs[@]}" backends/cpu/*_neon.cpp; do
+  o="$out/$(echo "$f" | tr / _).o"
+  flags=()
+  case "$f" in *_neon.cpp) flags=(-march=armv8.2-a+dotprod+fp16) ;; esac
+  "${cxx[@]}" "${flags[@]}" -c "$f" -o "$o"
+  objs+=("$o")
+done
+aarch64-linux-gnu-g++ -static -o "$out/kernel_tests" "${objs[@]}"
+qemu-aarch64 "$out/kernel_tests" --test-suite=kernels

@@ -1,0 +1,302 @@
+// hearth bench: prefill and decode speed of a model next to the machine's own limits (memory read
+// bandwidth and f32 FMA peak), measured in the same run with the same thread count.
+//
+// After a warm-up (one full prefill and a short decode, which also pages the weights in and builds
+// every GEMM primitive), each of --reps rounds runs a prefill of --prompt random tokens into an
+// empty cache, then a greedy decode of --gen tokens from an empty cache (as llama-bench's tg test
+// does), each preceded by a bandwidth probe. The probes run in a forked child, so their 1 GiB
+// buffer never counts in this process's peak RSS.
+//
+// JSON fields (--json; rates are medians over the rounds, *_runs list every round):
+//   model_dir, weight_dtypes, backend_detail, threads, kv_dtype, prompt_tokens, gen_tokens, reps
+//   prefill_tokens_per_s       prompt tokens per second of one prefill (chunked as the runner does)
+//   prefill_gflops             its model FLOPs per second: 2 per weight per token in the layers,
+//                              attention's 4 * heads * head_dim per visible position, one LM head row
+//   peak_gflops                the same threads running independent f32 FMAs from registers
+//   prefill_peak_fraction      prefill_gflops / peak_gflops
+//   decode_tokens_per_s        greedy decode tokens per second (LM head fused with the argmax)
+//   decode_weight_bytes        weight bytes read per decoded token (Qwen3Model::decode_weight_bytes)
+//   decode_kv_bytes_per_token  KV cache bytes read per decoded token, averaged over the decode
+//   decode_bytes_per_token     decode_weight_bytes + decode_kv_bytes_per_token
+//   mem_bw_gbs                 memory read bandwidth, GB/s (1e9 bytes): the best probe of the run, each
+//                              a vector read-only sum over 1 GiB split over the same thread count
+//   mem_bw_runs                every probe
+//   decode_bw_fraction         decode_bytes_per_token * decode_tokens_per_s / (mem_bw_gbs * 1e9)
+//   peak_rss_mb                this process's peak resident set, MiB (getrusage)
+//   weights_hugepage_mb        mapped memory backed by huge pages, MiB (/proc/self/smaps_rollup)
+//   load_ms                    model load and backend creation
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "backends/cpu/cpu_features.h"
+#include "backends/cpu/kernels.h"
+#include "core/error.h"
+#include "core/json_writer.h"
+#include "core/runner.h"
+#include "core/session.h"
+#include "models/qwen3_model.h"
+#include "tools/args.h"
+#include "tools/commands.h"
+
+namespace hearth::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+class Progress {
+ public:
+  Progress() : tty_(isatty(STDERR_FILENO)) {}
+  void say(const std::string& s) const {
+    if (tty_) std::fprintf(stderr, "\r\033[K[bench] %s", s.c_str());
+  }
+  ~Progress() {
+    if (tty_) std::fprintf(stderr, "\r\033[K");
+  }
+
+ private:
+  bool tty_;
+};
+
+struct Probe {
+  double bw_gbs = 0;
+  double peak_gflops = 0;
+};
+
+// Memory read bandwidth and FMA peak with n threads, in a forked child so that its 1 GiB buffer
+// and threads never touch this process. The best of a few passes is the ceiling.
+Probe probe_machine(int n_threads, bool with_peak) {
+  const auto table = cpu::make_kernel_table(cpu::detect_cpu_features().best());
+  int fds[2];
+  if (pipe(fds) != 0) fail("bench: pipe failed");
+  const pid_t pid = fork();
+  if (pid < 0) fail("bench: fork failed");
+  if (pid == 0) {
+    close(fds[0]);
+    Probe p;
+    const size_t bytes = size_t(1) << 30, huge = size_t(2) << 20;
+    void* raw = mmap(nullptr, bytes + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                     -1, 0);
+    if (raw != MAP_FAILED) {
+      auto* buf = reinterpret_cast<float*>((uintptr_t(raw) + huge - 1) & ~uintptr_t(huge - 1));
+      madvise(buf, bytes, MADV_HUGEPAGE);
+      const int64_t n = int64_t(bytes / 4);
+      std::fill(buf, buf + n, 1.f);
+      const int64_t per = n / n_threads / 64 * 64;
+      std::vector<float> sink(static_cast<size_t>(n_threads));
+      for (int pass = 0; pass < 5; ++pass) {
+        const auto t0 = Clock::now();
+        std::vector<std::thread> th;
+        for (int t = 0; t < n_threads; ++t)
+          th.emplace_back([&, t] { sink[size_t(t)] = table.read_sum(buf + t * per, per); });
+        for (auto& t : th) t.join();
+        p.bw_gbs = std::max(p.bw_gbs, double(per) * 4 * n_threads / seconds_since(t0) / 1e9);
+      }
+    }
+    if (with_peak) {
+      std::vector<double> flops(static_cast<size_t>(n_threads));
+      std::vector<float> sink(static_cast<size_t>(n_threads));
+      for (int pass = 0; pass < 3; ++pass) {
+        const auto t0 = Clock::now();
+        std::vector<std::thread> th;
+        for (int t = 0; t < n_threads; ++t)
+          th.emplace_back([&, t] { sink[size_t(t)] = table.fma_loop(20'000'000, &flops[size_t(t)]); });
+        for (auto& t : th) t.join();
+        double total = 0;
+        for (double f : flops) total += f;
+        p.peak_gflops = std::max(p.peak_gflops, total / seconds_since(t0) / 1e9);
+      }
+    }
+    (void)!write(fds[1], &p, sizeof p);
+    _exit(0);
+  }
+  close(fds[1]);
+  Probe p;
+  const bool ok = read(fds[0], &p, sizeof p) == ssize_t(sizeof p);
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!ok) fail("bench: the machine probe failed");
+  return p;
+}
+
+// Bytes of mapped memory in huge pages, from the kernel's own accounting.
+double hugepage_mb() {
+  std::ifstream f("/proc/self/smaps_rollup");
+  std::string line;
+  double kb = 0;
+  while (std::getline(f, line)) {
+    if (line.rfind("AnonHugePages:", 0) == 0 || line.rfind("FilePmdMapped:", 0) == 0 ||
+        line.rfind("ShmemPmdMapped:", 0) == 0) {
+      std::istringstream in(line.substr(line.find(':') + 1));
+      double v = 0;
+      in >> v;
+      kb += v;
+    }
+  }
+  return kb / 1024;
+}
+
+double peak_rss_mb() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return double(ru.ru_maxrss) / 1024;  // Linux reports KiB
+}
+
+// Model FLOPs of a prefill of T tokens from an empty cache.
+double prefill_flops(const Qwen3Config& c, int T) {
+  const double H = c.hidden_size, I = c.intermediate_size, hd = c.head_dim;
+  const double nh = c.num_attention_heads, nkv = c.num_key_value_heads;
+  const double layer_weights = H * nh * hd * 2 + H * nkv * hd * 2 + 3 * H * I;
+  const double attention = 4 * nh * hd * (double(T) * (T + 1) / 2);  // scores and values
+  return c.num_hidden_layers * (2 * layer_weights * T + attention) + 2 * H * c.vocab_size;
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  Args args(argc, argv,
+            {"--model=", "--threads=", "--isa=", "--kv=", "--gemm=", "--prefill-chunk=", "--prompt=",
+             "--gen=", "--reps=", "--json"});
+  const int prompt = args.integer("--prompt", 512);
+  const int gen = args.integer("--gen", 128);
+  const int reps = args.integer("--reps", 2);
+  if (prompt < 1 || gen < 1 || reps < 1) fail("--prompt, --gen and --reps must be positive");
+  Progress progress;
+
+  progress.say("loading");
+  const auto t_load = Clock::now();
+  auto model = Qwen3Model::load(args.required("--model"));
+  const Qwen3Config& cfg = model->config();
+  BackendOptions bo;
+  bo.threads = args.integer("--threads", 0);
+  if (bo.threads < 0) fail("--threads must be positive");
+  bo.isa = args.str("--isa");
+  bo.gemm = args.str("--gemm");
+  const std::string kv = args.str("--kv", "f32");
+  if (kv == "f32") bo.kv_dtype = DType::F32;
+  else if (kv == "f16") bo.kv_dtype = DType::F16;
+  else if (kv == "bf16") bo.kv_dtype = DType::BF16;
+  else fail("--kv: unknown KV cache type '", kv, "' (expected f32, f16 or bf16)");
+  // One 512-token chunk, as llama-bench's default ubatch processes pp512.
+  const int chunk = args.integer("--prefill-chunk", 512);
+  if (chunk <= 0) fail("--prefill-chunk must be positive");
+  Runner runner(create_backend("cpu", bo), model->graph(), cfg.vocab_size,
+                cfg.max_position_embeddings, chunk);
+  const int threads = runner.backend().threads();
+  const double load_ms = seconds_since(t_load) * 1e3;
+  if (prompt + 1 > cfg.max_position_embeddings || gen + 1 > cfg.max_position_embeddings)
+    fail("--prompt and --gen must stay below max_position_embeddings");
+
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int32_t> any_token(0, cfg.vocab_size - 1);
+  std::vector<int32_t> tokens(static_cast<size_t>(prompt));
+  for (auto& t : tokens) t = any_token(rng);
+
+  auto prefill_once = [&] {
+    auto cache = runner.new_kv(prompt);
+    const auto t0 = Clock::now();
+    runner.forward_argmax(*cache, tokens.data(), prompt, 0);
+    return seconds_since(t0);
+  };
+  GenerateOptions go;
+  go.max_new_tokens = gen + 1;  // the first token comes from the prompt's step
+  go.ignore_eos = true;
+  auto decode_once = [&] {
+    Session s(runner);
+    return s.generate({tokens[0]}, go).metrics.tokens_per_s;
+  };
+
+  progress.say("warm-up");
+  prefill_once();
+  {
+    GenerateOptions w = go;
+    w.max_new_tokens = 8;
+    Session(runner).generate({tokens[0]}, w);
+  }
+
+  std::vector<double> prefill_tps, decode_tps, bw;
+  double peak = 0;
+  for (int r = 0; r < reps; ++r) {
+    progress.say("probe " + std::to_string(r + 1) + "/" + std::to_string(reps));
+    const Probe p = probe_machine(threads, r == 0);
+    bw.push_back(p.bw_gbs);
+    peak = std::max(peak, p.peak_gflops);
+    progress.say("prefill " + std::to_string(r + 1) + "/" + std::to_string(reps));
+    prefill_tps.push_back(prompt / prefill_once());
+    progress.say("decode " + std::to_string(r + 1) + "/" + std::to_string(reps));
+    decode_tps.push_back(decode_once());
+  }
+  progress.say("probe");
+  bw.push_back(probe_machine(threads, false).bw_gbs);
+
+  // Decode step i (1..gen) feeds position i and attends over positions 0..i.
+  const double kv_per_pos = double(cfg.num_hidden_layers) * 2 * cfg.num_key_value_heads *
+                            cfg.head_dim * double(dtype_size(bo.kv_dtype));
+  double kv_bytes = 0;
+  for (int i = 1; i <= gen; ++i) kv_bytes += kv_per_pos * (i + 1);
+  kv_bytes /= gen;
+  const double weight_bytes = double(model->decode_weight_bytes());
+  const double bytes = weight_bytes + kv_bytes;
+  const double best_bw = *std::max_element(bw.begin(), bw.end());
+  const double pf = median(prefill_tps), dc = median(decode_tps);
+  const double pf_gflops = prefill_flops(cfg, prompt) / (prompt / pf) / 1e9;
+
+  JsonWriter w;
+  w.begin_object();
+  w.field("model_dir", model->dir()).field("weight_dtypes", model->weight_dtypes());
+  w.field("backend_detail", runner.backend().describe()).field("threads", threads);
+  w.field("kv_dtype", kv).field("prompt_tokens", prompt).field("gen_tokens", gen);
+  w.field("reps", reps);
+  w.field("prefill_tokens_per_s", pf);
+  w.key("prefill_runs").array(prefill_tps);
+  w.field("prefill_gflops", pf_gflops).field("peak_gflops", peak);
+  w.field("prefill_peak_fraction", peak > 0 ? pf_gflops / peak : 0.0);
+  w.field("decode_tokens_per_s", dc);
+  w.key("decode_runs").array(decode_tps);
+  w.field("decode_weight_bytes", weight_bytes).field("decode_kv_bytes_per_token", kv_bytes);
+  w.field("decode_bytes_per_token", bytes);
+  w.field("mem_bw_gbs", best_bw);
+  w.key("mem_bw_runs").array(bw);
+  w.field("decode_bw_fraction", best_bw > 0 ? bytes * dc / (best_bw * 1e9) : 0.0);
+  w.field("peak_rss_mb", peak_rss_mb()).field("weights_hugepage_mb", hugepage_mb());
+  w.field("load_ms", load_ms);
+  w.end_object();
+  progress.say("");
+  if (args.has("--json")) {
+    std::printf("%s\n", w.str().c_str());
+    return 0;
+  }
+  std::printf("%s, %s, %s\n", model->dir().c_str(), model->weight_dtypes().c_str(),
+              runner.backend().describe().c_str());
+  std::printf("prefill %d: %8.1f tokens/s  %6.1f GFLOP/s (%.0f%% of %.0f measured FMA peak)\n",
+              prompt, pf, pf_gflops, peak > 0 ? 100 * pf_gflops / peak : 0.0, peak);
+  std::printf("decode %d:  %8.2f tokens/s  %6.1f MB/token, %.1f GB/s = %.0f%% of %.1f GB/s read\n",
+              gen, dc, bytes / 1e6, bytes * dc / 1e9, 100 * bytes * dc / (best_bw * 1e9), best_bw);
+  std::printf("peak RSS %.0f MiB, %.0f MiB in huge pages, load %.0f ms\n", peak_rss_mb(),
+              hugepage_mb(), load_ms);
+  return 0;
+}
+
+}  // namespace hearth::cli
