@@ -62,7 +62,7 @@ using namespace hearth::capi;
 extern "C" {
 
 const char* hearth_status_name(hearth_status status) {
-  switch (status) {
+  switch (enum_value(status)) {
     case HEARTH_OK:
       return "HEARTH_OK";
     case HEARTH_ERR_INVALID_ARGUMENT:

@@ -118,6 +118,16 @@ hearth_status init_struct(const char* type, T* p, size_t struct_size, T defaults
 
 #define HEARTH_FIELD_END(T, f) (offsetof(T, f) + sizeof(((T*)nullptr)->f))
 
+// The int a C enum object holds, read without loading it as the C++ enum type (undefined for
+// values outside the enumerators' range, which a C caller can store).
+template <typename E>
+int enum_value(const E& e) {
+  static_assert(sizeof(E) == sizeof(int), "C enums are int-sized on supported ABIs");
+  int v;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
+
 // Copies into malloc'd memory that hearth_free releases.
 char* dup_string(const std::string& s);
 

@@ -93,7 +93,10 @@ uint64_t count_params(const Qwen3Config& c) {
   return embed * (c.tie_word_embeddings ? 1 : 2) + h + per_layer * uint64_t(c.num_hidden_layers);
 }
 
-DType kv_dtype(hearth_kv_type t) {
+DType kv_dtype(const hearth_kv_type& field) {
+  // A C caller may store any int in an enum field, and loading an out-of-range value as the C++
+  // enum type is undefined; read the int the field holds instead.
+  const int t = enum_value(field);
   switch (t) {
     case HEARTH_KV_F32:
       return DType::F32;
@@ -102,7 +105,7 @@ DType kv_dtype(hearth_kv_type t) {
     case HEARTH_KV_BF16:
       return DType::BF16;
   }
-  api_fail(HEARTH_ERR_INVALID_ARGUMENT, "hearth_model_params.kv_type ", int(t),
+  api_fail(HEARTH_ERR_INVALID_ARGUMENT, "hearth_model_params.kv_type ", t,
            " is not a hearth_kv_type");
 }
 

@@ -46,13 +46,19 @@ std::unique_ptr<KVCache> Runner::grow_kv(const KVCache& old, int n, int capacity
   return kv;
 }
 
-CompiledGraph& Runner::compiled_for(int n_tokens) {
+CompiledGraph& Runner::compiled_for(int n_tokens, int n_out) {
   if (n_tokens == 1) {
     if (!decode_) decode_ = backend_->compile(graph_, 1, 1);
     return *decode_;
   }
-  if (!prefill_) prefill_ = backend_->compile(graph_, chunk_, chunk_);
-  return *prefill_;
+  // Generation needs one row of logits per prefill; only `logits`-style callers want them all,
+  // and a graph compiled for chunk-many output rows costs ~chunk x vocab floats of scratch.
+  if (n_out <= 1) {
+    if (!prefill_) prefill_ = backend_->compile(graph_, chunk_, 1);
+    return *prefill_;
+  }
+  if (!prefill_all_) prefill_all_ = backend_->compile(graph_, chunk_, chunk_);
+  return *prefill_all_;
 }
 
 void Runner::forward(KVCache& kv, const int32_t* tokens, int n, int pos0, float* all_logits,
@@ -93,7 +99,7 @@ void Runner::run_chunks(KVCache& kv, const int32_t* tokens, int n, int pos0, flo
       in.n_out = 1;
       in.logits = last_logits;
     }
-    CompiledGraph& cg = compiled_for(m);
+    CompiledGraph& cg = compiled_for(m, in.n_out);
     if (argmax && last_chunk) {
       if (cg.argmax_fused) {
         in.argmax = argmax;

@@ -35,14 +35,14 @@ class Runner {
   int32_t forward_argmax(KVCache& kv, const int32_t* tokens, int n, int pos0, int chunk = 0);
 
  private:
-  CompiledGraph& compiled_for(int n_tokens);
+  CompiledGraph& compiled_for(int n_tokens, int n_out);
   void run_chunks(KVCache& kv, const int32_t* tokens, int n, int pos0, float* all_logits,
                   float* last_logits, int32_t* argmax, int chunk);
 
   std::unique_ptr<Backend> backend_;
   const Graph& graph_;
   int vocab_, max_pos_, chunk_;
-  std::unique_ptr<CompiledGraph> decode_, prefill_;
+  std::unique_ptr<CompiledGraph> decode_, prefill_, prefill_all_;
   std::vector<int32_t> rows_;  // 0..chunk-1, the out_rows of an all-logits step
   std::vector<float> argmax_logits_;  // for backends that cannot fuse the argmax
 };

@@ -27,6 +27,10 @@ void check_overflow(bool overflow) {
 }
 
 Value repeat(const Value& seq, int64_t n) {
+  // Python would try (and fail) to allocate; refuse early instead.
+  size_t unit = seq.kind == K::String ? seq.str().size() : seq.items().size();
+  if (n > 0 && unit > 0 && uint64_t(n) > (uint64_t(1) << 28) / unit)
+    rt_fail("MemoryError: repeated sequence too large");
   if (seq.kind == K::String) {
     std::string out;
     for (int64_t k = 0; k < n; ++k) out += seq.str();
@@ -81,7 +85,12 @@ Value binop(BinOp op, const Value& a, const Value& b) {
       if (!nums) bad_operands("//", a, b);
       if (b.as_float() == 0) rt_fail("ZeroDivisionError: integer division or modulo by zero");
       if (ints) {
-        int64_t x = a.as_int(), y = b.as_int(), q = x / y;
+        int64_t x = a.as_int(), y = b.as_int();
+        if (y == -1) {  // INT64_MIN / -1 traps in hardware
+          check_overflow(x == INT64_MIN);
+          return make_int(-x);
+        }
+        int64_t q = x / y;
         if ((x % y != 0) && ((x < 0) != (y < 0))) --q;
         return make_int(q);
       }
@@ -91,7 +100,7 @@ Value binop(BinOp op, const Value& a, const Value& b) {
       if (!nums) bad_operands("%", a, b);
       if (b.as_float() == 0) rt_fail("ZeroDivisionError: integer division or modulo by zero");
       if (ints) {
-        int64_t x = a.as_int(), y = b.as_int(), m = x % y;
+        int64_t x = a.as_int(), y = b.as_int(), m = y == -1 ? 0 : x % y;
         if (m != 0 && ((m < 0) != (y < 0))) m += y;
         return make_int(m);
       } else {

@@ -180,10 +180,11 @@ std::string percent_format(const std::string& fmt, const Value& args);
 struct CallArgs {
   List pos;
   std::vector<std::pair<std::string, Value>> kw;
-  // Takes the argument at `index` or named `name` (removing it), or returns `def`.
+  // The argument at position `index`, else the keyword `name` (marked used), else `def`.
+  // Pass index SIZE_MAX for keyword-only parameters.
   Value take(size_t index, const char* name, Value def = Value());
   bool has(size_t index, const char* name) const;
-  // Fails if any argument was not taken, naming the function.
+  // Fails, naming the function, if an argument was given that no take() asked for.
   void finish(const char* fn) const;
   size_t taken_pos = 0;
   std::vector<bool> used;
@@ -246,8 +247,9 @@ struct Expr {
   std::string name;  // Name, Attr, Filter, Test
   BinOp bin = BinOp::Add;
   std::vector<CmpOp> cmp;
-  // Operands. Item: obj, key. Slice: obj, start, stop, step (may be null). Dict: k0, v0, k1, ...
-  // Cond: value, condition, else (may be null). Compare: first, then one per cmp entry.
+  // Operands. Item: obj, key. Slice: obj, start, stop, step (None if omitted).
+  // Dict: k0, v0, k1, v1, ... Cond: value, condition, else (may be null).
+  // Compare: the first operand, then one per cmp entry.
   std::vector<ExprPtr> kids;
   ExprArgs args;  // Call, Filter, Test
 };

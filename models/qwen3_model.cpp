@@ -3,6 +3,7 @@
 #include <set>
 
 #include "models/qwen3_graph.h"
+#include "quant/format.h"
 
 namespace hearth {
 
@@ -42,9 +43,9 @@ std::string Qwen3Model::weight_dtypes() const {
 size_t Qwen3Model::decode_weight_bytes() const {
   size_t bytes = 0;
   for (const Node& n : graph_.nodes())
-    if (n.op == Op::MatMul) bytes += graph_.tensor(n.in[1]).weight.nbytes;
-  const Tensor& e = weights_.embed;
-  bytes += size_t(e.cols()) * dtype_size(e.dtype);
+    if (n.op == Op::MatMul) bytes += quant::weight_bytes(graph_.tensor(n.in[1]).weight);
+  const Tensor& e = weights_.embed;  // one row, with its scales when quantized
+  bytes += quant::weight_bytes(e) / size_t(e.rows());
   return bytes;
 }
 

@@ -26,9 +26,9 @@ struct InputStats {
 
 // One place where a per-channel scale can be applied and folded away.
 struct Site {
-  std::vector<std::string> linears;  // all read the same input
-  std::string fold_norm;             // RMSNorm weight producing the input, or
-  std::string fold_rows;             // linear whose output rows produce it
+  std::vector<std::string> linears;           // all read the same input
+  std::string fold_norm;                      // RMSNorm weight producing the input, or
+  std::string fold_rows;                      // linear whose output rows produce it
   int heads = 0, kv_heads = 0, head_dim = 0;  // o_proj: channels must agree within a KV group
 };
 
@@ -94,12 +94,14 @@ class SiteSearch {
     }
     auto score = [&](const std::vector<float>& s) {
       std::vector<float> imp(static_cast<size_t>(k));
-      for (int64_t j = 0; j < k; ++j) imp[size_t(j)] = ex2[size_t(j)] / (s[size_t(j)] * s[size_t(j)]);
+      for (int64_t j = 0; j < k; ++j)
+        imp[size_t(j)] = ex2[size_t(j)] / (s[size_t(j)] * s[size_t(j)]);
       std::vector<double> err(items.size());
       pool_.run([&](int tid, int nth) {
         int64_t b, e;
         ThreadPool::split(int64_t(items.size()), tid, nth, 1, &b, &e);
-        std::vector<float> ws(static_cast<size_t>(k)), delta(static_cast<size_t>(k)), deq(static_cast<size_t>(k));
+        std::vector<float> ws(static_cast<size_t>(k)), delta(static_cast<size_t>(k)),
+            deq(static_cast<size_t>(k));
         std::vector<int8_t> q(static_cast<size_t>(k));
         std::vector<uint16_t> sc(static_cast<size_t>(k / o_.scheme.group));
         for (int64_t i = b; i < e; ++i) {
@@ -108,9 +110,9 @@ class SiteSearch {
           quantize_row(ws.data(), k, o_.scheme, Method::Search, imp.data(), q.data(), sc.data());
           for (int64_t j = 0; j < k; ++j)
             delta[size_t(j)] = w[size_t(j)] - float(q[size_t(j)]) *
-                                                   scale_to_f32(o_.scheme.scale_dtype,
-                                                                sc[size_t(j / o_.scheme.group)]) /
-                                                   s[size_t(j)];
+                                                  scale_to_f32(o_.scheme.scale_dtype,
+                                                               sc[size_t(j / o_.scheme.group)]) /
+                                                  s[size_t(j)];
           double acc = 0;
           for (int n = 0; n < st.n_samples; ++n) {
             const double y = dot(st.samples.data() + size_t(n) * size_t(k), delta.data(), k);
@@ -168,8 +170,7 @@ Calibration calibrate(const Qwen3Model& model, const std::vector<int32_t>& ids,
   if (ids.empty()) fail("calibration: no tokens");
   for (int32_t id : ids)
     if (id < 0 || id >= c.vocab_size)
-      fail("calibration: token id ", id, " is outside the model's vocabulary (", c.vocab_size,
-           ")");
+      fail("calibration: token id ", id, " is outside the model's vocabulary (", c.vocab_size, ")");
   const int ctx = std::max(1, std::min({opt.ctx, int(ids.size()), c.max_position_embeddings}));
 
   // Which graph tensor feeds each checkpoint linear: match the MatMul's weight view to the
@@ -177,7 +178,7 @@ Calibration calibrate(const Qwen3Model& model, const std::vector<int32_t>& ids,
   std::map<const void*, std::string> name_of;
   for (const TensorRef* r : model.checkpoint().all()) name_of[r->data] = r->name;
   std::map<std::string, int> input_of;  // checkpoint linear -> graph input tensor
-  std::map<int, int> input_of_weight;    // graph weight tensor -> graph input tensor
+  std::map<int, int> input_of_weight;   // graph weight tensor -> graph input tensor
   for (const Node& n : g.nodes())
     if (n.op == Op::MatMul && g.tensor(n.in[0]).rows == Rows::Tokens) {
       input_of_weight[n.in[1]] = n.in[0];
@@ -241,7 +242,8 @@ Calibration calibrate(const Qwen3Model& model, const std::vector<int32_t>& ids,
   // Pass 2: per layer and site, the scale exponent that minimises the quantized output error.
   Calibration cal;
   cal.tokens = int(ids.size());
-  ThreadPool pool(opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency())));
+  ThreadPool pool(opt.threads > 0 ? opt.threads
+                                  : int(std::max(1u, std::thread::hardware_concurrency())));
   SiteSearch search(model, opt, pool);
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";

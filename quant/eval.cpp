@@ -61,15 +61,18 @@ double bits_per_weight(const Qwen3Model& m) {
     bits += 8.0 * double(r->nbytes);
     const bool scales = r->name.size() > 6 && r->name.compare(r->name.size() - 6, 6, "_scale") == 0;
     if (scales) continue;
-    if (r->dtype_str == "U8") params += 2.0 * double(r->nbytes);  // packed 4-bit codes
-    else if (r->dtype_str == "I8") params += double(r->nbytes);
-    else params += double(r->nbytes) / double(dtype_size(r->dtype));
+    if (r->dtype_str == "U8")
+      params += 2.0 * double(r->nbytes);  // packed 4-bit codes
+    else if (r->dtype_str == "I8")
+      params += double(r->nbytes);
+    else
+      params += double(r->nbytes) / double(dtype_size(r->dtype));
   }
   return params > 0 ? bits / params : 0;
 }
 
-EvalReport evaluate(const Qwen3Model& model, const Qwen3Model& ref,
-                    const std::vector<int32_t>& ids, const EvalOptions& opt) {
+EvalReport evaluate(const Qwen3Model& model, const Qwen3Model& ref, const std::vector<int32_t>& ids,
+                    const EvalOptions& opt) {
   const int vocab = model.config().vocab_size;
   if (ref.config().vocab_size != vocab)
     fail("eval: vocabularies differ (", vocab, " vs reference ", ref.config().vocab_size, ")");

@@ -20,12 +20,12 @@ struct EvalReport {
   int64_t positions = 0;  // predictions scored: every position that has a next token
   double ppl_model = 0, ppl_ref = 0;
   double kl_mean = 0, kl_p99 = 0, kl_max = 0;  // KL(ref || model) per position, nats
-  double top1 = 0;  // fraction of positions whose argmax agrees
+  double top1 = 0;                             // fraction of positions whose argmax agrees
   double bpw_model = 0, bpw_ref = 0;
 };
 
-EvalReport evaluate(const Qwen3Model& model, const Qwen3Model& ref,
-                    const std::vector<int32_t>& ids, const EvalOptions& opt);
+EvalReport evaluate(const Qwen3Model& model, const Qwen3Model& ref, const std::vector<int32_t>& ids,
+                    const EvalOptions& opt);
 
 // Token ids from a text file: integers separated by commas and/or whitespace.
 std::vector<int32_t> read_token_ids(const std::string& path);

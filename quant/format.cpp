@@ -1,10 +1,25 @@
 #include "quant/format.h"
 
-#include <vector>
-
 #include "core/error.h"
 
 namespace hearth::quant {
+
+Slot slot_of(int64_t i, int64_t n) {
+  Slot s;
+  s.c0 = i / kChunk * kChunk;
+  s.m = int((n - s.c0 < kChunk ? n - s.c0 : kChunk) / kBlock);
+  const int r = int(i - s.c0);
+  const int b = r / 32, h = (r % 32) / 16, q = (r % 16) / 4, e = r % 4;
+  s.h = h;
+  s.p = 4 * (s.m * q + b) + e;
+  return s;
+}
+
+int64_t code_byte(int bits, int64_t i, int64_t n, bool* high) {
+  const Slot s = slot_of(i, n);
+  *high = bits == 4 && s.h == 1;
+  return bits == 4 ? s.c0 / 2 + s.p : s.c0 + 16 * s.m * s.h + s.p;
+}
 
 float scale_to_f32(DType t, uint16_t s) {
   return t == DType::BF16 ? bf16_to_f32(s) : f16_to_f32(s);
@@ -14,28 +29,24 @@ uint16_t scale_from_f32(DType t, float s) {
   return t == DType::BF16 ? f32_to_bf16(s) : f32_to_f16(s);
 }
 
-void scales_to_f32(DType t, const void* scales, int64_t i0, int64_t n, float* out) {
-  const auto* s = static_cast<const uint16_t*>(scales) + i0;
-  for (int64_t i = 0; i < n; ++i) out[i] = scale_to_f32(t, s[i]);
-}
-
-void pack_q4_row(const int8_t* q, int64_t n, uint8_t* dst) {
-  for (int64_t c0 = 0; c0 < n; c0 += kQ4Chunk) {
-    const int64_t half = (n - c0 < kQ4Chunk ? n - c0 : kQ4Chunk) / 2;
-    uint8_t* d = dst + c0 / 2;
-    for (int64_t j = 0; j < half; ++j)
-      d[j] = uint8_t((q[c0 + j] + 8) | (q[c0 + j + half] + 8) << 4);
+void pack_row(int bits, const int8_t* q, int64_t n, uint8_t* dst) {
+  if (bits == 4)
+    for (int64_t i = 0; i < n / 2; ++i) dst[i] = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    bool high;
+    const int64_t b = code_byte(bits, i, n, &high);
+    if (bits == 8)
+      dst[b] = uint8_t(q[i]);
+    else
+      dst[b] |= uint8_t((q[i] + 8) << (high ? 4 : 0));
   }
 }
 
-void unpack_q4_row(const uint8_t* src, int64_t n, int8_t* q) {
-  for (int64_t c0 = 0; c0 < n; c0 += kQ4Chunk) {
-    const int64_t half = (n - c0 < kQ4Chunk ? n - c0 : kQ4Chunk) / 2;
-    const uint8_t* s = src + c0 / 2;
-    for (int64_t j = 0; j < half; ++j) {
-      q[c0 + j] = int8_t((s[j] & 15) - 8);
-      q[c0 + j + half] = int8_t((s[j] >> 4) - 8);
-    }
+void unpack_row(int bits, const uint8_t* src, int64_t n, int8_t* q) {
+  for (int64_t i = 0; i < n; ++i) {
+    bool high;
+    const uint8_t v = src[code_byte(bits, i, n, &high)];
+    q[i] = bits == 8 ? int8_t(v) : int8_t((high ? v >> 4 : v & 15) - 8);
   }
 }
 
@@ -50,18 +61,24 @@ void dequantize_row(const Tensor& t, int64_t row, float* out) {
   const int64_t g = t.group_size, ng = n / g;
   const auto* codes = static_cast<const uint8_t*>(t.data) + row * row_code_bytes(bits, n);
   const auto* sc = static_cast<const uint16_t*>(t.scales) + row * ng;
-  if (bits == 8) {
-    const auto* c = reinterpret_cast<const int8_t*>(codes);
-    for (int64_t i = 0; i < n; ++i) out[i] = float(c[i]) * scale_to_f32(t.scale_dtype, sc[i / g]);
-    return;
-  }
-  for (int64_t c0 = 0; c0 < n; c0 += kQ4Chunk) {
-    const int64_t half = (n - c0 < kQ4Chunk ? n - c0 : kQ4Chunk) / 2;
-    const uint8_t* s = codes + c0 / 2;
-    for (int64_t j = 0; j < half; ++j) {
-      const int64_t lo = c0 + j, hi = c0 + j + half;
-      out[lo] = float((s[j] & 15) - 8) * scale_to_f32(t.scale_dtype, sc[lo / g]);
-      out[hi] = float((s[j] >> 4) - 8) * scale_to_f32(t.scale_dtype, sc[hi / g]);
+  // Slot order within a chunk is a fixed permutation: walk it by block, quarter and position.
+  for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
+    const int m = int((n - c0 < kChunk ? n - c0 : kChunk) / kBlock);
+    for (int b = 0; b < m; ++b) {
+      const float d = scale_to_f32(t.scale_dtype, sc[(c0 + 32 * b) / g]);
+      for (int h = 0; h < 2; ++h)
+        for (int q = 0; q < 4; ++q)
+          for (int e = 0; e < 4; ++e) {
+            const int p = 4 * (m * q + b) + e;
+            int v;
+            if (bits == 8) {
+              v = int8_t(codes[c0 + 16 * m * h + p]);
+            } else {
+              const uint8_t byte = codes[c0 / 2 + p];
+              v = (h ? byte >> 4 : byte & 15) - 8;
+            }
+            out[c0 + 32 * b + 16 * h + 4 * q + e] = float(v) * d;
+          }
     }
   }
 }

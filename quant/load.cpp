@@ -45,8 +45,8 @@ Tensor QuantBinder::bind(const std::string& name, int64_t rows, int64_t cols) {
     fail(where, ": ", cols, " columns are not a multiple of the group size ", s.group);
   const char* want_dtype = s.bits == 8 ? "I8" : "U8";
   if (r->dtype_str != want_dtype)
-    fail(where, ": codes are ", r->dtype_str, " but a ", s.bits, "-bit tensor must be ",
-         want_dtype, " (wrong bit count?)");
+    fail(where, ": codes are ", r->dtype_str, " but a ", s.bits, "-bit tensor must be ", want_dtype,
+         " (wrong bit count?)");
   const std::vector<int64_t> code_shape = {rows, code_cols(s.bits, cols)};
   if (r->shape != code_shape)
     fail(where, ": codes have shape ", shape_str(r->shape), ", but ", s.bits, "-bit codes of ",

@@ -43,9 +43,12 @@ Scheme parse_scheme(const Json& o, const Scheme& dflt, const std::string& where)
     fail(where, ": group_size is ", s.group, "; must be 32, 64 or 128");
   if (const Json* t = o.find("scale_dtype")) {
     if (!t->is_string()) fail(where, ": field 'scale_dtype' must be a string");
-    if (t->as_string() == "F16") s.scale_dtype = DType::F16;
-    else if (t->as_string() == "BF16") s.scale_dtype = DType::BF16;
-    else fail(where, ": scale_dtype is \"", t->as_string(), "\"; must be \"F16\" or \"BF16\"");
+    if (t->as_string() == "F16")
+      s.scale_dtype = DType::F16;
+    else if (t->as_string() == "BF16")
+      s.scale_dtype = DType::BF16;
+    else
+      fail(where, ": scale_dtype is \"", t->as_string(), "\"; must be \"F16\" or \"BF16\"");
   }
   return s;
 }
@@ -66,8 +69,7 @@ QuantConfig parse_quant_config(const std::string& json, const std::string& sourc
   const std::string where = source + ": quantization_config";
   Json o = parse_object(json, source, "quantization_config");
   const Json* method = o.find("quant_method");
-  if (!method || !method->is_string())
-    fail(where, ": 'quant_method' is missing or not a string");
+  if (!method || !method->is_string()) fail(where, ": 'quant_method' is missing or not a string");
   if (method->as_string() != "hearth")
     fail(where, ": quant_method is \"", method->as_string(),
          "\"; only hearth's own format (\"hearth\") is supported");
@@ -128,7 +130,8 @@ std::map<std::string, Scheme> parse_tensor_schemes(const std::string& json,
   Json o = parse_object(json, source, "__metadata__ 'hearth.quant'");
   std::map<std::string, Scheme> out;
   for (const auto& [name, v] : o.as_object())
-    out[name] = parse_scheme(v, Scheme{}, source + ": __metadata__ 'hearth.quant' entry '" + name + "'");
+    out[name] =
+        parse_scheme(v, Scheme{}, source + ": __metadata__ 'hearth.quant' entry '" + name + "'");
   return out;
 }
 

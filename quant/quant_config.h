@@ -11,10 +11,10 @@ namespace hearth::quant {
 constexpr int kFormatVersion = 1;
 
 struct QuantConfig {
-  Scheme main;                               // every linear weight not in overrides
-  std::map<std::string, Scheme> overrides;   // by checkpoint tensor name
-  std::string calibration = "rtn";           // "rtn", "mse-clip" or "awq+clip"
-  double bits_per_weight = 0;                // whole checkpoint, scales included
+  Scheme main;                              // every linear weight not in overrides
+  std::map<std::string, Scheme> overrides;  // by checkpoint tensor name
+  std::string calibration = "rtn";          // "rtn", "mse-clip" or "awq+clip"
+  double bits_per_weight = 0;               // whole checkpoint, scales included
 
   const Scheme& scheme_for(const std::string& name) const {
     auto it = overrides.find(name);

@@ -88,8 +88,7 @@ void quantize_tensor(const Plan& p, Method method, ThreadPool& pool, uint8_t* ds
       }
       quantize_row(w.data(), k, p.scheme, method, p.importance ? p.importance->data() : nullptr,
                    q.data(), scales.data() + r * ng);
-      if (p.scheme.bits == 8) std::memcpy(dst + r * row_bytes, q.data(), size_t(k));
-      else pack_q4_row(q.data(), k, dst + r * row_bytes);
+      pack_row(p.scheme.bits, q.data(), k, dst + r * row_bytes);
       const int64_t n = done.fetch_add(1) + 1;
       if (tid == 0 && on_rows && (r - b) % 64 == 63) on_rows(n);
     }
@@ -122,8 +121,8 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
     fail(cfg.source, ": this checkpoint is already quantized (quantization_config is set)");
   const Checkpoint& ck = model->checkpoint();
 
-  const int threads = opt.threads > 0 ? opt.threads
-                                       : int(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads =
+      opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   QuantizeReport rep;
   Calibration cal;
   const bool calibrated = !opt.calibration_ids.empty();

@@ -29,7 +29,7 @@ struct QuantizeReport {
   double bits_per_weight = 0;  // all tensors, scales included, per logical weight
   size_t source_bytes = 0, output_bytes = 0;
   int64_t params = 0;
-  std::string calibration;     // "rtn", "mse-clip" or "awq+clip"
+  std::string calibration;             // "rtn", "mse-clip" or "awq+clip"
   double calibration_error_ratio = 0;  // scaled / plain output error in the search, when calibrated
 };
 

@@ -10,6 +10,9 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DHEARTH_WERROR=ON >/dev
 ninja -C build
 (cd build && ctest --output-on-failure -j "$jobs" --timeout 1500)
 
+# The NEON kernels, cross-compiled for aarch64 and run under qemu.
+bash scripts/test-neon.sh build-neon
+
 if [ "${1:-}" != "--no-sanitizers" ]; then
   # Sanitizers slow everything ~3x; the model fixtures still run, on every ISA.
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHEARTH_WERROR=ON \

@@ -229,7 +229,11 @@ TEST_SUITE("capi") {
                    "." + std::to_string(HEARTH_VERSION_PATCH));
     CHECK(ma == HEARTH_VERSION_MAJOR);
     CHECK(std::string(hearth_status_name(HEARTH_ERR_BUSY)) == "HEARTH_ERR_BUSY");
-    CHECK(std::string(hearth_status_name(hearth_status(1234))) == "HEARTH_ERR_UNKNOWN");
+    // What a C caller can pass: any int in the enum's place.
+    hearth_status unknown;
+    const int raw = 1234;
+    std::memcpy(&unknown, &raw, sizeof raw);
+    CHECK(std::string(hearth_status_name(unknown)) == "HEARTH_ERR_UNKNOWN");
     const hearth_generate_params g = hearth_generate_params_default();
     CHECK(g.struct_size == sizeof g);
     CHECK(g.max_new_tokens == 512);
@@ -374,7 +378,8 @@ TEST_SUITE("capi") {
     p.backend = "no-such-backend";
     fails(hearth_model_load(kTiny.c_str(), &p, &m), HEARTH_ERR_UNSUPPORTED, "no-such-backend");
     p = hearth_model_params_default();
-    p.kv_type = hearth_kv_type(9);
+    const int bad_kv = 9;  // as a C caller could store it
+    std::memcpy(&p.kv_type, &bad_kv, sizeof bad_kv);
     fails(hearth_model_load(kTiny.c_str(), &p, &m), HEARTH_ERR_INVALID_ARGUMENT, "kv_type");
     p = hearth_model_params_default();
     p.n_threads = -1;

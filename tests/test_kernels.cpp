@@ -84,15 +84,17 @@ TEST_SUITE("kernels") {
             const int64_t ldx = K + 3, ldy = N + 5;  // strides wider than the rows
             const auto x = randn(size_t(T * ldx), 12);
             std::vector<float> y(size_t(T * ldy), NAN);
-            std::vector<float> scratch(size_t(K) + 16);
-            MatmulArgs a{w.data(wt), K, x.data(), ldx, T, y.data() + 2, ldy, r0, r1, scratch.data()};
+            std::vector<float> scratch(size_t(K * T) + 16);
+            MatmulArgs a{w.data(wt),   K,   x.data(), ldx, T,
+                         y.data() + 2, ldy, r0,       r1,  scratch.data()};
             kt.matmul[type_slot(wt)](a);
             std::vector<double> want;
             std::vector<float> got;
             for (int t = 0; t < T; ++t)
               for (int64_t r = r0; r < r1; ++r) {
                 double s = 0;
-                for (int64_t k = 0; k < K; ++k) s += double(x[size_t(t * ldx + k)]) * w.f[size_t(r * K + k)];
+                for (int64_t k = 0; k < K; ++k)
+                  s += double(x[size_t(t * ldx + k)]) * w.f[size_t(r * K + k)];
                 want.push_back(s);
                 got.push_back(y[size_t(t * ldy + 2 + (r - r0))]);
               }
@@ -126,8 +128,17 @@ TEST_SUITE("kernels") {
               const auto q = randn(size_t(n_tok * q_stride), 23, 0.5f);
               std::vector<float> out(size_t(n_tok * q_stride), NAN);
               std::vector<float> scratch(size_t(attention_scratch_floats(hd)));
-              AttentionArgs a{q.data(), q_stride, out.data(), q_stride, n_tok, group, pos0,
-                              k.data(kvt), v.data(kvt), hd, 1.f / std::sqrt(float(hd)),
+              AttentionArgs a{q.data(),
+                              q_stride,
+                              out.data(),
+                              q_stride,
+                              n_tok,
+                              group,
+                              pos0,
+                              k.data(kvt),
+                              v.data(kvt),
+                              hd,
+                              1.f / std::sqrt(float(hd)),
                               scratch.data()};
               kt.attention[type_slot(kvt)](a);
               std::vector<double> want;
@@ -157,6 +168,62 @@ TEST_SUITE("kernels") {
     }
   }
 
+  TEST_CASE("attention over position ranges merges to the whole") {
+    const int hd = 128, group = 2, n_pos = 300;
+    for (Isa isa : isas_here())
+      for (DType kvt : {DType::F32, DType::BF16}) {
+        CAPTURE(isa_name(isa));
+        CAPTURE(dtype_name(kvt));
+        const KernelTable kt = make_kernel_table(isa);
+        const Stored k = store(kvt, randn(size_t(n_pos * hd), 61));
+        const Stored v = store(kvt, randn(size_t(n_pos * hd), 62));
+        const auto q = randn(size_t(group * hd), 63);
+        std::vector<float> scratch(size_t(attention_scratch_floats(hd)));
+        AttentionArgs a{q.data(),
+                        group * hd,
+                        nullptr,
+                        group * hd,
+                        1,
+                        group,
+                        n_pos - 1,
+                        k.data(kvt),
+                        v.data(kvt),
+                        hd,
+                        1.f / std::sqrt(float(hd)),
+                        scratch.data()};
+        std::vector<float> whole(size_t(group * hd));
+        a.out = whole.data();
+        kt.attention[type_slot(kvt)](a);
+        // Three ranges, one of them not tile-aligned, merged by their {max, sum} statistics.
+        const int cuts[] = {0, 70, 200, n_pos};
+        std::vector<float> merged(size_t(group * hd), 0.f), part(size_t(group * hd));
+        std::vector<float> m(static_cast<size_t>(group), -INFINITY),
+            l(static_cast<size_t>(group), 0.f);
+        std::vector<float> ml(size_t(2 * group));
+        for (int p = 0; p < 3; ++p) {
+          a.out = part.data();
+          a.kv_begin = cuts[p];
+          a.kv_end = cuts[p + 1];
+          a.ml = ml.data();
+          kt.attention[type_slot(kvt)](a);
+          for (int j = 0; j < group; ++j) {
+            const float mn = std::max(m[size_t(j)], ml[size_t(2 * j)]);
+            const float wa = std::exp(m[size_t(j)] - mn), wb = std::exp(ml[size_t(2 * j)] - mn);
+            l[size_t(j)] = l[size_t(j)] * wa + ml[size_t(2 * j + 1)] * wb;
+            for (int d = 0; d < hd; ++d) {
+              float& o = merged[size_t(j * hd + d)];
+              o = o * wa + part[size_t(j * hd + d)] * wb;
+            }
+            m[size_t(j)] = mn;
+          }
+        }
+        std::vector<double> want(whole.begin(), whole.end());
+        for (int j = 0; j < group; ++j)
+          for (int d = 0; d < hd; ++d) merged[size_t(j * hd + d)] /= l[size_t(j)];
+        CHECK(nerr(merged.data(), want) < 1e-6);
+      }
+  }
+
   TEST_CASE("silu_mul, to_bf16 and read_sum against float64") {
     std::vector<float> a = randn(1000, 31, 4.f), b = randn(1000, 32);
     a[3] = -100.f, a[4] = 100.f, a[5] = -87.5f, a[6] = 88.5f, a[7] = 0.f;  // exp's clamps
@@ -168,7 +235,8 @@ TEST_SUITE("kernels") {
         kt.silu_mul(a.data(), b.data(), out.data(), n);
         std::vector<double> want(static_cast<size_t>(n));
         for (int64_t i = 0; i < n; ++i)
-          want[size_t(i)] = double(a[size_t(i)]) / (1 + std::exp(-double(a[size_t(i)]))) * b[size_t(i)];
+          want[size_t(i)] =
+              double(a[size_t(i)]) / (1 + std::exp(-double(a[size_t(i)]))) * b[size_t(i)];
         CHECK(nerr(out.data(), want) < 1e-6);
         std::vector<uint16_t> h(static_cast<size_t>(n));
         kt.to_bf16(a.data(), h.data(), n);
@@ -216,9 +284,17 @@ TEST_SUITE("kernels") {
   }
 
   TEST_CASE("bf16 rounding of specials") {
-    const float specials[] = {0.f, -0.f, 1.f, -2.5f, 65504.f, 3.4e38f, -3.4e38f,
+    const float specials[] = {0.f,
+                              -0.f,
+                              1.f,
+                              -2.5f,
+                              65504.f,
+                              3.4e38f,
+                              -3.4e38f,
                               std::numeric_limits<float>::infinity(),
-                              -std::numeric_limits<float>::infinity(), 1.00390625f, 1.01171875f};
+                              -std::numeric_limits<float>::infinity(),
+                              1.00390625f,
+                              1.01171875f};
     for (Isa isa : isas_here()) {
       const KernelTable kt = make_kernel_table(isa);
       CAPTURE(isa_name(isa));
@@ -235,6 +311,10 @@ TEST_SUITE("kernels") {
 }
 
 #ifndef HEARTH_KERNELS_ONLY
+#include <simdjson.h>
+
+#include <fstream>
+
 #include "backends/cpu/cpu_backend.h"
 #include "core/backend.h"
 #include "core/runner.h"
@@ -322,7 +402,8 @@ TEST_SUITE("kernels") {
     auto x = randn(size_t(3 * K), 42);
     for (int64_t k = 0; k < K; ++k) x[size_t(2 * K + k)] = NAN;  // row 2: every logit NaN
     Graph g;
-    int xi = g.add(Op::Embed, g.activation("x", K), {g.weight("x", view(DType::F32, {3, K}, x.data()))});
+    int xi =
+        g.add(Op::Embed, g.activation("x", K), {g.weight("x", view(DType::F32, {3, K}, x.data()))});
     g.output = g.add(Op::MatMul, g.activation("logits", N, Rows::Outputs),
                      {xi, g.weight("lm_head", view(DType::F32, {N, K}, w.data()))});
     for (const std::string isa : {"scalar", ""})
@@ -361,6 +442,63 @@ TEST_SUITE("kernels") {
     }
   }
 
+  TEST_CASE("every GEMM path reproduces the float64 fixture logits through the whole model") {
+    const std::string dir = fixture("tiny-tied-bf16");
+    auto model = Qwen3Model::load(dir);
+    const auto& c = model->config();
+    // The fixture's longest sequence, with its float64 reference logits.
+    simdjson::dom::parser parser;
+    simdjson::dom::element seq = parser.load(dir + "/expected.json")["sequences"].at(2);
+    std::vector<int32_t> ids;
+    for (int64_t v : seq["input_ids"].get_array()) ids.push_back(int32_t(v));
+    std::ifstream f(dir + "/" + std::string(std::string_view(seq["logits_file"])),
+                    std::ios::binary);
+    std::vector<float> want(ids.size() * size_t(c.vocab_size));
+    f.read(reinterpret_cast<char*>(want.data()), std::streamsize(want.size() * 4));
+    REQUIRE(f.good());
+    std::vector<std::string> gemms = {"native"};
+#if defined(HEARTH_HAVE_DNNL)
+    gemms.push_back("dnnl");
+#endif
+#if defined(HEARTH_HAVE_OPENBLAS)
+    gemms.push_back("openblas");
+#endif
+    for (const auto& gemm : gemms) {
+      CAPTURE(gemm);
+      // Every step of two or more tokens goes through the GEMM.
+      Runner r(backend("", 2, gemm, 2), model->graph(), c.vocab_size, c.max_position_embeddings);
+      auto kv = r.new_kv(int(ids.size()));
+      std::vector<float> got(want.size());
+      r.forward(*kv, ids.data(), int(ids.size()), 0, got.data(), nullptr);
+      size_t bad = 0;
+      for (size_t i = 0; i < got.size(); ++i)
+        bad += !(std::fabs(got[i] - want[i]) <= 1e-4 + 1e-4 * std::fabs(want[i]));
+      CHECK(bad == 0);
+    }
+  }
+
+  TEST_CASE("decode attention split over positions equals one thread per head") {
+    // Two KV heads and four threads: at 600 positions each head is split in two ranges.
+    auto model = Qwen3Model::load(fixture("tiny-untied-sharded-f32"));
+    const auto& c = model->config();
+    std::vector<int32_t> ids(600);
+    std::mt19937 g(7);
+    for (auto& t : ids) t = int32_t(g() % 150000);
+    std::vector<std::vector<float>> logits;
+    for (int threads : {1, 4}) {
+      Runner r(backend("", threads), model->graph(), c.vocab_size, c.max_position_embeddings);
+      auto kv = r.new_kv(int(ids.size()));
+      std::vector<float> out(size_t(c.vocab_size));
+      r.forward(*kv, ids.data(), int(ids.size()) - 1, 0, nullptr, out.data());
+      r.forward(*kv, ids.data() + ids.size() - 1, 1, int(ids.size()) - 1, nullptr, out.data());
+      logits.push_back(out);
+    }
+    size_t bad = 0;
+    for (size_t i = 0; i < logits[0].size(); ++i)
+      bad += !(std::fabs(logits[1][i] - logits[0][i]) <= 1e-5 + 1e-5 * std::fabs(logits[0][i]));
+    CHECK(bad == 0);
+  }
+
   TEST_CASE("GEMM libraries match the native kernels on long steps") {
     const int T = 40;
     const int64_t N = 300, K = 96;
@@ -368,14 +506,17 @@ TEST_SUITE("kernels") {
     for (DType wt : {DType::F32, DType::BF16}) {
       const Stored w = store(wt, randn(size_t(N * K), 52, 0.1f));
       Graph g;
-      int xi = g.add(Op::Embed, g.activation("x", K), {g.weight("x", view(DType::F32, {T, K}, x.data()))});
-      int y = g.add(Op::MatMul, g.activation("y", N), {xi, g.weight("w", view(wt, {N, K}, w.data(wt)))});
+      int xi = g.add(Op::Embed, g.activation("x", K),
+                     {g.weight("x", view(DType::F32, {T, K}, x.data()))});
+      int y = g.add(Op::MatMul, g.activation("y", N),
+                    {xi, g.weight("w", view(wt, {N, K}, w.data(wt)))});
       g.output = g.add(Op::GatherRows, g.activation("out", N, Rows::Outputs), {y});
       std::vector<double> want;
       for (int t = 0; t < T; ++t)
         for (int64_t n = 0; n < N; ++n) {
           double s = 0;
-          for (int64_t k = 0; k < K; ++k) s += double(x[size_t(t * K + k)]) * w.f[size_t(n * K + k)];
+          for (int64_t k = 0; k < K; ++k)
+            s += double(x[size_t(t * K + k)]) * w.f[size_t(n * K + k)];
           want.push_back(s);
         }
       std::vector<std::string> gemms = {"native"};

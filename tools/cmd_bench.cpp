@@ -11,17 +11,21 @@
 //   model_dir, weight_dtypes, backend_detail, threads, kv_dtype, prompt_tokens, gen_tokens, reps
 //   prefill_tokens_per_s       prompt tokens per second of one prefill (chunked as the runner does)
 //   prefill_gflops             its model FLOPs per second: 2 per weight per token in the layers,
-//                              attention's 4 * heads * head_dim per visible position, one LM head row
+//                              attention's 4 * heads * head_dim per visible position, one LM head
+//                              row
 //   peak_gflops                the same threads running independent f32 FMAs from registers
 //   prefill_peak_fraction      prefill_gflops / peak_gflops
 //   decode_tokens_per_s        greedy decode tokens per second (LM head fused with the argmax)
-//   decode_weight_bytes        weight bytes read per decoded token (Qwen3Model::decode_weight_bytes)
-//   decode_kv_bytes_per_token  KV cache bytes read per decoded token, averaged over the decode
-//   decode_bytes_per_token     decode_weight_bytes + decode_kv_bytes_per_token
-//   mem_bw_gbs                 memory read bandwidth, GB/s (1e9 bytes): the best probe of the run, each
+//   decode_weight_bytes        weight bytes read per decoded token
+//   (Qwen3Model::decode_weight_bytes) decode_kv_bytes_per_token  KV cache bytes read per decoded
+//   token, averaged over the decode decode_bytes_per_token     decode_weight_bytes +
+//   decode_kv_bytes_per_token mem_bw_gbs                 memory read bandwidth, GB/s (1e9 bytes):
+//   the best probe of the run, each
 //                              a vector read-only sum over 1 GiB split over the same thread count
 //   mem_bw_runs                every probe
 //   decode_bw_fraction         decode_bytes_per_token * decode_tokens_per_s / (mem_bw_gbs * 1e9)
+//   prefill_cpu_share          CPU time / (wall time * threads) while prefilling, and the same
+//   decode_cpu_share           while decoding: well below 1 means other work shared the cores
 //   peak_rss_mb                this process's peak resident set, MiB (getrusage)
 //   weights_hugepage_mb        mapped memory backed by huge pages, MiB (/proc/self/smaps_rollup)
 //   load_ms                    model load and backend creation
@@ -96,8 +100,8 @@ Probe probe_machine(int n_threads, bool with_peak) {
     close(fds[0]);
     Probe p;
     const size_t bytes = size_t(1) << 30, huge = size_t(2) << 20;
-    void* raw = mmap(nullptr, bytes + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                     -1, 0);
+    void* raw =
+        mmap(nullptr, bytes + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw != MAP_FAILED) {
       auto* buf = reinterpret_cast<float*>((uintptr_t(raw) + huge - 1) & ~uintptr_t(huge - 1));
       madvise(buf, bytes, MADV_HUGEPAGE);
@@ -121,7 +125,8 @@ Probe probe_machine(int n_threads, bool with_peak) {
         const auto t0 = Clock::now();
         std::vector<std::thread> th;
         for (int t = 0; t < n_threads; ++t)
-          th.emplace_back([&, t] { sink[size_t(t)] = table.fma_loop(20'000'000, &flops[size_t(t)]); });
+          th.emplace_back(
+              [&, t] { sink[size_t(t)] = table.fma_loop(20'000'000, &flops[size_t(t)]); });
         for (auto& t : th) t.join();
         double total = 0;
         for (double f : flops) total += f;
@@ -158,6 +163,14 @@ double hugepage_mb() {
   return kb / 1024;
 }
 
+// This process's CPU time (user + system), seconds.
+double cpu_seconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         1e-6 * double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
 double peak_rss_mb() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
@@ -177,8 +190,8 @@ double prefill_flops(const Qwen3Config& c, int T) {
 
 int cmd_bench(int argc, char** argv) {
   Args args(argc, argv,
-            {"--model=", "--threads=", "--isa=", "--kv=", "--gemm=", "--prefill-chunk=", "--prompt=",
-             "--gen=", "--reps=", "--json"});
+            {"--model=", "--threads=", "--isa=", "--kv=", "--gemm=", "--prefill-chunk=",
+             "--prompt=", "--gen=", "--reps=", "--json"});
   const int prompt = args.integer("--prompt", 512);
   const int gen = args.integer("--gen", 128);
   const int reps = args.integer("--reps", 2);
@@ -195,10 +208,14 @@ int cmd_bench(int argc, char** argv) {
   bo.isa = args.str("--isa");
   bo.gemm = args.str("--gemm");
   const std::string kv = args.str("--kv", "f32");
-  if (kv == "f32") bo.kv_dtype = DType::F32;
-  else if (kv == "f16") bo.kv_dtype = DType::F16;
-  else if (kv == "bf16") bo.kv_dtype = DType::BF16;
-  else fail("--kv: unknown KV cache type '", kv, "' (expected f32, f16 or bf16)");
+  if (kv == "f32")
+    bo.kv_dtype = DType::F32;
+  else if (kv == "f16")
+    bo.kv_dtype = DType::F16;
+  else if (kv == "bf16")
+    bo.kv_dtype = DType::BF16;
+  else
+    fail("--kv: unknown KV cache type '", kv, "' (expected f32, f16 or bf16)");
   // One 512-token chunk, as llama-bench's default ubatch processes pp512.
   const int chunk = args.integer("--prefill-chunk", 512);
   if (chunk <= 0) fail("--prefill-chunk must be positive");
@@ -214,18 +231,30 @@ int cmd_bench(int argc, char** argv) {
   std::vector<int32_t> tokens(static_cast<size_t>(prompt));
   for (auto& t : tokens) t = any_token(rng);
 
+  // CPU time over wall time x threads in the timed sections: below 1 when the machine is busy
+  // with other work, which makes every rate here lower than the hardware allows.
+  double prefill_cpu = 0, prefill_wall = 0, decode_cpu = 0, decode_wall = 0;
   auto prefill_once = [&] {
     auto cache = runner.new_kv(prompt);
+    const double c0 = cpu_seconds();
     const auto t0 = Clock::now();
     runner.forward_argmax(*cache, tokens.data(), prompt, 0);
-    return seconds_since(t0);
+    const double wall = seconds_since(t0);
+    prefill_cpu += cpu_seconds() - c0;
+    prefill_wall += wall;
+    return wall;
   };
   GenerateOptions go;
   go.max_new_tokens = gen + 1;  // the first token comes from the prompt's step
   go.ignore_eos = true;
   auto decode_once = [&] {
     Session s(runner);
-    return s.generate({tokens[0]}, go).metrics.tokens_per_s;
+    const double c0 = cpu_seconds();
+    const auto t0 = Clock::now();
+    const double tps = s.generate({tokens[0]}, go).metrics.tokens_per_s;
+    decode_cpu += cpu_seconds() - c0;
+    decode_wall += seconds_since(t0);
+    return tps;
   };
 
   progress.say("warm-up");
@@ -262,6 +291,8 @@ int cmd_bench(int argc, char** argv) {
   const double best_bw = *std::max_element(bw.begin(), bw.end());
   const double pf = median(prefill_tps), dc = median(decode_tps);
   const double pf_gflops = prefill_flops(cfg, prompt) / (prompt / pf) / 1e9;
+  const double pf_share = prefill_cpu / (prefill_wall * threads);
+  const double dc_share = decode_cpu / (decode_wall * threads);
 
   JsonWriter w;
   w.begin_object();
@@ -281,6 +312,7 @@ int cmd_bench(int argc, char** argv) {
   w.key("mem_bw_runs").array(bw);
   w.field("decode_bw_fraction", best_bw > 0 ? bytes * dc / (best_bw * 1e9) : 0.0);
   w.field("peak_rss_mb", peak_rss_mb()).field("weights_hugepage_mb", hugepage_mb());
+  w.field("prefill_cpu_share", pf_share).field("decode_cpu_share", dc_share);
   w.field("load_ms", load_ms);
   w.end_object();
   progress.say("");
@@ -296,6 +328,11 @@ int cmd_bench(int argc, char** argv) {
               gen, dc, bytes / 1e6, bytes * dc / 1e9, 100 * bytes * dc / (best_bw * 1e9), best_bw);
   std::printf("peak RSS %.0f MiB, %.0f MiB in huge pages, load %.0f ms\n", peak_rss_mb(),
               hugepage_mb(), load_ms);
+  if (pf_share < 0.9 || dc_share < 0.9)
+    std::printf(
+        "warning: the threads got %.0f%% (prefill) and %.0f%% (decode) of their CPU time; "
+        "the machine is busy and these rates are below what it can do\n",
+        100 * pf_share, 100 * dc_share);
   return 0;
 }
 

@@ -26,10 +26,14 @@ int cmd_eval(int argc, char** argv) {
   if (o.backend.threads < 0) fail("--threads must be positive");
   o.backend.isa = args.str("--isa");
   const std::string kv = args.str("--kv", "f32");
-  if (kv == "f32") o.backend.kv_dtype = DType::F32;
-  else if (kv == "f16") o.backend.kv_dtype = DType::F16;
-  else if (kv == "bf16") o.backend.kv_dtype = DType::BF16;
-  else fail("--kv: unknown KV cache type '", kv, "' (expected f32, f16 or bf16)");
+  if (kv == "f32")
+    o.backend.kv_dtype = DType::F32;
+  else if (kv == "f16")
+    o.backend.kv_dtype = DType::F16;
+  else if (kv == "bf16")
+    o.backend.kv_dtype = DType::BF16;
+  else
+    fail("--kv: unknown KV cache type '", kv, "' (expected f32, f16 or bf16)");
 
   std::vector<int32_t> ids;
   if (args.has("--text")) {

@@ -29,10 +29,14 @@ std::string read_text(const std::string& path) {
 
 quant::Scheme head_scheme(const std::string& s, const quant::Scheme& main) {
   quant::Scheme h = main;
-  if (s == "int8") h.bits = 8;
-  else if (s == "int4") h.bits = 4;
-  else if (s == "bf16") h.bits = 16;
-  else fail("--head: '", s, "' is not one of int8, int4, bf16");
+  if (s == "int8")
+    h.bits = 8;
+  else if (s == "int4")
+    h.bits = 4;
+  else if (s == "bf16")
+    h.bits = 16;
+  else
+    fail("--head: '", s, "' is not one of int8, int4, bf16");
   return h;
 }
 
@@ -66,10 +70,10 @@ class ProgressBar {
 }  // namespace
 
 int cmd_quantize(int argc, char** argv) {
-  Args args(argc, argv,
-            {"--model=", "--out=", "--bits=", "--group=", "--head=", "--scale-dtype=",
-             "--calibration=", "--calibration-ids=", "--calibration-ctx=", "--rtn", "--force",
-             "--threads=", "--json"});
+  Args args(
+      argc, argv,
+      {"--model=", "--out=", "--bits=", "--group=", "--head=", "--scale-dtype=", "--calibration=",
+       "--calibration-ids=", "--calibration-ctx=", "--rtn", "--force", "--threads=", "--json"});
   const std::string in = args.required("--model"), out = args.required("--out");
   quant::QuantizeOptions o;
   o.main.bits = args.integer("--bits", 4);
@@ -78,9 +82,12 @@ int cmd_quantize(int argc, char** argv) {
   if (o.main.group != 32 && o.main.group != 64 && o.main.group != 128)
     fail("--group must be 32, 64 or 128");
   const std::string sd = args.str("--scale-dtype", "f16");
-  if (sd == "f16") o.main.scale_dtype = DType::F16;
-  else if (sd == "bf16") o.main.scale_dtype = DType::BF16;
-  else fail("--scale-dtype must be f16 or bf16");
+  if (sd == "f16")
+    o.main.scale_dtype = DType::F16;
+  else if (sd == "bf16")
+    o.main.scale_dtype = DType::BF16;
+  else
+    fail("--scale-dtype must be f16 or bf16");
   o.head = head_scheme(args.str("--head", "int8"), o.main);
   o.method = args.has("--rtn") ? quant::Method::Rtn : quant::Method::Search;
   o.force = args.has("--force");

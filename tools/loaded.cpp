@@ -8,7 +8,7 @@
 namespace hearth::cli {
 
 const std::vector<std::string> kEngineOptions = {"--model=", "--threads=", "--backend=", "--isa=",
-                                                 "--kv=", "--prefill-chunk="};
+                                                 "--kv=", "--prefill-chunk=", "--gemm="};
 
 Loaded load_engine(const Args& args) {
   auto t0 = std::chrono::steady_clock::now();
@@ -18,6 +18,7 @@ Loaded load_engine(const Args& args) {
   bo.threads = args.integer("--threads", 0);
   if (bo.threads < 0) fail("--threads must be positive");
   bo.isa = args.str("--isa");
+  bo.gemm = args.str("--gemm");
   const std::string kv = args.str("--kv", "f32");
   if (kv == "f32") bo.kv_dtype = DType::F32;
   else if (kv == "f16") bo.kv_dtype = DType::F16;

@@ -39,13 +39,14 @@ commands:
             FMA peak measured in the same run; JSON fields: prefill_tokens_per_s, prefill_gflops,
             peak_gflops, prefill_peak_fraction, decode_tokens_per_s, decode_bytes_per_token
             (= decode_weight_bytes + decode_kv_bytes_per_token), mem_bw_gbs, decode_bw_fraction,
-            peak_rss_mb, weights_hugepage_mb (see tools/cmd_bench.cpp)
+            prefill_cpu_share, decode_cpu_share (below 1: a busy machine), peak_rss_mb,
+            weights_hugepage_mb; all in tools/cmd_bench.cpp
   eval      --model M --reference REF (--text FILE | --ids-file FILE) [--ctx 512] [--json]
             perplexity of both, KL(REF||M) mean and p99, top-1 agreement, bits per weight
 
 engine options (all model commands):
   --threads N  --backend cpu  --isa avx512|avx2|neon|scalar  --kv f32|f16|bf16
-  --prefill-chunk N
+  --prefill-chunk N  --gemm auto|dnnl|dnnl-bf16|openblas|native (prefill matmuls)
 sampling: --temperature T --top-k K --top-p P --min-p M --seed S --repetition-penalty R
           --presence-penalty P --frequency-penalty F --greedy
 )";

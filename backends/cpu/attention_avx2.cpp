@@ -39,8 +39,10 @@ void widen_tile(const void* src, int p0, int n, int hd, float* dst) {
   for (int64_t i = 0; i < int64_t(n) * hd; i += 8) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
     __m256 f;
-    if constexpr (T == DType::F16) f = _mm256_cvtph_ps(h);
-    else f = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    if constexpr (T == DType::F16)
+      f = _mm256_cvtph_ps(h);
+    else
+      f = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
     _mm256_storeu_ps(dst + i, f);
   }
 }
@@ -58,7 +60,8 @@ inline void scores(const float* q, const float* kt, int n, int hd, float scale, 
     for (int c = 0; c < hd; c += 8) {
       const __m256 qc = _mm256_loadu_ps(q + c);
 #pragma GCC unroll 8
-      for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(qc, _mm256_loadu_ps(rows[j] + c), acc[j]);
+      for (int j = 0; j < 8; ++j)
+        acc[j] = _mm256_fmadd_ps(qc, _mm256_loadu_ps(rows[j] + c), acc[j]);
     }
     _mm256_storeu_ps(s + j0, _mm256_mul_ps(reduce8(acc), _mm256_set1_ps(scale)));
     for (int j = n - j0; j < 8; ++j) s[j0 + j] = -INFINITY;
@@ -92,10 +95,7 @@ template <DType T>
 void attention_avx2(const AttentionArgs& a) {
   const int hd = a.head_dim;
   if (hd % 8 != 0) {
-    for (int t = 0; t < a.n_tok; ++t)
-      for (int j = 0; j < a.group; ++j)
-        attend_one(a.q + t * a.q_stride + j * hd, a.k, a.v, T, a.pos0 + t + 1, hd, a.scale,
-                   a.out + t * a.out_stride + j * hd);
+    attention_rows_ref(a, T);
     return;
   }
   float* acc = a.scratch;             // [kRows][hd]
@@ -107,14 +107,18 @@ void attention_avx2(const AttentionArgs& a) {
   const int n_rows = a.n_tok * a.group;
   for (int r0 = 0; r0 < n_rows; r0 += kRows) {
     const int nr = n_rows - r0 < kRows ? n_rows - r0 : kRows;
-    auto visible = [&](int i) { return a.pos0 + (r0 + i) / a.group + 1; };
+    // The end of the positions row i sees (rows are token-major, so the last row sees most).
+    auto visible = [&](int i) {
+      const int end = a.pos0 + (r0 + i) / a.group + 1;
+      return end < a.kv_end ? end : a.kv_end;
+    };
     for (int i = 0; i < nr; ++i) {
       m[i] = -INFINITY;
       l[i] = 0.f;
       std::memset(acc + i * hd, 0, size_t(hd) * 4);
     }
     const int n_pos = visible(nr - 1);
-    for (int p0 = 0; p0 < n_pos; p0 += kTile) {
+    for (int p0 = a.kv_begin; p0 < n_pos; p0 += kTile) {
       const int tile_n = n_pos - p0 < kTile ? n_pos - p0 : kTile;
       const float* kt;
       const float* vt;
@@ -140,7 +144,8 @@ void attention_avx2(const AttentionArgs& a) {
         if (m_new > m[i]) {
           const __m256 c = exp256(_mm256_set1_ps(m[i] - m_new));
           l[i] *= _mm256_cvtss_f32(c);
-          for (int d = 0; d < hd; d += 8) _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_loadu_ps(o + d), c));
+          for (int d = 0; d < hd; d += 8)
+            _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_loadu_ps(o + d), c));
           m[i] = m_new;
         }
         __m256 sum = _mm256_setzero_ps();
@@ -156,6 +161,11 @@ void attention_avx2(const AttentionArgs& a) {
     for (int i = 0; i < nr; ++i) {
       const int r = r0 + i;
       float* out = a.out + (r / a.group) * a.out_stride + (r % a.group) * hd;
+      if (a.ml) {  // a partial range: the caller merges and normalises
+        a.ml[2 * r] = m[i], a.ml[2 * r + 1] = l[i];
+        std::memcpy(out, acc + i * hd, size_t(hd) * 4);
+        continue;
+      }
       const __m256 inv = _mm256_set1_ps(1.f / l[i]);
       for (int d = 0; d < hd; d += 8)
         _mm256_storeu_ps(out + d, _mm256_mul_ps(_mm256_loadu_ps(acc + i * hd + d), inv));

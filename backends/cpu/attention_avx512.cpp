@@ -44,8 +44,10 @@ void widen_tile(const void* src, int p0, int n, int hd, float* dst) {
   for (int64_t i = 0; i < int64_t(n) * hd; i += 16) {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
     __m512 f;
-    if constexpr (T == DType::F16) f = _mm512_cvtph_ps(h);
-    else f = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    if constexpr (T == DType::F16)
+      f = _mm512_cvtph_ps(h);
+    else
+      f = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
     _mm512_storeu_ps(dst + i, f);
   }
 }
@@ -64,7 +66,8 @@ inline void scores(const float* q, const float* kt, int n, int hd, float scale, 
     for (int c = 0; c < hd; c += 16) {
       const __m512 qc = _mm512_loadu_ps(q + c);
 #pragma GCC unroll 16
-      for (int j = 0; j < 16; ++j) acc[j] = _mm512_fmadd_ps(qc, _mm512_loadu_ps(rows[j] + c), acc[j]);
+      for (int j = 0; j < 16; ++j)
+        acc[j] = _mm512_fmadd_ps(qc, _mm512_loadu_ps(rows[j] + c), acc[j]);
     }
     __m512 r = _mm512_mul_ps(reduce16(acc), _mm512_set1_ps(scale));
     const int valid = n - j0 < 16 ? n - j0 : 16;
@@ -115,7 +118,8 @@ inline void softmax_tile(float* s, int n, int hd, float* m, float* l, float* o) 
     // exp(-inf) is 0, which also clears the first tile's (already zero) state.
     const __m512 c = exp512(_mm512_set1_ps(*m - m_new));
     *l *= _mm512_cvtss_f32(c);
-    for (int d = 0; d < hd; d += 16) _mm512_storeu_ps(o + d, _mm512_mul_ps(_mm512_loadu_ps(o + d), c));
+    for (int d = 0; d < hd; d += 16)
+      _mm512_storeu_ps(o + d, _mm512_mul_ps(_mm512_loadu_ps(o + d), c));
     *m = m_new;
   }
   __m512 sum = _mm512_setzero_ps();
@@ -188,18 +192,15 @@ template <DType T>
 void attention_avx512(const AttentionArgs& a) {
   const int hd = a.head_dim;
   if (hd % 16 != 0 || hd > 512) {
-    for (int t = 0; t < a.n_tok; ++t)
-      for (int j = 0; j < a.group; ++j)
-        attend_one(a.q + t * a.q_stride + j * hd, a.k, a.v, T, a.pos0 + t + 1, hd, a.scale,
-                   a.out + t * a.out_stride + j * hd);
+    attention_rows_ref(a, T);
     return;
   }
-  float* acc = a.scratch;              // [kRows][hd]
-  float* m = acc + kRows * hd;         // [kRows]
-  float* l = m + kRows;                // [kRows]
-  float* s = l + kRows;                // [2][kTile]: one or two rows' scores
-  float* ktile = s + 2 * kTile;        // [kTile][hd], 16-bit caches only
-  float* vtile = ktile + kTile * hd;   // [kTile][hd]
+  float* acc = a.scratch;             // [kRows][hd]
+  float* m = acc + kRows * hd;        // [kRows]
+  float* l = m + kRows;               // [kRows]
+  float* s = l + kRows;               // [2][kTile]: one or two rows' scores
+  float* ktile = s + 2 * kTile;       // [kTile][hd], 16-bit caches only
+  float* vtile = ktile + kTile * hd;  // [kTile][hd]
   const int n_rows = a.n_tok * a.group;
   for (int r0 = 0; r0 < n_rows; r0 += kRows) {
     const int nr = n_rows - r0 < kRows ? n_rows - r0 : kRows;
@@ -207,14 +208,18 @@ void attention_avx512(const AttentionArgs& a) {
       const int r = r0 + i;
       return a.q + (r / a.group) * a.q_stride + (r % a.group) * hd;
     };
-    auto visible = [&](int i) { return a.pos0 + (r0 + i) / a.group + 1; };
+    // The end of the positions row i sees (rows are token-major, so the last row sees most).
+    auto visible = [&](int i) {
+      const int end = a.pos0 + (r0 + i) / a.group + 1;
+      return end < a.kv_end ? end : a.kv_end;
+    };
     for (int i = 0; i < nr; ++i) {
       m[i] = -INFINITY;
       l[i] = 0.f;
       std::memset(acc + i * hd, 0, size_t(hd) * 4);
     }
-    const int n_pos = visible(nr - 1);  // rows are token-major, so the last row sees the most
-    for (int p0 = 0; p0 < n_pos; p0 += kTile) {
+    const int n_pos = visible(nr - 1);
+    for (int p0 = a.kv_begin; p0 < n_pos; p0 += kTile) {
       const int tile_n = n_pos - p0 < kTile ? n_pos - p0 : kTile;
       const float* kt;
       const float* vt;
@@ -254,6 +259,11 @@ void attention_avx512(const AttentionArgs& a) {
     for (int i = 0; i < nr; ++i) {
       const int r = r0 + i;
       float* out = a.out + (r / a.group) * a.out_stride + (r % a.group) * hd;
+      if (a.ml) {  // a partial range: the caller merges and normalises
+        a.ml[2 * r] = m[i], a.ml[2 * r + 1] = l[i];
+        std::memcpy(out, acc + i * hd, size_t(hd) * 4);
+        continue;
+      }
       const __m512 inv = _mm512_set1_ps(1.f / l[i]);
       for (int d = 0; d < hd; d += 16)
         _mm512_storeu_ps(out + d, _mm512_mul_ps(_mm512_loadu_ps(acc + i * hd + d), inv));

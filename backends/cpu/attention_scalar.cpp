@@ -1,5 +1,5 @@
 // Reference attention: q/out rows f32 [n_tok][group][head_dim] (strided per token), one KV head's
-// cache rows [position][head_dim] in F32, F16 or BF16; one query row at a time with attend_one.
+// cache rows [position][head_dim] in F32, F16 or BF16; one query row at a time with attend_range.
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/ops.h"
 
@@ -9,13 +9,20 @@ namespace {
 
 template <DType T>
 void attention_scalar(const AttentionArgs& a) {
-  for (int t = 0; t < a.n_tok; ++t)
-    for (int j = 0; j < a.group; ++j)
-      attend_one(a.q + t * a.q_stride + j * a.head_dim, a.k, a.v, T, a.pos0 + t + 1, a.head_dim,
-                 a.scale, a.out + t * a.out_stride + j * a.head_dim);
+  attention_rows_ref(a, T);
 }
 
 }  // namespace
+
+void attention_rows_ref(const AttentionArgs& a, DType kv_type) {
+  for (int t = 0; t < a.n_tok; ++t)
+    for (int j = 0; j < a.group; ++j) {
+      const int end = a.pos0 + t + 1 < a.kv_end ? a.pos0 + t + 1 : a.kv_end;
+      attend_range(a.q + t * a.q_stride + j * a.head_dim, a.k, a.v, kv_type, a.kv_begin, end,
+                   a.head_dim, a.scale, a.out + t * a.out_stride + j * a.head_dim,
+                   a.ml ? a.ml + 2 * (t * a.group + j) : nullptr);
+    }
+}
 
 void fill_attention_scalar(KernelTable& k) {
   k.attention[type_slot(DType::F32)] = attention_scalar<DType::F32>;

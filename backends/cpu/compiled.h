@@ -55,7 +55,11 @@ struct CpuCompiled : CompiledGraph {
   std::vector<int32_t> best_idx;
 
   std::atomic<int> next_item{0};  // long attention steps hand out (KV head, token block) items
-  std::vector<float*> ptr;        // per tensor, set at the start of each run
+  // Decode attention split over positions: per thread, one range's unnormalised rows and their
+  // {max, sum} pairs (see attend_split).
+  Buffer attn_parts;
+  int64_t attn_part_floats = 0;
+  std::vector<float*> ptr;  // per tensor, set at the start of each run
 
   float* thread_scratch(int tid) const { return scratch.f() + size_t(tid) * per_thread; }
 };
@@ -74,9 +78,7 @@ struct StepCtx {
 
   const GraphTensor& tensor(int id) const { return cg.graph->tensor(id); }
   float* ptr(int id) const { return cg.ptr[size_t(id)]; }
-  int64_t rows(int id) const {
-    return tensor(id).rows == Rows::Tokens ? in.n_tokens : in.n_out;
-  }
+  int64_t rows(int id) const { return tensor(id).rows == Rows::Tokens ? in.n_tokens : in.n_out; }
   float* scratch() const { return cg.thread_scratch(tid); }
 };
 

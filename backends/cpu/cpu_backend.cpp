@@ -16,9 +16,10 @@ namespace hearth::cpu {
 namespace {
 
 constexpr size_t kAlign = 64;
-// Steps of at least this many tokens go to the GEMM library: below it the native kernels, which
-// read each weight once for all tokens, are as fast (measured with hearth bench on the 0.6B shape).
-constexpr int kDefaultGemmMinTokens = 32;
+// Steps of at least this many tokens go to the GEMM library. Below it the native kernels, which
+// read each weight once for all tokens and widen it in registers, are as fast as a library call
+// on weights widened through memory (hearth bench, 0.6B shape, 8 to 64 prompt tokens).
+constexpr int kDefaultGemmMinTokens = 64;
 
 void* aligned_alloc_or_throw(size_t bytes, const char* what) {
   void* p = std::aligned_alloc(kAlign, std::max(kAlign, (bytes + kAlign - 1) / kAlign * kAlign));
@@ -119,8 +120,10 @@ bool CpuBackend::supports_op(const Graph& g, const Node& n) const {
       const Tensor& t = g.tensor(n.in[0]).weight;
       return plain(t.dtype) || t.quantized();
     }
-    case Op::kCount: return false;
-    default: return true;
+    case Op::kCount:
+      return false;
+    default:
+      return true;
   }
 }
 
@@ -154,7 +157,7 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
     cg->rope_head_dim = head_dim;
     cg->inv_freq = f;
   };
-  int64_t max_k = 0, max_norm = 0, max_hd = 0, max_qmm = 0;
+  int64_t max_k = 0, max_norm = 0, max_hd = 0, max_qmm = 0, max_group = 0;
   for (const Step& s : cg->steps) {
     switch (s.kind) {
       case Step::Kind::Node: {
@@ -169,7 +172,8 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
         for (const auto& p : s.lin.parts) {
           const Tensor& w = ts[size_t(p.w)].weight;
           max_k = std::max(max_k, w.cols());
-          if (w.quantized()) max_qmm = std::max(max_qmm, quant_matmul_scratch_floats(w.cols()));
+          if (w.quantized())
+            max_qmm = std::max(max_qmm, quant_matmul_scratch_floats(w.cols(), max_tokens));
         }
         if (s.lin.norm_w >= 0) max_norm = std::max(max_norm, ts[size_t(s.lin.x)].cols);
         if (s.lin.logits) cg->argmax_fused = true;
@@ -179,6 +183,7 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
         widen_norm(a.q_norm);
         widen_norm(a.k_norm);
         max_hd = std::max<int64_t>(max_hd, a.p.head_dim);
+        max_group = std::max<int64_t>(max_group, a.p.n_heads / a.p.n_kv_heads);
         if (a.rope_q || a.rope_k) use_rope(a.p.head_dim, a.p.rope_theta);
         break;
       }
@@ -232,7 +237,8 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
   // Shared buffers for long steps, then each thread's scratch.
   const size_t max_rows = size_t(std::max(max_tokens, max_outputs));
   if (max_norm > 0) cg->normed.alloc(max_rows * size_t(max_norm) * 4, "normalised activations");
-  if (gemm_kind_ == GemmKind::DnnlBf16) cg->x_bf16.alloc(max_rows * size_t(max_k) * 2, "bf16 input");
+  if (gemm_kind_ == GemmKind::DnnlBf16)
+    cg->x_bf16.alloc(max_rows * size_t(max_k) * 2, "bf16 input");
   const size_t block = size_t(std::max(kBlockRows, gemm_ ? kGemmBlockRows : kBlockRows));
   auto round16 = [](size_t n) { return (n + 15) / 16 * 16; };
   cg->tmp_floats = round16(block * max_rows);
@@ -240,7 +246,11 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
   cg->off_xn = at, at += round16(size_t(kPrivateNormTokens) * size_t(max_norm));
   cg->off_tmp = at, at += 2 * cg->tmp_floats;
   cg->off_wide = at, at += gemm_ ? round16(size_t(kGemmBlockRows) * size_t(max_k)) : 0;
-  cg->off_mm = at, at += round16(size_t(std::max(max_k, max_qmm)));
+  // The matmul kernels may reorder x for all the tokens of a step that does not reach the GEMM
+  // library (short steps, and steps with quantized weights).
+  const size_t native_rows =
+      gemm_ && max_qmm == 0 ? std::min(max_rows, size_t(gemm_min_tokens_)) : max_rows;
+  cg->off_mm = at, at += round16(std::max(size_t(max_k) * native_rows, size_t(max_qmm)));
   cg->off_attn = at, at += max_hd ? round16(size_t(attention_scratch_floats(max_hd))) : 0;
   cg->per_thread = std::max<size_t>(at, 16);
   cg->scratch.alloc(cg->per_thread * 4 * size_t(pool_.size()), "scratch");
@@ -248,6 +258,10 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
     size_t n = size_t(max_tokens) * size_t(cg->rope_head_dim / 2) * 4;
     cg->rope_cos.alloc(n, "rope");
     cg->rope_sin.alloc(n, "rope");
+  }
+  if (max_group > 0) {
+    cg->attn_part_floats = (max_group * (max_hd + 2) + 15) / 16 * 16;
+    cg->attn_parts.alloc(size_t(cg->attn_part_floats) * 4 * size_t(pool_.size()), "attention");
   }
   cg->best_val.resize(size_t(pool_.size()) * size_t(max_outputs));
   cg->best_idx.resize(size_t(pool_.size()) * size_t(max_outputs));
@@ -292,9 +306,12 @@ void CpuBackend::run(CompiledGraph& base, const StepInputs& in) {
   if (in.n_out > 0 && !argmax && !in.logits) fail("cpu backend: no logits buffer");
 
   for (size_t i = 0; i < ts.size(); ++i) {
-    if (ts[i].kind == TensorKind::Weight) cg.ptr[i] = nullptr;
-    else if (int(i) == g.output) cg.ptr[i] = in.logits;
-    else if (cg.offset[i] != SIZE_MAX) cg.ptr[i] = reinterpret_cast<float*>(cg.arena.p.get() + cg.offset[i]);
+    if (ts[i].kind == TensorKind::Weight)
+      cg.ptr[i] = nullptr;
+    else if (int(i) == g.output)
+      cg.ptr[i] = in.logits;
+    else if (cg.offset[i] != SIZE_MAX)
+      cg.ptr[i] = reinterpret_cast<float*>(cg.arena.p.get() + cg.offset[i]);
   }
   if (cg.rope_head_dim) {
     const size_t half = cg.inv_freq.size();
@@ -315,13 +332,19 @@ void CpuBackend::run(CompiledGraph& base, const StepInputs& in) {
   if (!argmax) step_in.argmax = nullptr;
   pool_.run([&](int tid, int nth) {
     const StepCtx c{cg, step_in, kernels_, gemm_.get(), gemm_kind_, gemm_min_tokens_,
-                    kv, barrier, tid, nth};
+                    kv, barrier, tid,      nth};
     for (size_t i = 0; i < cg.steps.size(); ++i) {
       const Step& s = cg.steps[i];
       switch (s.kind) {
-        case Step::Kind::Node: run_node_step(c, g.nodes()[size_t(s.node)]); break;
-        case Step::Kind::Linear: run_linear_step(c, s.lin); break;
-        case Step::Kind::Attention: run_attention_step(c, s.att); break;
+        case Step::Kind::Node:
+          run_node_step(c, g.nodes()[size_t(s.node)]);
+          break;
+        case Step::Kind::Linear:
+          run_linear_step(c, s.lin);
+          break;
+        case Step::Kind::Attention:
+          run_attention_step(c, s.att);
+          break;
       }
       if (i + 1 < cg.steps.size()) barrier.wait();
     }
@@ -348,10 +371,9 @@ std::string describe_compiled(const CompiledGraph& base) {
 }
 
 namespace {
-const bool registered = register_backend({"cpu", 10, [] { return true; },
-                                          [](const BackendOptions& o) {
-                                            return std::unique_ptr<Backend>(new CpuBackend(o));
-                                          }});
+const bool registered = register_backend(
+    {"cpu", 10, [] { return true; },
+     [](const BackendOptions& o) { return std::unique_ptr<Backend>(new CpuBackend(o)); }});
 }  // namespace
 
 }  // namespace hearth::cpu

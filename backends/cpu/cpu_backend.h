@@ -1,6 +1,11 @@
 // The CPU backend: compiles a graph into fused steps (plan.h) and runs them on a persistent thread
 // pool, one pool job per graph run with a barrier between steps. Kernels come from the table chosen
 // for the detected ISA; long steps go to a GEMM library (gemm.h).
+//
+// Environment, for tests and comparisons (BackendOptions fields win when set): HEARTH_ISA=avx2|
+// scalar forces a lower ISA; HEARTH_GEMM=dnnl|dnnl-bf16|openblas|native picks the GEMM (default:
+// the first FP32-exact one built in); HEARTH_GEMM_MIN_TOKENS=N sets the step size from which it is
+// used (default 64).
 #pragma once
 #include <memory>
 

@@ -2,7 +2,8 @@
 // through the ISA's attention kernel. When the KV heads divide evenly among the threads (and
 // always for one token) each thread owns whole KV heads from start to finish, with no barrier;
 // otherwise the preparation is split over (token, head), then a barrier, then (KV head, token
-// block) items are handed out dynamically because later tokens see more of the cache.
+// block) items are handed out dynamically because later tokens see more of the cache. Decode with
+// fewer KV heads than threads splits long contexts over positions instead (attend_split).
 #include <algorithm>
 #include <cmath>
 
@@ -14,6 +15,9 @@ namespace hearth::cpu {
 namespace {
 
 constexpr int kTokensPerItem = 32;
+// Decode splits a KV head's positions over several threads only when each part gets at least
+// this many, since the split costs two more barriers and a merge.
+constexpr int kMinPositionsPerPart = 256;
 
 struct Heads {
   const StepCtx& c;
@@ -75,7 +79,69 @@ struct Heads {
     a.scratch = c.scratch() + c.cg.off_attn;
     c.kt.attention[type_slot(c.kv->dtype)](a);
   }
+
+  // One token's query heads of KV head g over positions [p0, p1) only, unnormalised, into
+  // part (group rows of head_dim) and ml (group pairs {max, sum}).
+  void attend_part(int g, int p0, int p1, float* part, float* ml) const {
+    AttentionArgs a;
+    a.q = q + int64_t(g) * group * hd;
+    a.q_stride = int64_t(nh) * hd;
+    a.out = part;
+    a.out_stride = int64_t(group) * hd;
+    a.n_tok = 1;
+    a.group = group;
+    a.pos0 = c.in.pos0;
+    a.k = c.kv->k(s.p.layer, g);
+    a.v = c.kv->v(s.p.layer, g);
+    a.head_dim = hd;
+    a.scale = 1.f / std::sqrt(float(hd));
+    a.scratch = c.scratch() + c.cg.off_attn;
+    a.kv_begin = p0;
+    a.kv_end = p1;
+    a.ml = ml;
+    c.kt.attention[type_slot(c.kv->dtype)](a);
+  }
 };
+
+// Decode with fewer KV heads than threads and a long context: every thread takes a range of one
+// head's positions, then the ranges of each query head are merged by their softmax statistics.
+void attend_split(const StepCtx& c, const Heads& h, int parts) {
+  int64_t b, e;
+  ThreadPool::split(h.nkv, c.tid, c.nth, 1, &b, &e);
+  for (int g = int(b); g < int(e); ++g) {
+    h.prepare_kv(0, g);
+    for (int j = 0; j < h.group; ++j) h.prepare_q(0, g * h.group + j);
+  }
+  c.barrier.wait();
+  const int n_pos = c.in.pos0 + 1;
+  const int64_t stride = c.cg.attn_part_floats;  // per item: group rows, then group {m, l}
+  ThreadPool::split(int64_t(h.nkv) * parts, c.tid, c.nth, 1, &b, &e);
+  for (int64_t it = b; it < e; ++it) {
+    const int g = int(it / parts), p = int(it % parts);
+    float* part = c.cg.attn_parts.f() + it * stride;
+    h.attend_part(g, int(int64_t(n_pos) * p / parts), int(int64_t(n_pos) * (p + 1) / parts), part,
+                  part + int64_t(h.group) * h.hd);
+  }
+  c.barrier.wait();
+  ThreadPool::split(h.nh, c.tid, c.nth, 1, &b, &e);
+  for (int qh = int(b); qh < int(e); ++qh) {
+    const int g = qh / h.group, j = qh % h.group;
+    auto item = [&](int p) { return c.cg.attn_parts.f() + (int64_t(g) * parts + p) * stride; };
+    auto ml = [&](int p) { return item(p) + int64_t(h.group) * h.hd + 2 * j; };
+    float m = -INFINITY;
+    for (int p = 0; p < parts; ++p) m = std::max(m, ml(p)[0]);
+    float* o = h.out + int64_t(qh) * h.hd;
+    std::fill(o, o + h.hd, 0.f);
+    float l = 0.f;
+    for (int p = 0; p < parts; ++p) {
+      const float w = ml(p)[1] > 0.f ? std::exp(ml(p)[0] - m) : 0.f;
+      l += w * ml(p)[1];
+      const float* acc = item(p) + int64_t(j) * h.hd;
+      for (int d = 0; d < h.hd; ++d) o[d] += w * acc[d];
+    }
+    for (int d = 0; d < h.hd; ++d) o[d] /= l;
+  }
+}
 
 }  // namespace
 
@@ -83,6 +149,10 @@ void run_attention_step(const StepCtx& c, const AttentionStep& s) {
   const Heads h(c, s);
   const int T = c.in.n_tokens;
   int64_t b, e;
+  if (T == 1 && h.nkv < c.nth) {
+    const int parts = std::min(c.nth / h.nkv, (c.in.pos0 + 1) / kMinPositionsPerPart);
+    if (parts > 1) return attend_split(c, h, parts);
+  }
   if (T == 1 || h.nkv % c.nth == 0) {
     ThreadPool::split(h.nkv, c.tid, c.nth, 1, &b, &e);
     for (int g = int(b); g < int(e); ++g) {
@@ -98,8 +168,10 @@ void run_attention_step(const StepCtx& c, const AttentionStep& s) {
   ThreadPool::split(int64_t(T) * heads, c.tid, c.nth, 1, &b, &e);
   for (int64_t i = b; i < e; ++i) {
     const int t = int(i / heads), j = int(i % heads);
-    if (j < h.nh) h.prepare_q(t, j);
-    else h.prepare_kv(t, j - h.nh);
+    if (j < h.nh)
+      h.prepare_q(t, j);
+    else
+      h.prepare_kv(t, j - h.nh);
   }
   if (c.tid == 0) c.cg.next_item.store(0, std::memory_order_relaxed);
   c.barrier.wait();

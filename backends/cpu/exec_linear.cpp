@@ -44,8 +44,8 @@ void silu_mul_block(const StepCtx& c, const float* a, const float* b, int64_t ld
 // Rows [r0, r1) of w; the caller goes on to read rows up to prefetch_r1 next.
 void matmul_rows(const StepCtx& c, const Tensor& w, const float* x, int64_t T, int64_t r0,
                  int64_t r1, float* y, int64_t ldy, int64_t prefetch_r1 = 0) {
-  MatmulArgs a{w.data, w.cols(), x,  w.cols(), int(T), y, ldy, r0, r1,
-               c.scratch() + c.cg.off_mm, prefetch_r1};
+  MatmulArgs a{w.data, w.cols(), x, w.cols(), int(T), y, ldy, r0, r1, c.scratch() + c.cg.off_mm};
+  a.prefetch_r1 = prefetch_r1;
   if (w.quantized()) {  // Q8/Q4 kernels handle decode and prefill themselves
     QuantMatmulArgs q;
     static_cast<MatmulArgs&>(q) = a;
@@ -203,8 +203,7 @@ void run_linear_step(const StepCtx& c, const LinearStep& s) {
     ThreadPool::split(T, c.tid, c.nth, 1, &b, &e);
     if (s.norm_w >= 0) {
       for (int64_t t = b; t < e; ++t)
-        c.kt.rms_norm(x + t * K, c.cg.norm_w[size_t(s.norm_w)], K, s.eps,
-                      c.cg.normed.f() + t * K);
+        c.kt.rms_norm(x + t * K, c.cg.norm_w[size_t(s.norm_w)], K, s.eps, c.cg.normed.f() + t * K);
       x = c.cg.normed.f();
     }
     if (bf16) c.kt.to_bf16(x + b * K, xb + b * K, (e - b) * K);
@@ -212,8 +211,10 @@ void run_linear_step(const StepCtx& c, const LinearStep& s) {
   }
   if (c.in.observe_matmul && c.tid == 0)  // calibration; x is only read while the step runs
     for (const auto& p : s.parts) (*c.in.observe_matmul)(p.w, x, T, K);
-  if (long_step) linear_gemm(c, s, x, xb, T);
-  else linear_native(c, s, x, T);
+  if (long_step)
+    linear_gemm(c, s, x, xb, T);
+  else
+    linear_native(c, s, x, T);
 }
 
 }  // namespace hearth::cpu

@@ -27,7 +27,8 @@ void run_node_step(const StepCtx& c, const Node& n) {
     case Op::RmsNorm:
       ThreadPool::split(rows, tid, nth, 1, &b, &e);
       for (int64_t r = b; r < e; ++r)
-        c.kt.rms_norm(in(0) + r * cols, c.cg.norm_w[size_t(n.in[1])], cols, n.p.eps, out + r * cols);
+        c.kt.rms_norm(in(0) + r * cols, c.cg.norm_w[size_t(n.in[1])], cols, n.p.eps,
+                      out + r * cols);
       break;
     case Op::HeadRmsNorm:
       ThreadPool::split(rows * n.p.n_heads, tid, nth, 1, &b, &e);
@@ -79,7 +80,8 @@ void run_node_step(const StepCtx& c, const Node& n) {
       add(in(0), in(1), out, b, e);
       break;
     case Op::MatMul:  // always planned as a linear step
-    case Op::kCount: break;
+    case Op::kCount:
+      break;
   }
 }
 

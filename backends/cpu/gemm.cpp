@@ -43,10 +43,14 @@ GemmKind choose_gemm(const std::string& requested) {
 
 const char* gemm_name(GemmKind k) {
   switch (k) {
-    case GemmKind::Native: return "native";
-    case GemmKind::Dnnl: return "dnnl";
-    case GemmKind::DnnlBf16: return "dnnl-bf16";
-    case GemmKind::OpenBlas: return "openblas";
+    case GemmKind::Native:
+      return "native";
+    case GemmKind::Dnnl:
+      return "dnnl";
+    case GemmKind::DnnlBf16:
+      return "dnnl-bf16";
+    case GemmKind::OpenBlas:
+      return "openblas";
   }
   return "?";
 }
@@ -58,15 +62,20 @@ void Gemm::bf16(int, int, int64_t, int64_t, const uint16_t*, int64_t, const uint
 
 std::unique_ptr<Gemm> make_gemm(GemmKind kind, int n_threads) {
   switch (kind) {
-    case GemmKind::Native: return nullptr;
+    case GemmKind::Native:
+      return nullptr;
 #if defined(HEARTH_HAVE_DNNL)
-    case GemmKind::Dnnl: return make_dnnl_gemm(false, n_threads);
-    case GemmKind::DnnlBf16: return make_dnnl_gemm(true, n_threads);
+    case GemmKind::Dnnl:
+      return make_dnnl_gemm(false, n_threads);
+    case GemmKind::DnnlBf16:
+      return make_dnnl_gemm(true, n_threads);
 #endif
 #if defined(HEARTH_HAVE_OPENBLAS)
-    case GemmKind::OpenBlas: return make_openblas_gemm();
+    case GemmKind::OpenBlas:
+      return make_openblas_gemm();
 #endif
-    default: break;
+    default:
+      break;
   }
   fail("cpu backend: GEMM ", gemm_name(kind), " is not in this build");
 }

@@ -1,6 +1,6 @@
-// Library GEMMs for prefill-sized steps (oneDNN, OpenBLAS). The backend's pool stays the only source
-// of parallelism: each pool thread calls the library on its own block of weight rows, and the
-// libraries are asked for one thread per call, so no second thread team competes for the cores.
+// Library GEMMs for prefill-sized steps (oneDNN, OpenBLAS). The backend's pool stays the only
+// source of parallelism: each pool thread calls the library on its own block of weight rows, and
+// the libraries are asked for one thread per call, so no second thread team competes for the cores.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -45,8 +45,8 @@ class DnnlGemm : public Gemm {
            float* y, int64_t ldy) override {
     run(tid, dt::f32, M, N, K, x, ldx, w, y, ldy);
   }
-  void bf16(int tid, int M, int64_t N, int64_t K, const uint16_t* x, int64_t ldx,
-            const uint16_t* w, float* y, int64_t ldy) override {
+  void bf16(int tid, int M, int64_t N, int64_t K, const uint16_t* x, int64_t ldx, const uint16_t* w,
+            float* y, int64_t ldy) override {
     if (!bf16_) Gemm::bf16(tid, M, N, K, x, ldx, w, y, ldy);
     run(tid, dt::bf16, M, N, K, x, ldx, w, y, ldy);
   }
@@ -54,8 +54,8 @@ class DnnlGemm : public Gemm {
  private:
   using Key = std::array<int64_t, 6>;
 
-  void run(int tid, dt type, int M, int64_t N, int64_t K, const void* x, int64_t ldx,
-           const void* w, float* y, int64_t ldy) {
+  void run(int tid, dt type, int M, int64_t N, int64_t K, const void* x, int64_t ldx, const void* w,
+           float* y, int64_t ldy) {
     OneOmpThread one;
     const dnnl::memory::desc xd({M, K}, type, {ldx, 1});
     const dnnl::memory::desc wd({K, N}, type, {1, K});

@@ -16,8 +16,8 @@ class OpenBlasGemm : public Gemm {
     // their own block, so OpenBLAS's own threads would only compete with them.
     openblas_set_num_threads(1);
   }
-  void f32(int, int M, int64_t N, int64_t K, const float* x, int64_t ldx, const float* w,
-           float* y, int64_t ldy) override {
+  void f32(int, int M, int64_t N, int64_t K, const float* x, int64_t ldx, const float* w, float* y,
+           int64_t ldy) override {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, blasint(N), blasint(K), 1.f, x,
                 blasint(ldx), w, blasint(K), 0.f, y, blasint(ldy));
   }
@@ -25,7 +25,9 @@ class OpenBlasGemm : public Gemm {
 
 }  // namespace
 
-std::unique_ptr<Gemm> make_openblas_gemm() { return std::make_unique<OpenBlasGemm>(); }
+std::unique_ptr<Gemm> make_openblas_gemm() {
+  return std::make_unique<OpenBlasGemm>();
+}
 
 }  // namespace hearth::cpu
 #endif

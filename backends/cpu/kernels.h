@@ -23,7 +23,7 @@ struct MatmulArgs {
   float* y;
   int64_t ldy;
   int64_t r0, r1;
-  float* scratch;  // per-thread, at least k floats (the scalar kernel widens one row into it)
+  float* scratch;  // per-thread, at least k * max(n_tokens, 1) floats (widened rows, reordered x)
   int64_t prefetch_r1 = 0;
 };
 using MatmulFn = void (*)(const MatmulArgs&);
@@ -36,15 +36,25 @@ struct QuantMatmulArgs : MatmulArgs {
   int group = 0;
 };
 using QuantMatmulFn = void (*)(const QuantMatmulArgs&);
-// Per-thread scratch (floats) of the quantized matmuls: a tile of int8 or bf16 activations and a
-// tile of dequantized rows.
-inline int64_t quant_matmul_scratch_floats(int64_t k) { return 25 * k + 1024; }
+// Per-thread scratch (floats) of the quantized matmuls for steps of up to max_tokens tokens:
+// decode quantizes up to 32 tokens of activations to int8 (about 10 k floats); prefill holds every
+// token's activations in bf16 and a tile of 16 rows dequantized to bf16.
+inline int64_t quant_matmul_scratch_floats(int64_t k, int max_tokens) {
+  const int64_t decode = 11 * k + 1024;
+  const int64_t prefill = (int64_t(max_tokens) + 16) * k / 2 + k / 32 + 1024;
+  return decode > prefill ? decode : prefill;
+}
 
 // Causal softmax attention of one KV head for n_tok consecutive tokens and the `group` query heads
 // that share it. Query head j of token t is at q + t*q_stride + j*head_dim, its result goes to
 // out + t*out_stride + j*head_dim, and it sees cache positions [0, pos0 + t + 1). k and v are the
 // head's cache rows [capacity, head_dim] in the cache's type. Online softmax over key tiles, so no
 // score matrix larger than a tile ever exists.
+//
+// A long context can be split over positions: rows then see only [kv_begin, kv_end) of what they
+// would see, and with ml set each result is left unnormalised (the sum of exp(s - m) v) and
+// ml[2 * (t * group + j)] gets {m, l}, the row's maximum score and sum of exp(s - m), for the
+// caller to merge the ranges.
 struct AttentionArgs {
   const float* q;
   int64_t q_stride;
@@ -58,6 +68,9 @@ struct AttentionArgs {
   int head_dim;
   float scale;
   float* scratch;  // per-thread, at least attention_scratch_floats(head_dim) floats
+  int kv_begin = 0;
+  int kv_end = 1 << 30;
+  float* ml = nullptr;
 };
 using AttentionFn = void (*)(const AttentionArgs&);
 
@@ -84,7 +97,9 @@ using ReadSumFn = float (*)(const float* x, int64_t n);
 using FmaLoopFn = float (*)(int64_t iters, double* flops);
 
 constexpr int kNumTypes = 3;  // F32, F16, BF16: weight and KV cache types
-constexpr int type_slot(DType t) { return t == DType::F32 ? 0 : t == DType::F16 ? 1 : 2; }
+constexpr int type_slot(DType t) {
+  return t == DType::F32 ? 0 : t == DType::F16 ? 1 : 2;
+}
 
 struct KernelTable {
   Isa isa = Isa::Scalar;

@@ -114,13 +114,13 @@ inline Prefetcher rows_avx2(const MatmulArgs& a, int64_t r, Prefetcher pf) {
   Prefetcher out = pf;
   int t = 0;
   for (; t + 2 <= a.n_tokens; t += 2) {
-    const Prefetcher q = block_avx2<T, R, 2>(w, a.k, a.x + t * a.ldx, a.ldx,
-                                             a.y + t * a.ldy + (r - a.r0), a.ldy, t == 0 ? pf : none);
+    const Prefetcher q = block_avx2<T, R, 2>(
+        w, a.k, a.x + t * a.ldx, a.ldx, a.y + t * a.ldy + (r - a.r0), a.ldy, t == 0 ? pf : none);
     if (t == 0) out = q;
   }
   if (t < a.n_tokens) {
-    const Prefetcher q = block_avx2<T, R, 1>(w, a.k, a.x + t * a.ldx, a.ldx,
-                                             a.y + t * a.ldy + (r - a.r0), a.ldy, t == 0 ? pf : none);
+    const Prefetcher q = block_avx2<T, R, 1>(
+        w, a.k, a.x + t * a.ldx, a.ldx, a.y + t * a.ldy + (r - a.r0), a.ldy, t == 0 ? pf : none);
     if (t == 0) out = q;
   }
   return out;

@@ -26,7 +26,8 @@ inline float load1(const void* w, int64_t i) {
   if constexpr (T == DType::F32) {
     return static_cast<const float*>(w)[i];
   } else if constexpr (T == DType::F16) {
-    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(static_cast<const uint16_t*>(w)[i]))), 0);
+    return vgetq_lane_f32(
+        vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(static_cast<const uint16_t*>(w)[i]))), 0);
   } else {
     const uint32_t u = uint32_t(static_cast<const uint16_t*>(w)[i]) << 16;
     float f;

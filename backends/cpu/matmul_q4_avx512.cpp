@@ -1,8 +1,9 @@
-// Q4 matmul, AVX-512 VNNI + BF16. Each row is 128-element chunks of 64 bytes, byte j holding
-// elements j (low nibble) and j + 64 (high nibble) as q + 8 (quant/FORMAT.md), so one 64-byte load
-// yields elements 0-63 and 64-127 of a chunk in order. Decode multiplies the unsigned nibbles with
-// int8 activations on vpdpbusd and removes the +8 per block afterwards; prefill dequantizes tiles
-// of rows to bf16 and runs vdpbf16ps.
+// Q4 matmul, AVX-512 VNNI + BF16. A row is 128-element chunks of 64 bytes in slot order
+// (quant/FORMAT.md): byte p holds slot p of the chunk's first half in its low nibble and of its
+// second half in its high nibble, as q + 8, and 4-byte lane i belongs to block i mod 4. Decode
+// multiplies both nibble planes with the int8 activations (in the same slot order) on vpdpbusd
+// into one integer accumulator, scales lanes by one broadcast of the chunk's 4 block factors, and
+// removes the +8 per block afterwards; prefill dequantizes tiles of rows to bf16 for vdpbf16ps.
 #include <type_traits>
 
 #include "backends/cpu/matmul_quant_avx512.h"
@@ -13,55 +14,25 @@ namespace {
 
 using namespace qk;
 
-constexpr int64_t kChunk = 128;
-
-inline __m128i lane128(__m512i v, int i) {
-  switch (i) {
-    case 0: return _mm512_castsi512_si128(v);
-    case 1: return _mm512_castsi512_si128(_mm512_shuffle_i32x4(v, v, 1));
-    case 2: return _mm512_castsi512_si128(_mm512_shuffle_i32x4(v, v, 2));
-    default: return _mm512_castsi512_si128(_mm512_shuffle_i32x4(v, v, 3));
-  }
-}
-
-// Unsigned codes (q + 8) of elements [c0, c0 + n) of a row whose last chunk starts at c0 and has
-// n < 128 elements; the integer dot with the activation codes goes per block into isum.
-inline void tail_dots(const uint8_t* row, const int8_t* xq, int64_t c0, int64_t n, int32_t* isum) {
-  const int64_t half = n / 2;
-  const uint8_t* s = row + c0 / 2;
-  for (int64_t b = 0; b < n / kBlock; ++b) isum[b] = 0;
-  for (int64_t j = 0; j < half; ++j) {
-    isum[j / kBlock] += int32_t(s[j] & 15) * xq[c0 + j];
-    isum[(j + half) / kBlock] += int32_t(s[j] >> 4) * xq[c0 + j + half];
-  }
-}
-
 // sum over the full chunks of P[block] * dot(nibbles, xq) for NR rows.
 template <int NR>
-inline void rows_dot(const uint8_t* const* w, const float* const* P, const int8_t* xq, int64_t kc,
+inline void rows_dot(const uint8_t* const* w, const float* const* P, const int8_t* xq, int64_t nc,
                      float* out) {
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i zero = _mm512_setzero_si512();
   __m512 acc[NR];
   for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
-  for (int64_t c0 = 0; c0 < kc; c0 += 4 * kChunk) {  // 16 blocks share one load of P
-    const int nch = int(min64(4, (kc - c0) / kChunk));
-    __m512 pv[NR];
-    for (int r = 0; r < NR; ++r)
-      pv[r] = _mm512_maskz_loadu_ps(first_n(4 * nch), P[r] + c0 / kBlock);
-    for (int m = 0; m < nch; ++m) {
-      const int64_t e = c0 + m * kChunk;
-      const __m512i xlo = _mm512_loadu_si512(xq + e), xhi = _mm512_loadu_si512(xq + e + 64);
-      const __m512i ilo = pair_index(4 * m), ihi = pair_index(4 * m + 2);
-      for (int r = 0; r < NR; ++r) {
-        const __m512i v = _mm512_loadu_si512(w[r] + e / 2);
-        const __m512i lo = _mm512_and_si512(v, m4);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-        const __m512i alo = _mm512_dpbusd_epi32(zero, lo, xlo);
-        const __m512i ahi = _mm512_dpbusd_epi32(zero, hi, xhi);
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(alo), _mm512_permutexvar_ps(ilo, pv[r]), acc[r]);
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ahi), _mm512_permutexvar_ps(ihi, pv[r]), acc[r]);
-      }
+  for (int64_t j = 0; j < nc; ++j) {
+    const __m512i xa = _mm512_loadu_si512(xq + j * kChunk);
+    const __m512i xb = _mm512_loadu_si512(xq + j * kChunk + 64);
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* c = w[r] + j * 64;
+      const __m512i v = _mm512_loadu_si512(c);
+      prefetch(c + kPrefetchAhead);
+      const __m512i lo = _mm512_and_si512(v, m4);
+      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+      const __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, lo, xa), hi, xb);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), chunk_factors(P[r], j), acc[r]);
     }
   }
   for (int r = 0; r < NR; ++r) out[r] = hsum(acc[r]);
@@ -69,13 +40,11 @@ inline void rows_dot(const uint8_t* const* w, const float* const* P, const int8_
 
 template <int G>
 void decode(const QuantMatmulArgs& a) {
-  const int64_t k = a.k, nb = k / kBlock, ng = k / G, kc = k / kChunk * kChunk;
+  const int64_t k = a.k, nb = k / kBlock, ng = k / G, nc = k / kChunk, kc = nc * kChunk;
+  const int64_t nbp = (nb + 15) / 16 * 16;
   const int64_t row_bytes = k / 2;
   ActTile at;
-  float* rest = carve_act_tile(a.scratch, k, &at);
-  float* sw = rest;                              // [4][ng]
-  float* P = sw + 4 * ((ng + 15) / 16 * 16);     // [4][nb]
-  auto* isum = reinterpret_cast<int32_t*>(P + 4 * ((nb + 15) / 16 * 16));  // [4] tail blocks
+  float* P = carve_act_tile(a.scratch, k, &at);  // [4][nbp] block factors
   const auto* codes = static_cast<const uint8_t*>(a.w);
   const auto* scales = static_cast<const uint16_t*>(a.scales);
   const int n_tok = a.n_tokens;
@@ -88,21 +57,24 @@ void decode(const QuantMatmulArgs& a) {
     const float* pr[NR];
     for (int i = 0; i < NR; ++i) {
       w[i] = codes + (r + i) * row_bytes;
-      pr[i] = P + i * ((nb + 15) / 16 * 16);
-      scales_to_f32_avx512(a.scale_dtype, scales + (r + i) * ng, ng, sw + i * ((ng + 15) / 16 * 16));
+      pr[i] = P + i * nbp;
+      // The scales are a second, slower stream: keep it 32 rows ahead too.
+      for (int64_t b = 0; b < 2 * ng; b += 64)
+        prefetch(reinterpret_cast<const char*>(scales + (r + i + 32) * ng) + b);
     }
     for (int t = 0; t < n_tok; ++t) {
       const int8_t* xq = at.q + t * k;
       float corr[NR], dot[NR];
       for (int i = 0; i < NR; ++i)
-        corr[i] = block_products<G>(at.d + t * nb, at.s + t * nb, sw + i * ((ng + 15) / 16 * 16),
-                                    nb, P + i * ((nb + 15) / 16 * 16));
-      rows_dot<NR>(w, pr, xq, kc, dot);
+        corr[i] = block_products<G>(at.d + t * nb, at.s + t * nb, a.scale_dtype,
+                                    scales + (r + i) * ng, nb, P + i * nbp);
+      rows_dot<NR>(w, pr, xq, nc, dot);
       for (int i = 0; i < NR; ++i) {
-        if (kc < k) {
-          tail_dots(w[i], xq, kc, k - kc, isum);
-          for (int64_t b = 0; b < (k - kc) / kBlock; ++b)
-            dot[i] += pr[i][kc / kBlock + b] * float(isum[b]);
+        if (kc < k) {  // a shorter last chunk
+          const int m = int((k - kc) / kBlock);
+          int32_t isum[4];
+          tail_block_dots(4, w[i] + kc / 2, xq + kc, m, isum);
+          for (int b = 0; b < m; ++b) dot[i] += pr[i][kc / kBlock + b] * float(isum[b]);
         }
         a.y[t * a.ldy + (r - a.r0) + i] = dot[i] - 8.f * corr[i];
       }
@@ -113,7 +85,7 @@ void decode(const QuantMatmulArgs& a) {
   for (; r < a.r1; ++r) run(std::integral_constant<int, 1>(), r);
 }
 
-// One row to bf16: nibble - 8 times its group's scale.
+// One row to bf16 in element order: nibble - 8 times its group's scale.
 template <int G>
 void dequant_row_bf16(const QuantMatmulArgs& a, int64_t row, uint16_t* dst, float* sw) {
   const int64_t k = a.k, ng = k / G, kc = k / kChunk * kChunk;
@@ -123,24 +95,27 @@ void dequant_row_bf16(const QuantMatmulArgs& a, int64_t row, uint16_t* dst, floa
   const __m512i eight = _mm512_set1_epi32(8);
   for (int64_t c0 = 0; c0 < kc; c0 += kChunk) {
     const __m512i v = _mm512_loadu_si512(s + c0 / 2);
-    const __m512i nib[2] = {_mm512_and_si512(v, m4), _mm512_and_si512(_mm512_srli_epi16(v, 4), m4)};
-    for (int h = 0; h < 2; ++h)
-      for (int p = 0; p < 2; ++p) {  // 32 elements: c0 + 64h + 32p
-        const int64_t e = c0 + 64 * h + 32 * p;
-        const __m512 sc = _mm512_set1_ps(sw[e / G]);
-        const __m128i b0 = lane128(nib[h], 2 * p), b1 = lane128(nib[h], 2 * p + 1);
-        const __m512 f0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(b0), eight));
-        const __m512 f1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(b1), eight));
-        store_bf16x32(dst + e, _mm512_mul_ps(f0, sc), _mm512_mul_ps(f1, sc));
-      }
-  }
-  if (kc < k) {
-    const int64_t n = k - kc, half = n / 2;
-    for (int64_t j = 0; j < half; ++j) {
-      const uint8_t b = s[kc / 2 + j];
-      dst[kc + j] = to_bf16_bits(float((b & 15) - 8) * sw[(kc + j) / G]);
-      dst[kc + j + half] = to_bf16_bits(float((b >> 4) - 8) * sw[(kc + j + half) / G]);
+    const __m512i lo = slots_to_blocks(_mm512_and_si512(v, m4));
+    const __m512i hi = slots_to_blocks(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+    for (int b = 0; b < 4; ++b) {
+      const __m512 sc = _mm512_set1_ps(sw[(c0 + 32 * b) / G]);
+      const __m512 f0 =
+          _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(lane128(lo, b)), eight));
+      const __m512 f1 =
+          _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(lane128(hi, b)), eight));
+      store_bf16x32(dst + c0 + 32 * b, _mm512_mul_ps(f0, sc), _mm512_mul_ps(f1, sc));
     }
+  }
+  if (kc < k) {  // a shorter last chunk of m blocks
+    const int m = int((k - kc) / kBlock);
+    for (int b = 0; b < m; ++b)
+      for (int h = 0; h < 2; ++h)
+        for (int q = 0; q < 4; ++q)
+          for (int e = 0; e < 4; ++e) {
+            const uint8_t byte = s[kc / 2 + 4 * (m * q + b) + e];
+            const int64_t i = kc + 32 * b + 16 * h + 4 * q + e;
+            dst[i] = to_bf16_bits(float((h ? byte >> 4 : byte & 15) - 8) * sw[i / G]);
+          }
   }
 }
 
@@ -148,20 +123,25 @@ template <int G>
 void matmul_q4_avx512_g(const QuantMatmulArgs& a) {
   if (a.n_tokens < kPrefillTokens) return decode<G>(a);
   // Row scales go after the two bf16 tiles.
-  float* sw = a.scratch + (kTokenTile + kRowTile) * a.k / 2;
+  float* sw = a.scratch + (a.n_tokens + kRowTile) * a.k / 2;
   matmul_tiles_bf16(a, [&](int64_t row, uint16_t* dst) { dequant_row_bf16<G>(a, row, dst, sw); });
 }
 
 void matmul_q4_avx512(const QuantMatmulArgs& a) {
   switch (a.group) {
-    case 32: return matmul_q4_avx512_g<32>(a);
-    case 64: return matmul_q4_avx512_g<64>(a);
-    default: return matmul_q4_avx512_g<128>(a);
+    case 32:
+      return matmul_q4_avx512_g<32>(a);
+    case 64:
+      return matmul_q4_avx512_g<64>(a);
+    default:
+      return matmul_q4_avx512_g<128>(a);
   }
 }
 
 }  // namespace
 
-void fill_matmul_q4_avx512(KernelTable& k) { k.matmul_q4 = matmul_q4_avx512; }
+void fill_matmul_q4_avx512(KernelTable& k) {
+  k.matmul_q4 = matmul_q4_avx512;
+}
 
 }  // namespace hearth::cpu

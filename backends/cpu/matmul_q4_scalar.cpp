@@ -30,6 +30,8 @@ void matmul_q4_scalar(const QuantMatmulArgs& a) {
 
 }  // namespace
 
-void fill_matmul_q4_scalar(KernelTable& k) { k.matmul_q4 = matmul_q4_scalar; }
+void fill_matmul_q4_scalar(KernelTable& k) {
+  k.matmul_q4 = matmul_q4_scalar;
+}
 
 }  // namespace hearth::cpu

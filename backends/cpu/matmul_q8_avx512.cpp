@@ -1,7 +1,9 @@
-// Q8 matmul, AVX-512 VNNI + BF16. Codes are int8 row-major [rows, k] (quant/FORMAT.md). Decode
-// flips each code's sign bit to get q + 128 as the unsigned operand of vpdpbusd against int8
-// activations and removes the +128 per block afterwards; prefill dequantizes tiles of rows to
-// bf16 and runs vdpbf16ps.
+// Q8 matmul, AVX-512 VNNI + BF16. A row is 128-element chunks of 128 bytes in slot order
+// (quant/FORMAT.md): two 64-byte halves whose 4-byte lane i belongs to block i mod 4. Decode flips
+// each code's sign bit to get q + 128 as the unsigned operand of vpdpbusd against int8 activations
+// in the same slot order, both halves into one integer accumulator, scales lanes by one broadcast
+// of the chunk's 4 block factors, and removes the +128 per block afterwards; prefill dequantizes
+// tiles of rows to bf16 for vdpbf16ps.
 #include <type_traits>
 
 #include "backends/cpu/matmul_quant_avx512.h"
@@ -12,29 +14,24 @@ namespace {
 
 using namespace qk;
 
-constexpr int64_t kStep = 64;
-
 template <int NR>
-inline void rows_dot(const int8_t* const* w, const float* const* P, const int8_t* xq, int64_t kc,
+inline void rows_dot(const int8_t* const* w, const float* const* P, const int8_t* xq, int64_t nc,
                      float* out) {
   const __m512i flip = _mm512_set1_epi8(char(0x80));
   const __m512i zero = _mm512_setzero_si512();
   __m512 acc[NR];
   for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
-  for (int64_t c0 = 0; c0 < kc; c0 += 8 * kStep) {  // 16 blocks share one load of P
-    const int nst = int(min64(8, (kc - c0) / kStep));
-    __m512 pv[NR];
-    for (int r = 0; r < NR; ++r)
-      pv[r] = _mm512_maskz_loadu_ps(first_n(2 * nst), P[r] + c0 / kBlock);
-    for (int m = 0; m < nst; ++m) {
-      const int64_t e = c0 + m * kStep;
-      const __m512i xv = _mm512_loadu_si512(xq + e);
-      const __m512i idx = pair_index(2 * m);
-      for (int r = 0; r < NR; ++r) {
-        const __m512i u = _mm512_xor_si512(_mm512_loadu_si512(w[r] + e), flip);
-        const __m512i d = _mm512_dpbusd_epi32(zero, u, xv);
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_permutexvar_ps(idx, pv[r]), acc[r]);
-      }
+  for (int64_t j = 0; j < nc; ++j) {
+    const __m512i xa = _mm512_loadu_si512(xq + j * kChunk);
+    const __m512i xb = _mm512_loadu_si512(xq + j * kChunk + 64);
+    for (int r = 0; r < NR; ++r) {
+      const int8_t* c = w[r] + j * kChunk;
+      const __m512i u0 = _mm512_xor_si512(_mm512_loadu_si512(c), flip);
+      const __m512i u1 = _mm512_xor_si512(_mm512_loadu_si512(c + 64), flip);
+      prefetch(c + kPrefetchAhead);
+      prefetch(c + kPrefetchAhead + 64);
+      const __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, u0, xa), u1, xb);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), chunk_factors(P[r], j), acc[r]);
     }
   }
   for (int r = 0; r < NR; ++r) out[r] = hsum(acc[r]);
@@ -42,12 +39,10 @@ inline void rows_dot(const int8_t* const* w, const float* const* P, const int8_t
 
 template <int G>
 void decode(const QuantMatmulArgs& a) {
-  const int64_t k = a.k, nb = k / kBlock, ng = k / G, kc = k / kStep * kStep;
-  const int64_t ngp = (ng + 15) / 16 * 16, nbp = (nb + 15) / 16 * 16;
+  const int64_t k = a.k, nb = k / kBlock, ng = k / G, nc = k / kChunk, kc = nc * kChunk;
+  const int64_t nbp = (nb + 15) / 16 * 16;
   ActTile at;
-  float* rest = carve_act_tile(a.scratch, k, &at);
-  float* sw = rest;        // [4][ngp]
-  float* P = sw + 4 * ngp;  // [4][nbp]
+  float* P = carve_act_tile(a.scratch, k, &at);  // [4][nbp] block factors
   const auto* codes = static_cast<const int8_t*>(a.w);
   const auto* scales = static_cast<const uint16_t*>(a.scales);
   const int n_tok = a.n_tokens;
@@ -61,19 +56,23 @@ void decode(const QuantMatmulArgs& a) {
     for (int i = 0; i < NR; ++i) {
       w[i] = codes + (r + i) * k;
       pr[i] = P + i * nbp;
-      scales_to_f32_avx512(a.scale_dtype, scales + (r + i) * ng, ng, sw + i * ngp);
+      // The scales are a second, slower stream: keep it 32 rows ahead too.
+      for (int64_t b = 0; b < 2 * ng; b += 64)
+        prefetch(reinterpret_cast<const char*>(scales + (r + i + 32) * ng) + b);
     }
     for (int t = 0; t < n_tok; ++t) {
       const int8_t* xq = at.q + t * k;
       float corr[NR], dot[NR];
       for (int i = 0; i < NR; ++i)
-        corr[i] = block_products<G>(at.d + t * nb, at.s + t * nb, sw + i * ngp, nb, P + i * nbp);
-      rows_dot<NR>(w, pr, xq, kc, dot);
+        corr[i] = block_products<G>(at.d + t * nb, at.s + t * nb, a.scale_dtype,
+                                    scales + (r + i) * ng, nb, P + i * nbp);
+      rows_dot<NR>(w, pr, xq, nc, dot);
       for (int i = 0; i < NR; ++i) {
-        if (kc < k) {  // one last block of 32: same +128 form as the vector part
-          int32_t s = 0;
-          for (int64_t j = kc; j < k; ++j) s += (int32_t(w[i][j]) + 128) * xq[j];
-          dot[i] += pr[i][kc / kBlock] * float(s);
+        if (kc < k) {  // a shorter last chunk
+          const int m = int((k - kc) / kBlock);
+          int32_t isum[4];
+          tail_block_dots(8, reinterpret_cast<const uint8_t*>(w[i] + kc), xq + kc, m, isum);
+          for (int b = 0; b < m; ++b) dot[i] += pr[i][kc / kBlock + b] * float(isum[b]);
         }
         a.y[t * a.ldy + (r - a.r0) + i] = dot[i] - 128.f * corr[i];
       }
@@ -84,38 +83,56 @@ void decode(const QuantMatmulArgs& a) {
   for (; r < a.r1; ++r) run(std::integral_constant<int, 1>(), r);
 }
 
+// One row to bf16 in element order.
 template <int G>
 void dequant_row_bf16(const QuantMatmulArgs& a, int64_t row, uint16_t* dst, float* sw) {
-  const int64_t k = a.k, ng = k / G;
+  const int64_t k = a.k, ng = k / G, kc = k / kChunk * kChunk;
   const auto* c = static_cast<const int8_t*>(a.w) + row * k;
   scales_to_f32_avx512(a.scale_dtype, static_cast<const uint16_t*>(a.scales) + row * ng, ng, sw);
-  for (int64_t e = 0; e < k; e += 32) {
-    const __m512 sc = _mm512_set1_ps(sw[e / G]);
-    const __m512 f0 = _mm512_cvtepi32_ps(
-        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + e))));
-    const __m512 f1 = _mm512_cvtepi32_ps(
-        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + e + 16))));
-    store_bf16x32(dst + e, _mm512_mul_ps(f0, sc), _mm512_mul_ps(f1, sc));
+  for (int64_t c0 = 0; c0 < kc; c0 += kChunk) {
+    const __m512i h0 = slots_to_blocks(_mm512_loadu_si512(c + c0));
+    const __m512i h1 = slots_to_blocks(_mm512_loadu_si512(c + c0 + 64));
+    for (int b = 0; b < 4; ++b) {
+      const __m512 sc = _mm512_set1_ps(sw[(c0 + 32 * b) / G]);
+      const __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lane128(h0, b)));
+      const __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lane128(h1, b)));
+      store_bf16x32(dst + c0 + 32 * b, _mm512_mul_ps(f0, sc), _mm512_mul_ps(f1, sc));
+    }
+  }
+  if (kc < k) {  // a shorter last chunk of m blocks
+    const int m = int((k - kc) / kBlock);
+    for (int b = 0; b < m; ++b)
+      for (int h = 0; h < 2; ++h)
+        for (int q = 0; q < 4; ++q)
+          for (int e = 0; e < 4; ++e) {
+            const int64_t i = kc + 32 * b + 16 * h + 4 * q + e;
+            dst[i] = to_bf16_bits(float(c[kc + 16 * m * h + 4 * (m * q + b) + e]) * sw[i / G]);
+          }
   }
 }
 
 template <int G>
 void matmul_q8_avx512_g(const QuantMatmulArgs& a) {
   if (a.n_tokens < kPrefillTokens) return decode<G>(a);
-  float* sw = a.scratch + (kTokenTile + kRowTile) * a.k / 2;
+  float* sw = a.scratch + (a.n_tokens + kRowTile) * a.k / 2;
   matmul_tiles_bf16(a, [&](int64_t row, uint16_t* dst) { dequant_row_bf16<G>(a, row, dst, sw); });
 }
 
 void matmul_q8_avx512(const QuantMatmulArgs& a) {
   switch (a.group) {
-    case 32: return matmul_q8_avx512_g<32>(a);
-    case 64: return matmul_q8_avx512_g<64>(a);
-    default: return matmul_q8_avx512_g<128>(a);
+    case 32:
+      return matmul_q8_avx512_g<32>(a);
+    case 64:
+      return matmul_q8_avx512_g<64>(a);
+    default:
+      return matmul_q8_avx512_g<128>(a);
   }
 }
 
 }  // namespace
 
-void fill_matmul_q8_avx512(KernelTable& k) { k.matmul_q8 = matmul_q8_avx512; }
+void fill_matmul_q8_avx512(KernelTable& k) {
+  k.matmul_q8 = matmul_q8_avx512;
+}
 
 }  // namespace hearth::cpu

@@ -30,6 +30,8 @@ void matmul_q8_scalar(const QuantMatmulArgs& a) {
 
 }  // namespace
 
-void fill_matmul_q8_scalar(KernelTable& k) { k.matmul_q8 = matmul_q8_scalar; }
+void fill_matmul_q8_scalar(KernelTable& k) {
+  k.matmul_q8 = matmul_q8_scalar;
+}
 
 }  // namespace hearth::cpu

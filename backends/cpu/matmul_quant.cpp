@@ -15,19 +15,43 @@ float* carve_act_tile(float* scratch, int64_t k, ActTile* t) {
 }
 
 void quantize_act_scalar(const float* x, int64_t k, int8_t* q, float* d, float* s) {
-  for (int64_t b = 0; b < k / kBlock; ++b) {
-    const float* xb = x + b * kBlock;
-    float amax = 0.f;
-    for (int64_t i = 0; i < kBlock; ++i) amax = std::fmax(amax, std::fabs(xb[i]));
-    const float inv = amax > 0.f ? 127.f / amax : 0.f;
-    int sum = 0;
-    for (int64_t i = 0; i < kBlock; ++i) {
-      const int v = int(std::nearbyint(xb[i] * inv));
-      q[b * kBlock + i] = int8_t(v);
-      sum += v;
+  int8_t nat[kChunk];
+  for (int64_t c0 = 0; c0 < k; c0 += kChunk) {
+    const int m = int((k - c0 < kChunk ? k - c0 : kChunk) / kBlock);
+    for (int b = 0; b < m; ++b) {
+      const float* xb = x + c0 + 32 * b;
+      float amax = 0.f;
+      for (int i = 0; i < 32; ++i) amax = std::fabs(xb[i]) > amax ? std::fabs(xb[i]) : amax;
+      const float inv = amax > 0.f ? 127.f / amax : 0.f;
+      int sum = 0;
+      for (int i = 0; i < 32; ++i) {
+        // Round to nearest even (|x * inv| <= 127) without a libm call: 1.5 * 2^23 as a shifter.
+        const int v = int((xb[i] * inv + 12582912.f) - 12582912.f);
+        nat[32 * b + i] = int8_t(v);
+        sum += v;
+      }
+      d[(c0 + 32 * b) / kBlock] = amax / 127.f;
+      s[(c0 + 32 * b) / kBlock] = float(sum);
     }
-    d[b] = amax / 127.f;
-    s[b] = float(sum);
+    for (int b = 0; b < m; ++b)
+      for (int h = 0; h < 2; ++h)
+        for (int qq = 0; qq < 4; ++qq)
+          for (int e = 0; e < 4; ++e)
+            q[c0 + 16 * m * h + 4 * (m * qq + b) + e] = nat[32 * b + 16 * h + 4 * qq + e];
+  }
+}
+
+void tail_block_dots(int bits, const uint8_t* w, const int8_t* x, int m, int32_t* isum) {
+  for (int b = 0; b < m; ++b) isum[b] = 0;
+  const int half = 16 * m;
+  for (int p = 0; p < half; ++p) {
+    const int b = (p / 4) % m;
+    if (bits == 4) {
+      isum[b] += int32_t(w[p] & 15) * x[p] + int32_t(w[p] >> 4) * x[half + p];
+    } else {
+      isum[b] +=
+          (int32_t(int8_t(w[p])) + 128) * x[p] + (int32_t(int8_t(w[half + p])) + 128) * x[half + p];
+    }
   }
 }
 

@@ -1,9 +1,11 @@
 // Shared pieces of the Q8/Q4 matmul kernels (layout of the weights in quant/FORMAT.md).
 //
 // Decode (few tokens): activations are quantized to int8 per 32-element block (scale amax / 127)
-// and multiplied against the weight codes in integer arithmetic; each block's integer dot is then
-// scaled by (activation scale * weight scale). Prefill (many tokens): weight tiles are dequantized
-// once per tile and reused by every token of the tile.
+// and stored in the weights' slot order, so byte j of an activation chunk meets byte j of a Q8
+// chunk (or nibble j of a Q4 chunk). Every 4-byte lane of a vpdpbusd / maddubs result then sums
+// elements of one block, block (lane mod 4), and is scaled by (activation scale * weight scale)
+// with one 4-float broadcast. Prefill (many tokens): each tile of rows is dequantized to bf16 once
+// and reused by every token.
 //
 // Only plain declarations here: this header is included by files built for different ISAs, and an
 // inline function compiled with AVX-512 in one of them could be the copy the linker keeps.
@@ -14,12 +16,14 @@
 
 namespace hearth::cpu::qk {
 
-constexpr int64_t kBlock = 32;      // activation block = smallest weight group
-constexpr int kTokenTile = 32;      // tokens quantized / converted together
-constexpr int kRowTile = 16;        // weight rows dequantized together for prefill
-constexpr int kPrefillTokens = 8;   // from this many tokens on, SIMD kernels take the tile path
+constexpr int64_t kBlock = 32;     // activation block = smallest weight group
+constexpr int64_t kChunk = 128;    // 4 blocks: the unit of the slot order
+constexpr int kTokenTile = 32;     // tokens quantized together on the int8 path
+constexpr int kRowTile = 16;       // weight rows dequantized together for prefill
+constexpr int kPrefillTokens = 8;  // from this many tokens on, AVX-512 takes the bf16 tile path
 
-// Activations of one token tile: codes [n][k], block scales and block code sums [n][k / 32].
+// Activations of one token tile: codes [n][k] in slot order, block scales and block code sums
+// [n][k / 32] in block order.
 struct ActTile {
   int8_t* q;
   float* d;
@@ -28,7 +32,10 @@ struct ActTile {
 
 // Carves an ActTile for kTokenTile tokens from the front of scratch; returns the rest.
 float* carve_act_tile(float* scratch, int64_t k, ActTile* t);
-// Portable activation quantization (block scale amax / 127, codes round-to-nearest-even).
+// Portable activation quantization (scale amax / 127, codes rounded to nearest even), slot order.
 void quantize_act_scalar(const float* x, int64_t k, int8_t* q, float* d, float* s);
+// Integer dots of one chunk of m < 4 blocks (a row's short last chunk) per block: codes as the
+// unsigned values the SIMD loops use (Q4: q + 8; Q8: q + 128), activations in slot order.
+void tail_block_dots(int bits, const uint8_t* w_chunk, const int8_t* x_chunk, int m, int32_t* isum);
 
 }  // namespace hearth::cpu::qk

@@ -10,7 +10,9 @@
 namespace hearth::cpu::qk {
 namespace {
 
-inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t min64(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
 
 inline float scale_f32(DType t, uint16_t s) {
   if (t == DType::BF16) {

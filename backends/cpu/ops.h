@@ -8,22 +8,33 @@
 
 namespace hearth::cpu {
 
-// out[t] = table[tokens[t]] widened to f32, for t in [t0, t1). Token ids were checked by the caller.
+// out[t] = table[tokens[t]] widened to f32, for t in [t0, t1). Token ids were checked by the
+// caller.
 void embed_rows(const Tensor& table, const int32_t* tokens, float* out, int64_t t0, int64_t t1);
 
 // out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, for rows [r0, r1) of width n.
 void rms_norm_rows(const float* x, const float* w, int64_t n, float eps, float* out, int64_t r0,
                    int64_t r1);
 
+// The attention kernels' contract (kernels.h AttentionArgs) one row at a time with attend_range:
+// the scalar kernel, and the SIMD kernels' path for head sizes they do not vectorise.
+struct AttentionArgs;
+void attention_rows_ref(const AttentionArgs& a, DType kv_type);
+
 // Rotate-half RoPE on head vectors: row r of x holds n_heads vectors of head_dim; `rows` below
 // index (token, head) pairs as token * n_heads + head. cos/sin are [n_tokens, head_dim / 2].
-void rope_heads(float* x, int n_heads, int head_dim, const float* cos, const float* sin,
-                int64_t p0, int64_t p1);
+void rope_heads(float* x, int n_heads, int head_dim, const float* cos, const float* sin, int64_t p0,
+                int64_t p1);
 
 // Softmax attention of one query head over positions [0, n_pos) of one KV head.
 // k and v are [n_pos, head_dim] in `kv_type`; the result goes to out[head_dim].
 void attend_one(const float* q, const void* k, const void* v, DType kv_type, int n_pos,
                 int head_dim, float scale, float* out);
+// The same over positions [p_begin, p_end) only. With ml set, out is left unnormalised (the sum of
+// exp(s - m) v) and ml gets {m, l}: the maximum score and the sum of exp(s - m), so that partial
+// ranges can be merged; an empty range gives {-inf, 0} and zeros.
+void attend_range(const float* q, const void* k, const void* v, DType kv_type, int p_begin,
+                  int p_end, int head_dim, float scale, float* out, float* ml);
 
 void silu_mul(const float* a, const float* b, float* out, int64_t i0, int64_t i1);
 void add(const float* a, const float* b, float* out, int64_t i0, int64_t i1);

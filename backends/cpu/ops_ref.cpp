@@ -33,8 +33,8 @@ void rms_norm_rows(const float* x, const float* w, int64_t n, float eps, float* 
   }
 }
 
-void rope_heads(float* x, int n_heads, int head_dim, const float* cos, const float* sin,
-                int64_t p0, int64_t p1) {
+void rope_heads(float* x, int n_heads, int head_dim, const float* cos, const float* sin, int64_t p0,
+                int64_t p1) {
   const int half = head_dim / 2;
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t t = p / n_heads;
@@ -52,19 +52,27 @@ void rope_heads(float* x, int n_heads, int head_dim, const float* cos, const flo
 namespace {
 inline float load_kv(DType t, const void* base, int64_t i) {
   switch (t) {
-    case DType::F16: return f16_to_f32(static_cast<const uint16_t*>(base)[i]);
-    case DType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
-    default: return static_cast<const float*>(base)[i];
+    case DType::F16:
+      return f16_to_f32(static_cast<const uint16_t*>(base)[i]);
+    case DType::BF16:
+      return bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
+    default:
+      return static_cast<const float*>(base)[i];
   }
 }
 }  // namespace
 
 void attend_one(const float* q, const void* k, const void* v, DType kv_type, int n_pos,
                 int head_dim, float scale, float* out) {
+  attend_range(q, k, v, kv_type, 0, n_pos, head_dim, scale, out, nullptr);
+}
+
+void attend_range(const float* q, const void* k, const void* v, DType kv_type, int p_begin,
+                  int p_end, int head_dim, float scale, float* out, float* ml) {
   // Online softmax: one pass over the positions, no score buffer, exact after the final divide.
   float m = -INFINITY, l = 0.f;
   for (int d = 0; d < head_dim; ++d) out[d] = 0.f;
-  for (int p = 0; p < n_pos; ++p) {
+  for (int p = p_begin; p < p_end; ++p) {
     const int64_t base = int64_t(p) * head_dim;
     float s = 0.f;
     for (int d = 0; d < head_dim; ++d) s += q[d] * load_kv(kv_type, k, base + d);
@@ -78,6 +86,10 @@ void attend_one(const float* q, const void* k, const void* v, DType kv_type, int
     const float e = std::exp(s - m);
     l += e;
     for (int d = 0; d < head_dim; ++d) out[d] += e * load_kv(kv_type, v, base + d);
+  }
+  if (ml) {
+    ml[0] = m, ml[1] = l;
+    return;
   }
   const float inv = 1.f / l;
   for (int d = 0; d < head_dim; ++d) out[d] *= inv;
@@ -103,7 +115,8 @@ void store_as(DType t, const float* src, void* dst, int64_t n) {
       for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
       return;
     }
-    default: std::memcpy(dst, src, size_t(n) * 4);
+    default:
+      std::memcpy(dst, src, size_t(n) * 4);
   }
 }
 

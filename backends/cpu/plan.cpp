@@ -50,7 +50,8 @@ struct Planner {
     if (n == 1 && e->op == Op::Add && private_to(s.parts[0].out, int(next))) {
       const int y = s.parts[0].out;
       const int other = e->in[0] == y ? e->in[1] : e->in[0];
-      if (other != y && (e->in[0] == y || e->in[1] == y)) {
+      // An in-place add (out == residual) would see its input overwritten by the matmul.
+      if (other != y && e->out != other && (e->in[0] == y || e->in[1] == y)) {
         s.epi = LinearStep::Epilogue::AddResidual;
         s.residual = other;
         s.out = e->out;
@@ -145,13 +146,17 @@ struct Planner {
 
 }  // namespace
 
-std::vector<Step> plan_steps(const Graph& g) { return Planner(g).run(); }
+std::vector<Step> plan_steps(const Graph& g) {
+  return Planner(g).run();
+}
 
 std::string describe_steps(const Graph& g, const std::vector<Step>& steps) {
   std::string out;
   for (const Step& s : steps) {
     switch (s.kind) {
-      case Step::Kind::Node: out += op_name(g.nodes()[size_t(s.node)].op); break;
+      case Step::Kind::Node:
+        out += op_name(g.nodes()[size_t(s.node)].op);
+        break;
       case Step::Kind::Linear: {
         out += "linear";
         if (s.lin.norm_w >= 0) out += "[norm]";

@@ -26,8 +26,8 @@ struct LinearStep {
   float eps = 0.f;
   std::vector<Part> parts;
   Epilogue epi = Epilogue::Store;
-  int residual = -1;  // AddResidual
-  int out = -1;       // AddResidual, SiluMul
+  int residual = -1;    // AddResidual
+  int out = -1;         // AddResidual, SiluMul
   bool logits = false;  // the single part writes the graph's output (argmax may replace it)
 };
 

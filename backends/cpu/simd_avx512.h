@@ -30,7 +30,9 @@ inline __m512 exp512(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
-inline __mmask16 tail_mask16(int64_t n) { return __mmask16((1u << n) - 1u); }
+inline __mmask16 tail_mask16(int64_t n) {
+  return __mmask16((1u << n) - 1u);
+}
 
 // Horizontal sum and max.
 inline float hsum16(__m512 v) {

@@ -20,8 +20,8 @@ void silu_mul_avx512(const float* a, const float* b, float* out, int64_t n) {
     _mm512_storeu_ps(out + i, silu_mul16(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)));
   if (i < n) {
     const __mmask16 m = tail_mask16(n - i);
-    _mm512_mask_storeu_ps(out + i, m,
-                          silu_mul16(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i)));
+    _mm512_mask_storeu_ps(
+        out + i, m, silu_mul16(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i)));
   }
 }
 
@@ -42,8 +42,8 @@ void rms_norm_avx512(const float* x, const float* w, int64_t n, float eps, float
   for (; i < n; ++i) ss += double(x[i]) * x[i];
   const __m512 inv = _mm512_set1_ps(float(1.0 / std::sqrt(ss / double(n) + double(eps))));
   for (i = 0; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(x + i), inv),
-                                            _mm512_loadu_ps(w + i)));
+    _mm512_storeu_ps(
+        out + i, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(x + i), inv), _mm512_loadu_ps(w + i)));
   const float inv1 = _mm512_cvtss_f32(inv);
   for (; i < n; ++i) out[i] = x[i] * inv1 * w[i];
 }
@@ -57,20 +57,29 @@ void widen_avx512(const void* src, float* dst, int64_t n) {
     _mm_prefetch(reinterpret_cast<const char*>(s + i) + 16384, _MM_HINT_T0);
     for (int64_t j = i; j < i + 32; j += 16) {
       const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + j));
-      if constexpr (T == DType::F16) _mm512_storeu_ps(dst + j, _mm512_cvtph_ps(h));
-      else _mm512_storeu_ps(dst + j, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+      if constexpr (T == DType::F16)
+        _mm512_storeu_ps(dst + j, _mm512_cvtph_ps(h));
+      else
+        _mm512_storeu_ps(dst + j,
+                         _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
     }
   }
   for (; i + 16 <= n; i += 16) {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
-    if constexpr (T == DType::F16) _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(h));
-    else _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+    if constexpr (T == DType::F16)
+      _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(h));
+    else
+      _mm512_storeu_ps(dst + i,
+                       _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
   }
   if (i < n) {
     const __mmask16 m = tail_mask16(n - i);
     const __m256i h = _mm256_maskz_loadu_epi16(m, s + i);
-    if constexpr (T == DType::F16) _mm512_mask_storeu_ps(dst + i, m, _mm512_cvtph_ps(h));
-    else _mm512_mask_storeu_ps(dst + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+    if constexpr (T == DType::F16)
+      _mm512_mask_storeu_ps(dst + i, m, _mm512_cvtph_ps(h));
+    else
+      _mm512_mask_storeu_ps(dst + i, m,
+                            _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
   }
 }
 
@@ -82,7 +91,8 @@ void to_bf16_avx512(const float* x, uint16_t* out, int64_t n) {
                         (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
   if (i < n) {
     const __mmask16 m = tail_mask16(n - i);
-    _mm256_mask_storeu_epi16(out + i, m, (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + i)));
+    _mm256_mask_storeu_epi16(out + i, m,
+                             (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + i)));
   }
 }
 

@@ -102,7 +102,8 @@ int main(int argc, char** argv) {
     print_metrics(session);
   }
 
-  /* A third reply, cancelled by another thread after 5 tokens. */
+  /* A third reply, cancelled by another thread once 5 tokens have streamed (the reply may get one
+   * more: the cancel lands within one decode step). */
   c.session = session;
   pthread_mutex_init(&c.mutex, NULL);
   pthread_cond_init(&c.cond, NULL);

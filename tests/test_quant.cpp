@@ -1,0 +1,652 @@
+// Quantization: the Q8/Q4 layout against an independent scalar quantizer, every ISA's kernels
+// against dequantize-then-multiply in double, and whole checkpoints: quantize, load, generate,
+// determinism, strict refusal of corrupted files, eval, calibration.
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/kernels.h"
+#include "core/error.h"
+#include "core/session.h"
+#include "models/qwen3_model.h"
+#include "models/safetensors.h"
+#include "models/safetensors_writer.h"
+#include "models/standin.h"
+#include "quant/eval.h"
+#include "quant/format.h"
+#include "quant/quant_config.h"
+#include "quant/quantize.h"
+#include "quant/quantizer.h"
+
+namespace fs = std::filesystem;
+using namespace hearth;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path = fs::temp_directory_path() /
+           ("hearth_quant_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string str(const std::string& sub = "") const { return (path / sub).string(); }
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  REQUIRE_MESSAGE(f.good(), "cannot read ", p.string());
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void spit(const fs::path& p, const std::string& s) {
+  std::ofstream f(p, std::ios::binary);
+  f << s;
+}
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+std::vector<std::string> isas_here() {
+  std::vector<std::string> v = {"scalar"};
+  auto best = cpu::detect_cpu_features().best();
+  if (best == cpu::Isa::Avx2 || best == cpu::Isa::Avx512) v.push_back("avx2");
+  if (best == cpu::Isa::Avx512) v.push_back("avx512");
+  return v;
+}
+
+#define CHECK_THROWS_CONTAINING(expr, needle)      \
+  do {                                             \
+    std::string msg_;                              \
+    try {                                          \
+      expr;                                        \
+    } catch (const std::exception& e) {            \
+      msg_ = e.what();                             \
+    }                                              \
+    CAPTURE(msg_);                                 \
+    CHECK(msg_.find(needle) != std::string::npos); \
+  } while (0)
+
+// --- an independent reference quantizer, written from quant/FORMAT.md ----------------------------
+
+uint16_t ref_f16(float f) {
+  return f32_to_f16(f);
+}
+float ref_f16f(uint16_t h) {
+  return f16_to_f32(h);
+}
+
+// Round to nearest: Q8 scale amax/127 symmetric; Q4 scale (signed max)/-8, codes clamped to
+// [-8, 7]; codes rounded against the F16-rounded scale.
+void ref_quantize(const std::vector<float>& w, int bits, int group, std::vector<int>& q,
+                  std::vector<uint16_t>& s) {
+  q.assign(w.size(), 0);
+  s.assign(w.size() / size_t(group), 0);
+  for (size_t g = 0; g < s.size(); ++g) {
+    float amax = 0, m = 0;
+    for (int i = 0; i < group; ++i) {
+      const float v = w[g * size_t(group) + size_t(i)];
+      if (std::fabs(v) > amax) amax = std::fabs(v), m = v;
+    }
+    s[g] = ref_f16(bits == 8 ? amax / 127.f : m / -8.f);
+    const float d = ref_f16f(s[g]);
+    for (int i = 0; i < group; ++i) {
+      const size_t j = g * size_t(group) + size_t(i);
+      int v = d == 0 ? 0 : int(std::nearbyint(w[j] / d));
+      v = std::max(bits == 8 ? -127 : -8, std::min(bits == 8 ? 127 : 7, v));
+      q[j] = v;
+    }
+  }
+}
+
+// Where element i of a row of n codes goes, straight from FORMAT.md: chunks of 128 elements (the
+// last may hold m < 4 blocks); element 32b + 16h + 4q + e sits at slot 4(m q + b) + e of half h;
+// Q8 halves are consecutive 16m-byte runs, Q4 halves are the low and high nibbles of 16m bytes.
+int64_t ref_place(int bits, int64_t i, int64_t n, bool* high) {
+  const int64_t c0 = i / 128 * 128, m = std::min<int64_t>(128, n - c0) / 32, r = i - c0;
+  const int64_t b = r / 32, h = (r % 32) / 16, q = (r % 16) / 4, e = r % 4;
+  const int64_t p = 4 * (m * q + b) + e;
+  *high = bits == 4 && h == 1;
+  return bits == 4 ? c0 / 2 + p : c0 + 16 * m * h + p;
+}
+
+// A Q8/Q4 weight built with the reference quantizer, plus its exact dequantized values.
+struct QWeight {
+  int bits, group;
+  int64_t rows, cols;
+  std::vector<uint8_t> codes;
+  std::vector<uint16_t> scales;
+  std::vector<double> deq;  // [rows, cols]
+  Tensor view() const {
+    Tensor t;
+    t.dtype = bits == 8 ? DType::Q8 : DType::Q4;
+    t.ndim = 2;
+    t.shape = {rows, cols, 0, 0};
+    t.data = codes.data();
+    t.nbytes = codes.size();
+    t.scales = scales.data();
+    t.scale_dtype = DType::F16;
+    t.group_size = group;
+    return t;
+  }
+};
+
+QWeight make_qweight(int bits, int group, int64_t rows, int64_t cols, uint32_t seed) {
+  QWeight w{bits, group, rows, cols, {}, {}, {}};
+  const int64_t rb = bits == 8 ? cols : cols / 2;
+  w.codes.assign(size_t(rows * rb), 0);
+  w.deq.assign(size_t(rows * cols), 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<float> row = randn(size_t(cols), seed + uint32_t(r), 0.05f);
+    row[size_t(r % cols)] *= 12.f;  // an outlier per row, so groups differ in scale
+    std::vector<int> q;
+    std::vector<uint16_t> s;
+    ref_quantize(row, bits, group, q, s);
+    w.scales.insert(w.scales.end(), s.begin(), s.end());
+    for (int64_t i = 0; i < cols; ++i) {
+      w.deq[size_t(r * cols + i)] = double(q[size_t(i)]) * ref_f16f(s[size_t(i / group)]);
+      bool hi;
+      const int64_t b = ref_place(bits, i, cols, &hi);
+      if (bits == 8)
+        w.codes[size_t(r * rb + b)] = uint8_t(int8_t(q[size_t(i)]));
+      else
+        w.codes[size_t(r * rb + b)] |= uint8_t((q[size_t(i)] + 8) << (hi ? 4 : 0));
+    }
+  }
+  return w;
+}
+
+double nerr(const std::vector<float>& got, const std::vector<double>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+// A small custom stand-in: dimensions multiple of 128 so every group size applies.
+StandinSpec small_spec(bool outliers = false) {
+  StandinSpec s;
+  s.preset = "";
+  s.hidden = 128;
+  s.intermediate = 256;
+  s.layers = 2;
+  s.heads = 4;
+  s.kv_heads = 2;
+  s.head_dim = 32;
+  s.vocab = 512;
+  s.max_position = 512;
+  s.seed = 7;
+  if (outliers) {
+    s.heavy_tailed = true;
+    s.outlier_channels = 4;
+  }
+  return s;
+}
+
+std::vector<int32_t> some_ids(int n, int vocab, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (auto& x : v) x = int32_t(g() % uint32_t(vocab));
+  return v;
+}
+
+quant::QuantizeOptions qopts(int bits, int threads = 1) {
+  quant::QuantizeOptions o;
+  o.main = {bits, 32, DType::F16};
+  o.head = {8, 32, DType::F16};
+  o.threads = threads;
+  return o;
+}
+
+}  // namespace
+
+TEST_SUITE("quant") {
+  TEST_CASE("RTN codes and scales match an independent quantizer; placement follows FORMAT.md") {
+    for (int bits : {8, 4})
+      for (int group : {32, 64, 128})
+        for (int64_t n : {128, 256, 384, 160, 96, 32}) {
+          if (n % group) continue;
+          CAPTURE(bits);
+          CAPTURE(group);
+          CAPTURE(n);
+          std::vector<float> w = randn(size_t(n), uint32_t(n + bits + group), 0.02f);
+          w[3] = 0.5f;  // a dominant positive weight: Q4 must map it onto -8 with a negative scale
+          std::vector<int> rq;
+          std::vector<uint16_t> rs;
+          ref_quantize(w, bits, group, rq, rs);
+          std::vector<int8_t> q(static_cast<size_t>(n));
+          std::vector<uint16_t> s(static_cast<size_t>(n / group));
+          quant::quantize_row(w.data(), n, {bits, group, DType::F16}, quant::Method::Rtn, nullptr,
+                              q.data(), s.data());
+          CHECK(s == rs);
+          bool same = true;
+          for (int64_t i = 0; i < n; ++i) same &= q[size_t(i)] == rq[size_t(i)];
+          CHECK(same);
+          if (bits == 4) CHECK(q[3] == -8);
+          std::vector<uint8_t> packed(static_cast<size_t>(bits == 8 ? n : n / 2));
+          quant::pack_row(bits, q.data(), n, packed.data());
+          bool placed = true;
+          for (int64_t i = 0; i < n; ++i) {
+            bool hi;
+            const uint8_t byte = packed[size_t(ref_place(bits, i, n, &hi))];
+            const int code = bits == 8 ? int(int8_t(byte)) : (hi ? byte >> 4 : byte & 15) - 8;
+            placed &= code == q[size_t(i)];
+          }
+          CHECK(placed);
+          std::vector<int8_t> back(static_cast<size_t>(n));
+          quant::unpack_row(bits, packed.data(), n, back.data());
+          CHECK(back == q);
+        }
+  }
+
+  TEST_CASE("the clipping search never loses to RTN on the error it minimises") {
+    for (int bits : {4, 8}) {
+      std::vector<float> w = randn(4096, 11, 0.02f);
+      for (size_t i = 0; i < w.size(); i += 97) w[i] *= 15.f;
+      std::vector<float> h = randn(4096, 12, 1.f);
+      for (auto& x : h) x = x * x + 0.01f;
+      double e_rtn = 0, e_s = 0;
+      for (quant::Method m : {quant::Method::Rtn, quant::Method::Search}) {
+        std::vector<int8_t> q(4096);
+        std::vector<uint16_t> s(4096 / 32);
+        quant::quantize_row(w.data(), 4096, {bits, 32, DType::BF16}, m, h.data(), q.data(),
+                            s.data());
+        double e = 0;
+        for (size_t i = 0; i < w.size(); ++i) {
+          const double d = w[i] - double(q[i]) * bf16_to_f32(s[i / 32]);
+          e += h[i] * d * d;
+        }
+        (m == quant::Method::Rtn ? e_rtn : e_s) = e;
+      }
+      CAPTURE(bits);
+      CHECK(e_s <= e_rtn);
+      if (bits == 4) CHECK(e_s < 0.9 * e_rtn);
+    }
+  }
+
+  TEST_CASE("dequantize_row matches the independent dequantization") {
+    for (int bits : {8, 4}) {
+      QWeight w = make_qweight(bits, 64, 5, 192, 3);
+      std::vector<float> out(192);
+      for (int64_t r = 0; r < 5; ++r) {
+        quant::dequantize_row(w.view(), r, out.data());
+        bool ok = true;
+        for (int64_t i = 0; i < 192; ++i) ok &= out[size_t(i)] == float(w.deq[size_t(r * 192 + i)]);
+        CHECK(ok);
+      }
+    }
+  }
+
+  TEST_CASE("Q8/Q4 matmul kernels match dequantize-then-multiply on every ISA") {
+    struct Shape {
+      int64_t rows, cols;
+    };
+    for (const std::string& isa : isas_here()) {
+      const cpu::KernelTable kt = cpu::make_kernel_table(cpu::parse_isa(isa));
+      for (int bits : {8, 4})
+        for (int group : {32, 64, 128})
+          for (Shape sh : {Shape{37, 128}, Shape{21, 1024}, Shape{19, 160}, Shape{9, 96},
+                           Shape{40, 3072}, Shape{5, 32}})
+            for (int T : {1, 3, 8, 37}) {
+              if (sh.cols % group) continue;
+              CAPTURE(isa);
+              CAPTURE(bits);
+              CAPTURE(group);
+              CAPTURE(sh.rows);
+              CAPTURE(sh.cols);
+              CAPTURE(T);
+              QWeight w = make_qweight(bits, group, sh.rows, sh.cols, uint32_t(sh.cols + T));
+              std::vector<float> x = randn(size_t(T * sh.cols), uint32_t(T), 1.f);
+              // An activation outlier; a 32-element row with one would measure nothing but the
+              // int8 rounding of its block (about 3%).
+              if (sh.cols >= 96) x[5] = 9.f;
+              // A sub-range of rows, written from y's start, as the backend calls it.
+              const int64_t r0 = sh.rows > 4 ? 2 : 0, r1 = sh.rows;
+              const int64_t ldy = r1 - r0 + 3;
+              std::vector<float> y(size_t(T * ldy), -1234.f);
+              std::vector<float> scratch(size_t(cpu::quant_matmul_scratch_floats(sh.cols, T)));
+              cpu::QuantMatmulArgs a;
+              a.w = w.codes.data();
+              a.k = sh.cols;
+              a.x = x.data();
+              a.ldx = sh.cols;
+              a.n_tokens = T;
+              a.y = y.data();
+              a.ldy = ldy;
+              a.r0 = r0;
+              a.r1 = r1;
+              a.scratch = scratch.data();
+              a.scales = w.scales.data();
+              a.scale_dtype = DType::F16;
+              a.group = group;
+              (bits == 8 ? kt.matmul_q8 : kt.matmul_q4)(a);
+              std::vector<float> got;
+              std::vector<double> want;
+              bool untouched = true, bounded = true;
+              for (int t = 0; t < T; ++t) {
+                const float* xt = x.data() + t * sh.cols;
+                for (int64_t r = r0; r < r1; ++r) {
+                  // The exact dot, and a rigorous bound on what the SIMD paths may add: half an
+                  // int8 step of each activation block (decode), or two bf16 roundings (prefill).
+                  double s = 0, bound = 0;
+                  for (int64_t i = 0; i < sh.cols; ++i) {
+                    const double wi = w.deq[size_t(r * sh.cols + i)];
+                    s += wi * xt[i];
+                    float amax = 0;
+                    for (int64_t j = i / 32 * 32; j < i / 32 * 32 + 32; ++j)
+                      amax = std::max(amax, std::fabs(xt[j]));
+                    bound += std::fabs(wi) * (amax / 127.0 / 2 + std::fabs(xt[i]) / 128.0);
+                  }
+                  want.push_back(s);
+                  got.push_back(y[size_t(t * ldy + (r - r0))]);
+                  if (isa != "scalar") bounded &= std::fabs(got.back() - s) <= bound * 1.01 + 1e-6;
+                }
+                for (int64_t j = r1 - r0; j < ldy; ++j)
+                  untouched &= y[size_t(t * ldy + j)] == -1234.f;
+              }
+              CHECK(untouched);
+              CHECK(bounded);
+              // Scalar is float math on the exact weights; SIMD paths round activations to int8
+              // (decode) or bf16 (prefill), a few parts per thousand overall, while a layout slip
+              // costs O(1). One 32-element block is too few terms for that average to settle.
+              if (isa == "scalar")
+                CHECK(nerr(got, want) < 1e-5);
+              else if (sh.cols >= 96)
+                CHECK(nerr(got, want) < 1.5e-2);
+            }
+    }
+  }
+
+  TEST_CASE("quantized stand-ins load and generate, on every ISA") {
+    TempDir d;
+    write_standin(d.str("f"), small_spec(), "", 1);
+    for (int bits : {8, 4}) {
+      quant::quantize_checkpoint(d.str("f"), d.str("q" + std::to_string(bits)), qopts(bits));
+      auto m = Qwen3Model::load(d.str("q" + std::to_string(bits)));
+      CHECK(m->weights().layers[0].q_proj.dtype == (bits == 8 ? DType::Q8 : DType::Q4));
+      CHECK(m->weights().embed.dtype == DType::Q8);
+      CHECK(m->weights().lm_head.data == m->weights().embed.data);  // still tied
+      CHECK(m->weights().layers[0].input_norm.dtype == DType::BF16);
+      for (const std::string& isa : isas_here()) {
+        CAPTURE(bits);
+        CAPTURE(isa);
+        BackendOptions bo;
+        bo.isa = isa;
+        bo.threads = 2;
+        Runner r(create_backend("cpu", bo), m->graph(), m->config().vocab_size, 512, 16);
+        Session s(r);
+        GenerateOptions go;
+        go.max_new_tokens = 20;
+        go.ignore_eos = true;
+        // 40 prompt tokens: a prefill in chunks of 16 (the tile path) then decode (the int8 path).
+        GenerationResult res = s.generate(some_ids(40, 512, 1), go);
+        CHECK(res.tokens.size() == 20);
+        for (int32_t t : res.tokens) CHECK((t >= 0 && t < 512));
+      }
+    }
+  }
+
+  TEST_CASE("quantizing is deterministic whatever the thread count") {
+    TempDir d;
+    write_standin(d.str("f"), small_spec(true), "", 1);
+    for (int bits : {4, 8}) {
+      quant::quantize_checkpoint(d.str("f"), d.str("a"), qopts(bits, 1));
+      quant::quantize_checkpoint(d.str("f"), d.str("b"), qopts(bits, 2));
+      CHECK(slurp(d.path / "a" / "model.safetensors") == slurp(d.path / "b" / "model.safetensors"));
+      CHECK(slurp(d.path / "a" / "config.json") == slurp(d.path / "b" / "config.json"));
+      fs::remove_all(d.path / "a");
+      fs::remove_all(d.path / "b");
+    }
+  }
+
+  TEST_CASE("quantize refuses to overwrite without force, and leaves no partial output") {
+    TempDir d;
+    write_standin(d.str("f"), small_spec(), "", 1);
+    fs::create_directories(d.path / "out");
+    spit(d.path / "out" / "keep.txt", "x");
+    CHECK_THROWS_CONTAINING(quant::quantize_checkpoint(d.str("f"), d.str("out"), qopts(4)),
+                            "already exists");
+    CHECK(fs::exists(d.path / "out" / "keep.txt"));
+    auto o = qopts(4);
+    o.force = true;
+    quant::quantize_checkpoint(d.str("f"), d.str("out"), o);
+    CHECK(!fs::exists(d.path / "out" / "keep.txt"));
+    CHECK(fs::exists(d.path / "out" / "model.safetensors"));
+    for (const auto& e : fs::directory_iterator(d.path))
+      CHECK(e.path().filename().string().find("partial") == std::string::npos);
+    CHECK_THROWS_CONTAINING(quant::quantize_checkpoint(d.str("out"), d.str("again"), qopts(4)),
+                            "already quantized");
+  }
+
+  TEST_CASE("corrupted scales and wrong bit counts are refused with the tensor named") {
+    TempDir d;
+    write_standin(d.str("f"), small_spec(), "", 1);
+    quant::quantize_checkpoint(d.str("f"), d.str("q"), qopts(4));
+    const std::string st = slurp(d.path / "q" / "model.safetensors");
+    const std::string cfg = slurp(d.path / "q" / "config.json");
+    auto sf = SafetensorsFile::open(d.str("q/model.safetensors"));
+    const std::string victim = "model.layers.1.mlp.down_proj.weight";
+
+    // Rewrites the checkpoint into folder `name` with `edit` applied to the tensors and metadata.
+    auto rewrite = [&](const std::string& name,
+                       const std::function<void(std::vector<TensorToWrite>&,
+                                                std::map<std::string, std::string>&)>& edit) {
+      fs::create_directories(d.path / name);
+      spit(d.path / name / "config.json", cfg);
+      std::vector<TensorToWrite> tw;
+      for (const TensorRef& r : sf->tensors()) {
+        TensorToWrite t;
+        t.name = r.name;
+        t.dtype = r.dtype_str;
+        t.shape = r.shape;
+        t.nbytes = r.nbytes;
+        const uint8_t* src = r.data;
+        t.fill = [src, n = r.nbytes](uint8_t* dst) { std::memcpy(dst, src, n); };
+        tw.push_back(t);
+      }
+      auto meta = sf->metadata();
+      edit(tw, meta);
+      write_safetensors(d.str(name + "/model.safetensors"), tw, meta);
+      return d.str(name);
+    };
+
+    SUBCASE("a NaN scale") {
+      std::string dir = rewrite("nan", [&](auto& tw, auto&) {
+        for (auto& t : tw)
+          if (t.name == victim + "_scale") {
+            auto inner = t.fill;
+            t.fill = [inner](uint8_t* dst) {
+              inner(dst);
+              dst[7 * 2] = 0x00, dst[7 * 2 + 1] = 0x7e;  // F16 NaN as scale 7
+            };
+          }
+      });
+      CHECK_THROWS_CONTAINING(Qwen3Model::load(dir), "'" + victim + "_scale': scale 7");
+      CHECK_THROWS_CONTAINING(Qwen3Model::load(dir), "not finite");
+    }
+    SUBCASE("a scale tensor of the wrong shape") {
+      std::string dir = rewrite("shape", [&](auto& tw, auto&) {
+        for (auto& t : tw)
+          if (t.name == victim + "_scale") t.shape = {t.shape[1], t.shape[0]};
+      });
+      CHECK_THROWS_CONTAINING(Qwen3Model::load(dir), victim + "_scale");
+    }
+    SUBCASE("a missing scale tensor") {
+      std::string dir = rewrite("missing", [&](auto& tw, auto&) {
+        tw.erase(
+            std::remove_if(tw.begin(), tw.end(),
+                           [&](const TensorToWrite& t) { return t.name == victim + "_scale"; }),
+            tw.end());
+      });
+      CHECK_THROWS_CONTAINING(Qwen3Model::load(dir), "'" + victim + "_scale' is missing");
+    }
+    SUBCASE("4-bit codes declared as 8-bit everywhere") {
+      std::string dir = rewrite("bits", [&](auto&, auto& meta) {
+        auto schemes = quant::parse_tensor_schemes(meta["hearth.quant"], "x");
+        schemes[victim].bits = 8;
+        meta["hearth.quant"] = quant::tensor_schemes_json(schemes);
+      });
+      std::string c = cfg;
+      const std::string ov = "\"overrides\":{";
+      c.insert(c.find(ov) + ov.size(),
+               "\"" + victim + "\":{\"bits\":8,\"group_size\":32,\"scale_dtype\":\"F16\"},");
+      spit(fs::path(dir) / "config.json", c);
+      CHECK_THROWS_CONTAINING(Qwen3Model::load(dir), "'" + victim + "': codes are U8");
+      CHECK_THROWS_CONTAINING(Qwen3Model::load(dir), "wrong bit count");
+    }
+    SUBCASE("config and file disagree on the bits") {
+      std::string c = cfg;
+      const size_t at = c.find("\"bits\":4");
+      REQUIRE(at != std::string::npos);
+      c.replace(at, 8, "\"bits\":8");
+      fs::create_directories(d.path / "cfg");
+      fs::copy_file(d.path / "q" / "model.safetensors", d.path / "cfg" / "model.safetensors");
+      spit(d.path / "cfg" / "config.json", c);
+      CHECK_THROWS_CONTAINING(Qwen3Model::load(d.str("cfg")),
+                              "stored as int4 g32 F16 but config.json says int8 g32 F16");
+    }
+    SUBCASE("an unsupported bit count in the config") {
+      std::string c = cfg;
+      c.replace(c.find("\"bits\":4"), 8, "\"bits\":3");
+      fs::create_directories(d.path / "b3");
+      fs::copy_file(d.path / "q" / "model.safetensors", d.path / "b3" / "model.safetensors");
+      spit(d.path / "b3" / "config.json", c);
+      CHECK_THROWS_CONTAINING(Qwen3Model::load(d.str("b3")), "bits is 3");
+    }
+  }
+
+  TEST_CASE("eval of a model against itself: KL 0, top-1 agreement 1") {
+    TempDir d;
+    write_standin(d.str("f"), small_spec(), "", 1);
+    quant::quantize_checkpoint(d.str("f"), d.str("q"), qopts(4));
+    auto f = Qwen3Model::load(d.str("f"));
+    auto q = Qwen3Model::load(d.str("q"));
+    const std::vector<int32_t> ids = some_ids(100, 512, 5);
+    quant::EvalOptions o;
+    o.ctx = 48;
+    for (const Qwen3Model* m : {f.get(), q.get()}) {
+      quant::EvalReport r = quant::evaluate(*m, *m, ids, o);
+      CHECK(r.windows == 3);
+      CHECK(r.positions == 47 + 47 + 3);
+      CHECK(r.kl_mean == 0.0);
+      CHECK(r.kl_max == 0.0);
+      CHECK(r.top1 == 1.0);
+      CHECK(r.ppl_model == r.ppl_ref);
+    }
+    quant::EvalReport r = quant::evaluate(*q, *f, ids, o);
+    CHECK(r.kl_mean > 0.0);
+    CHECK(r.bpw_ref == doctest::Approx(16.0));
+    // int4 g32 F16 linears (4.5 bits) and an int8 g32 embedding (8.5 bits), norms in BF16.
+    CHECK(r.bpw_model > 4.5);
+    CHECK(r.bpw_model < 8.5);
+  }
+
+  TEST_CASE("calibration lowers KL against round-to-nearest on an outlier stand-in") {
+    TempDir d;
+    StandinSpec s = small_spec(true);
+    s.hidden = 256;
+    s.intermediate = 512;
+    write_standin(d.str("f"), s, "", 1);
+    const std::vector<int32_t> calib = some_ids(256, 512, 9), test = some_ids(256, 512, 10);
+    auto o = qopts(4, 2);
+    o.method = quant::Method::Rtn;
+    quant::quantize_checkpoint(d.str("f"), d.str("rtn"), o);
+    o.method = quant::Method::Search;
+    o.calibration_ids = calib;
+    o.calibration_ctx = 128;
+    const quant::QuantizeReport rep = quant::quantize_checkpoint(d.str("f"), d.str("cal"), o);
+    CHECK(rep.calibration == "awq+clip");
+    CHECK(rep.calibration_error_ratio < 1.0);
+    auto f = Qwen3Model::load(d.str("f"));
+    auto rtn = Qwen3Model::load(d.str("rtn"));
+    auto cal = Qwen3Model::load(d.str("cal"));
+    quant::EvalOptions eo;
+    eo.ctx = 128;
+    const double kl_rtn = quant::evaluate(*rtn, *f, test, eo).kl_mean;
+    const double kl_cal = quant::evaluate(*cal, *f, test, eo).kl_mean;
+    CAPTURE(kl_rtn);
+    CAPTURE(kl_cal);
+    CHECK(kl_cal < kl_rtn);
+  }
+
+  TEST_CASE("the quantize and eval commands") {
+    TempDir d;
+    write_standin(d.str("f"), small_spec(), "", 1);
+    auto run = [&](const std::string& args, std::string* out) {
+      const std::string cmd =
+          std::string(HEARTH_BINARY) + " " + args + " >" + d.str("out") + " 2>" + d.str("err");
+      const int st = std::system(cmd.c_str());
+      *out = slurp(d.path / "out") + slurp(d.path / "err");
+      return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    };
+    std::string out;
+    const std::string q = d.str("q");
+    REQUIRE(run("quantize --model " + d.str("f") + " --out " + q + " --bits 4 --group 64 --json",
+                &out) == 0);
+    CHECK(out.find("\"bits_per_weight\":") != std::string::npos);
+    CHECK(out.find("int4 g64 F16") != std::string::npos);
+    CHECK(run("quantize --model " + d.str("f") + " --out " + q, &out) == 1);
+    CHECK(out.find("error: ") == 0);
+    CHECK(out.find("--force") != std::string::npos);
+    CHECK(run("quantize --model " + d.str("f") + " --out " + q + " --bits 3", &out) == 1);
+    CHECK(out.find("--bits must be 4 or 8") != std::string::npos);
+    spit(d.path / "ids.txt", "1, 2, 3, 4, 5, 6, 7, 8, 9, 10\n11 12 13 14 15 16 17 18 19 20\n");
+    REQUIRE(run("eval --model " + q + " --reference " + q + " --ids-file " + d.str("ids.txt") +
+                    " --ctx 8 --json",
+                &out) == 0);
+    CHECK(out.find("\"kl_mean\":0,") != std::string::npos);
+    CHECK(out.find("\"top1_agreement\":1,") != std::string::npos);
+    CHECK(out.find("\"windows\":3,") != std::string::npos);
+  }
+
+  TEST_CASE("quantization_config parsing names what is wrong") {
+    CHECK_THROWS_CONTAINING(quant::parse_quant_config(R"({"quant_method":"gptq"})", "c.json"),
+                            "quant_method is \"gptq\"");
+    CHECK_THROWS_CONTAINING(
+        quant::parse_quant_config(R"({"quant_method":"hearth","format_version":2})", "c.json"),
+        "format_version 2");
+    CHECK_THROWS_CONTAINING(quant::parse_quant_config(
+                                R"({"quant_method":"hearth","format_version":1,"bits":4,
+                                    "group_size":48})",
+                                "c.json"),
+                            "group_size is 48");
+    quant::QuantConfig c = quant::parse_quant_config(
+        R"({"quant_method":"hearth","format_version":1,"bits":4,"group_size":64,
+            "scale_dtype":"BF16","overrides":{"model.embed_tokens.weight":{"bits":16}}})",
+        "c.json");
+    CHECK(c.main.group == 64);
+    CHECK(c.main.scale_dtype == DType::BF16);
+    CHECK(!c.scheme_for("model.embed_tokens.weight").quantized());
+    CHECK(c.scheme_for("x").bits == 4);
+    // What the writer writes, the parser reads back.
+    quant::QuantConfig back = quant::parse_quant_config(quant::quant_config_json(c), "again");
+    CHECK(back.main == c.main);
+    CHECK(back.overrides.size() == 1);
+  }
+}
