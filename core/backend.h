@@ -12,8 +12,8 @@
 namespace hearth {
 
 struct BackendOptions {
-  int threads = 0;         // 0: one per physical core
-  std::string isa;         // CPU: force a lower ISA ("avx2", "scalar"); empty: best available
+  int threads = 0;  // 0: one per physical core
+  std::string isa;  // CPU: force a lower ISA ("avx2", "scalar"); empty: best available
   DType kv_dtype = DType::F32;
   // CPU: the GEMM library for long steps ("auto", "dnnl", "dnnl-bf16", "openblas", "native");
   // empty: $HEARTH_GEMM, else auto (an FP32-exact one).

@@ -6,16 +6,26 @@ namespace hearth {
 
 const char* op_name(Op op) {
   switch (op) {
-    case Op::Embed: return "embed";
-    case Op::RmsNorm: return "rms_norm";
-    case Op::HeadRmsNorm: return "head_rms_norm";
-    case Op::MatMul: return "matmul";
-    case Op::Rope: return "rope";
-    case Op::Attention: return "attention";
-    case Op::SiluMul: return "silu_mul";
-    case Op::Add: return "add";
-    case Op::GatherRows: return "gather_rows";
-    case Op::kCount: break;
+    case Op::Embed:
+      return "embed";
+    case Op::RmsNorm:
+      return "rms_norm";
+    case Op::HeadRmsNorm:
+      return "head_rms_norm";
+    case Op::MatMul:
+      return "matmul";
+    case Op::Rope:
+      return "rope";
+    case Op::Attention:
+      return "attention";
+    case Op::SiluMul:
+      return "silu_mul";
+    case Op::Add:
+      return "add";
+    case Op::GatherRows:
+      return "gather_rows";
+    case Op::kCount:
+      break;
   }
   return "?";
 }

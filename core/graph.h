@@ -85,7 +85,7 @@ struct KVCache;
 struct StepInputs {
   const int32_t* tokens = nullptr;
   int n_tokens = 0;
-  int pos0 = 0;                      // position of tokens[0]; the cache holds pos0 earlier tokens
+  int pos0 = 0;                       // position of tokens[0]; the cache holds pos0 earlier tokens
   const int32_t* out_rows = nullptr;  // which of this step's rows need logits
   int n_out = 0;
   KVCache* kv = nullptr;

@@ -16,7 +16,8 @@ class JsonWriter {
   JsonWriter& value(const std::string& s);
   JsonWriter& value(const char* s) { return value(std::string(s)); }
   JsonWriter& value(double d);
-  JsonWriter& value(float f);  // shortest form that reads back to the same float: 0.6, not 0.60000002
+  JsonWriter& value(
+      float f);  // shortest form that reads back to the same float: 0.6, not 0.60000002
   JsonWriter& value(int64_t i);
   JsonWriter& value(int i) { return value(int64_t(i)); }
   JsonWriter& value(size_t i) { return value(int64_t(i)); }

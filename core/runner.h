@@ -43,7 +43,7 @@ class Runner {
   const Graph& graph_;
   int vocab_, max_pos_, chunk_;
   std::unique_ptr<CompiledGraph> decode_, prefill_, prefill_all_;
-  std::vector<int32_t> rows_;  // 0..chunk-1, the out_rows of an all-logits step
+  std::vector<int32_t> rows_;         // 0..chunk-1, the out_rows of an all-logits step
   std::vector<float> argmax_logits_;  // for backends that cannot fuse the argmax
 };
 

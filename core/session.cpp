@@ -16,7 +16,9 @@ double ms_since(Clock::time_point t0) {
 
 Session::Session(Runner& runner) : runner_(runner), logits_(size_t(runner.vocab_size())) {}
 
-void Session::reset() { cached_.clear(); }
+void Session::reset() {
+  cached_.clear();
+}
 
 void Session::ensure_capacity(int needed, int keep) {
   if (needed > runner_.max_positions())
@@ -58,8 +60,10 @@ GenerationResult Session::generate(const std::vector<int32_t>& prompt, const Gen
                            sp.presence_penalty == 0.f && sp.frequency_penalty == 0.f;
   int32_t argmax = -1;
   auto step = [&](const int32_t* tokens, int n, int pos0) {
-    if (argmax_only) argmax = runner_.forward_argmax(*kv_, tokens, n, pos0);
-    else runner_.forward(*kv_, tokens, n, pos0, nullptr, logits_.data());
+    if (argmax_only)
+      argmax = runner_.forward_argmax(*kv_, tokens, n, pos0);
+    else
+      runner_.forward(*kv_, tokens, n, pos0, nullptr, logits_.data());
   };
   auto next_token = [&] {
     if (!argmax_only)

@@ -21,8 +21,8 @@ struct GenerateOptions {
 };
 
 struct GenerationMetrics {
-  int prompt_tokens = 0;    // tokens in the prompt
-  int prefill_tokens = 0;   // of those, how many had to be computed (the rest came from the cache)
+  int prompt_tokens = 0;   // tokens in the prompt
+  int prefill_tokens = 0;  // of those, how many had to be computed (the rest came from the cache)
   int new_tokens = 0;
   double prefill_ms = 0;    // prompt processing
   double ttft_ms = 0;       // request start to first token sampled

@@ -55,8 +55,10 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   if (sleepers_.load(std::memory_order_acquire) > 0) cv_.notify_all();
   fn(0, n_);
   for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
-    if (spins < kSpinIterations) HEARTH_PAUSE();
-    else std::this_thread::yield();
+    if (spins < kSpinIterations)
+      HEARTH_PAUSE();
+    else
+      std::this_thread::yield();
   }
   job_ = nullptr;
 }
@@ -99,8 +101,10 @@ void SpinBarrier::wait() {
   // Spin first (phases are microseconds apart), then yield so an oversubscribed machine can run
   // the thread we are waiting for.
   for (int spins = 0; phase_.load(std::memory_order_acquire) == phase; ++spins) {
-    if (spins < kSpinIterations) HEARTH_PAUSE();
-    else std::this_thread::yield();
+    if (spins < kSpinIterations)
+      HEARTH_PAUSE();
+    else
+      std::this_thread::yield();
   }
 }
 

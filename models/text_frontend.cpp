@@ -10,8 +10,8 @@ TextFrontEnd TextFrontEnd::load(const std::string& model_dir) {
   TextFrontEnd t{Tokenizer::load(model_dir), {}, -1, -1};
   if (t.tokenizer.chat_template().empty())
     fail(model_dir, "/tokenizer_config.json: no chat_template");
-  t.chat = ChatTemplate(t.tokenizer.chat_template(), t.tokenizer.bos_token(),
-                        t.tokenizer.eos_token());
+  t.chat =
+      ChatTemplate(t.tokenizer.chat_template(), t.tokenizer.bos_token(), t.tokenizer.eos_token());
   t.think_open = t.tokenizer.token_id("<think>");
   t.think_close = t.tokenizer.token_id("</think>");
   return t;

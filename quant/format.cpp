@@ -50,19 +50,22 @@ void unpack_row(int bits, const uint8_t* src, int64_t n, int8_t* q) {
   }
 }
 
-void dequantize_row(const Tensor& t, int64_t row, float* out) {
+void dequantize_row(const Tensor& t, int64_t row, float* out, int64_t from, int64_t to) {
   const int64_t n = t.cols();
+  if (to < 0 || to > n) to = n;
   if (!t.quantized()) {
     const size_t esz = dtype_size(t.dtype);
-    to_f32(t.dtype, static_cast<const uint8_t*>(t.data) + size_t(row * n) * esz, out, size_t(n));
+    to_f32(t.dtype, static_cast<const uint8_t*>(t.data) + size_t(row * n + from) * esz, out,
+           size_t(to - from));
     return;
   }
+  out -= from;  // indexed by element below
   const int bits = bits_of(t.dtype);
   const int64_t g = t.group_size, ng = n / g;
   const auto* codes = static_cast<const uint8_t*>(t.data) + row * row_code_bytes(bits, n);
   const auto* sc = static_cast<const uint16_t*>(t.scales) + row * ng;
   // Slot order within a chunk is a fixed permutation: walk it by block, quarter and position.
-  for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
+  for (int64_t c0 = from; c0 < to; c0 += kChunk) {
     const int m = int((n - c0 < kChunk ? n - c0 : kChunk) / kBlock);
     for (int b = 0; b < m; ++b) {
       const float d = scale_to_f32(t.scale_dtype, sc[(c0 + 32 * b) / g]);

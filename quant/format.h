@@ -68,8 +68,9 @@ void pack_row(int bits, const int8_t* q, int64_t n, uint8_t* dst);
 void unpack_row(int bits, const uint8_t* src, int64_t n, int8_t* q);
 
 // Row `row` of a Q8/Q4 (or plain) weight, widened to f32 in element order; scratch-free, for the
-// embedding lookup, references and tests.
-void dequantize_row(const Tensor& t, int64_t row, float* out);
+// embedding lookup, references and tests. With c1 >= 0 only elements [c0, c1) (c0 a multiple of
+// 128) are produced, into out[0, c1 - c0).
+void dequantize_row(const Tensor& t, int64_t row, float* out, int64_t c0 = 0, int64_t c1 = -1);
 
 // Bytes a weight occupies in memory: codes plus scales (plain types: nbytes).
 size_t weight_bytes(const Tensor& t);

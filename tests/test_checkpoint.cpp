@@ -708,8 +708,7 @@ TEST_SUITE("checkpoint") {
     CHECK(c.has_quantization_config);
     CHECK(contains(c.quantization_config_json, "\"bits\":4"));
     CHECK(contains(c.quantization_config_json, "\"quant_method\":\"hearth\""));
-    CHECK_ERROR(bind_qwen3_weights(Checkpoint::open(d.str()), c),
-                "'format_version' is missing");
+    CHECK_ERROR(bind_qwen3_weights(Checkpoint::open(d.str()), c), "'format_version' is missing");
   }
 
   TEST_CASE("generation_config.json: optional, falls back to config.json") {

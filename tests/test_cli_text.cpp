@@ -37,8 +37,8 @@ std::vector<std::string> run_batch(const std::string& cmd, const std::vector<Jso
     for (const auto& l : lines) in << l.dump_python() << "\n";
   }
   std::string sh = std::string("timeout 300 ") + HEARTH_BINARY + " " + cmd + " --model " + kModel +
-                   " --jsonl " + (d / "in.jsonl").string() + " >" + (d / "out").string() +
-                   " 2>" + (d / "err").string();
+                   " --jsonl " + (d / "in.jsonl").string() + " >" + (d / "out").string() + " 2>" +
+                   (d / "err").string();
   int st = std::system(sh.c_str());
   std::ifstream err(d / "err");
   std::stringstream es;

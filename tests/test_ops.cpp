@@ -114,7 +114,8 @@ TEST_SUITE("ops") {
             const void* wp = wt == DType::F32 ? static_cast<const void*>(wf.data()) : wh.data();
             Graph g;
             int xi = input(g, x, T, K, "x");
-            int y = g.add(Op::MatMul, g.activation("y", N), {xi, g.weight("w", view(wt, {N, K}, wp))});
+            int y =
+                g.add(Op::MatMul, g.activation("y", N), {xi, g.weight("w", view(wt, {N, K}, wp))});
             finish(g, y);
             std::vector<int32_t> toks(static_cast<size_t>(T));
             for (int t = 0; t < T; ++t) toks[size_t(t)] = t;
@@ -125,7 +126,8 @@ TEST_SUITE("ops") {
               for (int t = 0; t < T; ++t)
                 for (int64_t n = 0; n < N; ++n) {
                   double s = 0;
-                  for (int64_t k = 0; k < K; ++k) s += double(x[size_t(t * K + k)]) * wf[size_t(n * K + k)];
+                  for (int64_t k = 0; k < K; ++k)
+                    s += double(x[size_t(t * K + k)]) * wf[size_t(n * K + k)];
                   want[size_t(t * N + n)] = s;
                 }
               CHECK(nerr(got, want) < 1e-6);
@@ -148,14 +150,16 @@ TEST_SUITE("ops") {
         int xi = input(g, x, T, H, "x");
         NodeParams p;
         p.eps = 1e-6f;
-        finish(g, g.add(Op::RmsNorm, g.activation("n", H), {xi, g.weight("w", view(DType::BF16, {H}, wb.data()))}, p));
+        finish(g, g.add(Op::RmsNorm, g.activation("n", H),
+                        {xi, g.weight("w", view(DType::BF16, {H}, wb.data()))}, p));
         auto got = h.run(g, toks);
         std::vector<double> want(x.size());
         for (int t = 0; t < T; ++t) {
           double ss = 0;
           for (int i = 0; i < H; ++i) ss += double(x[size_t(t * H + i)]) * x[size_t(t * H + i)];
           double inv = 1 / std::sqrt(ss / H + 1e-6);
-          for (int i = 0; i < H; ++i) want[size_t(t * H + i)] = x[size_t(t * H + i)] * inv * w[size_t(i)];
+          for (int i = 0; i < H; ++i)
+            want[size_t(t * H + i)] = x[size_t(t * H + i)] * inv * w[size_t(i)];
         }
         CHECK(nerr(got, want) < 1e-6);
       }
@@ -166,14 +170,16 @@ TEST_SUITE("ops") {
         p.eps = 1e-6f;
         p.n_heads = H / hd;
         p.head_dim = hd;
-        finish(g, g.add(Op::HeadRmsNorm, g.activation("n", H), {xi, g.weight("w", view(DType::BF16, {hd}, wb.data()))}, p));
+        finish(g, g.add(Op::HeadRmsNorm, g.activation("n", H),
+                        {xi, g.weight("w", view(DType::BF16, {hd}, wb.data()))}, p));
         auto got = h.run(g, toks);
         std::vector<double> want(x.size());
         for (int r = 0; r < T * H / hd; ++r) {
           double ss = 0;
           for (int i = 0; i < hd; ++i) ss += double(x[size_t(r * hd + i)]) * x[size_t(r * hd + i)];
           double inv = 1 / std::sqrt(ss / hd + 1e-6);
-          for (int i = 0; i < hd; ++i) want[size_t(r * hd + i)] = x[size_t(r * hd + i)] * inv * w[size_t(i)];
+          for (int i = 0; i < hd; ++i)
+            want[size_t(r * hd + i)] = x[size_t(r * hd + i)] * inv * w[size_t(i)];
         }
         CHECK(nerr(got, want) < 1e-6);
       }
@@ -251,7 +257,9 @@ TEST_SUITE("ops") {
         std::vector<float> got(a1);
         got.insert(got.end(), a2.begin(), a2.end());
         std::vector<double> want(size_t(T * nh * hd));
-        auto kvq = [&](float f) { return kvt == DType::BF16 ? double(bf16_to_f32(f32_to_bf16(f))) : double(f); };
+        auto kvq = [&](float f) {
+          return kvt == DType::BF16 ? double(bf16_to_f32(f32_to_bf16(f))) : double(f);
+        };
         for (int t = 0; t < T; ++t)
           for (int hh = 0; hh < nh; ++hh) {
             int kh = hh / (nh / nkv);
@@ -260,14 +268,16 @@ TEST_SUITE("ops") {
             for (int p2 = 0; p2 <= t; ++p2) {
               double d = 0;
               for (int i = 0; i < hd; ++i)
-                d += double(q[size_t((t * nh + hh) * hd + i)]) * kvq(k[size_t((p2 * nkv + kh) * hd + i)]);
+                d += double(q[size_t((t * nh + hh) * hd + i)]) *
+                     kvq(k[size_t((p2 * nkv + kh) * hd + i)]);
               s[size_t(p2)] = d / std::sqrt(double(hd));
               mx = std::max(mx, s[size_t(p2)]);
             }
             for (auto& e : s) sum += (e = std::exp(e - mx));
             for (int i = 0; i < hd; ++i) {
               double acc = 0;
-              for (int p2 = 0; p2 <= t; ++p2) acc += s[size_t(p2)] / sum * kvq(v[size_t((p2 * nkv + kh) * hd + i)]);
+              for (int p2 = 0; p2 <= t; ++p2)
+                acc += s[size_t(p2)] / sum * kvq(v[size_t((p2 * nkv + kh) * hd + i)]);
               want[size_t((t * nh + hh) * hd + i)] = acc;
             }
           }

@@ -412,6 +412,51 @@ TEST_SUITE("quant") {
     }
   }
 
+  TEST_CASE("quantized prefill through every path agrees with exact dequantized math") {
+    TempDir d;
+    write_standin(d.str("f"), small_spec(), "", 1);
+    const std::vector<int32_t> ids = some_ids(48, 512, 3);
+    for (int bits : {8, 4}) {
+      const std::string q = d.str("q" + std::to_string(bits));
+      quant::quantize_checkpoint(d.str("f"), q, qopts(bits));
+      auto m = Qwen3Model::load(q);
+      const int V = m->config().vocab_size;
+      auto logits = [&](const std::string& isa, const std::string& gemm, int chunk) {
+        BackendOptions bo;
+        bo.isa = isa;
+        bo.gemm = gemm;
+        bo.gemm_min_tokens = 32;  // the 48-token step goes to the library, when there is one
+        bo.threads = 2;
+        Runner r(create_backend("cpu", bo), m->graph(), V, 512, 64);
+        auto kv = r.new_kv(64);
+        std::vector<float> out(ids.size() * size_t(V));
+        r.forward(*kv, ids.data(), int(ids.size()), 0, out.data(), nullptr, chunk);
+        return out;
+      };
+      // Scalar kernels, no library: dequantize then multiply in f32, the reference.
+      const std::vector<float> ref = logits("scalar", "native", 64);
+      std::vector<double> want(ref.begin(), ref.end());
+      struct Path {
+        std::string isa, gemm;
+        int chunk;
+        double tol;
+      };
+      // Rounding activations (and dequantized weights) to bf16 or int8 moves these random
+      // models' logits by 1-2% (the float model's paths agree to 1e-6); a misplaced code by O(1).
+      std::vector<Path> paths = {{"", "auto", 64, 1e-4},   // library f32 GEMM on dequantized rows
+                                 {"", "native", 64, 3e-2},  // bf16 tiles (AVX-512) / int8 (AVX2)
+                                 {"", "native", 1, 4e-2}};  // decode: int8 activations
+      if (cpu::detect_cpu_features().best() == cpu::Isa::Avx512)
+        paths.push_back({"", "dnnl-bf16", 64, 3e-2});  // library bf16 GEMM on dequantized rows
+      for (const Path& p : paths) {
+        CAPTURE(bits);
+        CAPTURE(p.gemm);
+        CAPTURE(p.chunk);
+        CHECK(nerr(logits(p.isa, p.gemm, p.chunk), want) < p.tol);
+      }
+    }
+  }
+
   TEST_CASE("quantizing is deterministic whatever the thread count") {
     TempDir d;
     write_standin(d.str("f"), small_spec(true), "", 1);

@@ -19,8 +19,10 @@ Args::Args(int argc, char** argv, const std::vector<std::string>& spec) {
     }
     bool known = false, takes_value = false;
     for (const auto& s : spec) {
-      if (s == a + "=") known = takes_value = true;
-      else if (s == a) known = true;
+      if (s == a + "=")
+        known = takes_value = true;
+      else if (s == a)
+        known = true;
     }
     if (!known) fail("unknown option '", a, "' (see hearth help)");
     if (takes_value && !has_inline) {

@@ -19,7 +19,9 @@ namespace {
 
 // A signal handler can only reach static storage; this flag is the CLI's, not the library's.
 std::atomic<bool> g_interrupted{false};
-extern "C" void on_sigint(int) { g_interrupted.store(true); }
+extern "C" void on_sigint(int) {
+  g_interrupted.store(true);
+}
 
 Json message(const std::string& role, const std::string& content) {
   return Json(Json::Object{{"role", Json(role)}, {"content", Json(content)}});

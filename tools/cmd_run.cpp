@@ -13,11 +13,12 @@ std::string metrics_json(const GenerationMetrics& m);  // cmd_generate.cpp
 
 void print_metrics(const GenerationResult& r) {
   const auto& m = r.metrics;
-  std::fprintf(stderr,
-               "\n[%s] prompt %d tokens (%d computed) in %.0f ms (%.1f tok/s), first token %.0f ms, "
-               "%d new tokens at %.2f ms/token (%.2f tok/s)\n",
-               r.finish_reason.c_str(), m.prompt_tokens, m.prefill_tokens, m.prefill_ms,
-               m.prefill_tokens_per_s, m.ttft_ms, m.new_tokens, m.ms_per_token, m.tokens_per_s);
+  std::fprintf(
+      stderr,
+      "\n[%s] prompt %d tokens (%d computed) in %.0f ms (%.1f tok/s), first token %.0f ms, "
+      "%d new tokens at %.2f ms/token (%.2f tok/s)\n",
+      r.finish_reason.c_str(), m.prompt_tokens, m.prefill_tokens, m.prefill_ms,
+      m.prefill_tokens_per_s, m.ttft_ms, m.new_tokens, m.ms_per_token, m.tokens_per_s);
 }
 
 int cmd_run(int argc, char** argv) {

@@ -90,8 +90,10 @@ int cmd_template(int argc, char** argv) {
         if (!val.is_bool()) fail("\"add_generation_prompt\" must be true or false");
         opt.add_generation_prompt = val.as_bool();
       } else if (k == "enable_thinking") {
-        if (val.is_bool()) opt.enable_thinking = val.as_bool();
-        else if (!val.is_null()) fail("\"enable_thinking\" must be true, false or null");
+        if (val.is_bool())
+          opt.enable_thinking = val.as_bool();
+        else if (!val.is_null())
+          fail("\"enable_thinking\" must be true, false or null");
       } else if (k == "tools") {
         opt.tools = val;
       } else {

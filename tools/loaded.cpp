@@ -7,8 +7,8 @@
 
 namespace hearth::cli {
 
-const std::vector<std::string> kEngineOptions = {"--model=", "--threads=", "--backend=", "--isa=",
-                                                 "--kv=", "--prefill-chunk=", "--gemm="};
+const std::vector<std::string> kEngineOptions = {
+    "--model=", "--threads=", "--backend=", "--isa=", "--kv=", "--prefill-chunk=", "--gemm="};
 
 Loaded load_engine(const Args& args) {
   auto t0 = std::chrono::steady_clock::now();
@@ -20,10 +20,14 @@ Loaded load_engine(const Args& args) {
   bo.isa = args.str("--isa");
   bo.gemm = args.str("--gemm");
   const std::string kv = args.str("--kv", "f32");
-  if (kv == "f32") bo.kv_dtype = DType::F32;
-  else if (kv == "f16") bo.kv_dtype = DType::F16;
-  else if (kv == "bf16") bo.kv_dtype = DType::BF16;
-  else fail("--kv: unknown KV cache type '", kv, "' (expected f32, f16 or bf16)");
+  if (kv == "f32")
+    bo.kv_dtype = DType::F32;
+  else if (kv == "f16")
+    bo.kv_dtype = DType::F16;
+  else if (kv == "bf16")
+    bo.kv_dtype = DType::BF16;
+  else
+    fail("--kv: unknown KV cache type '", kv, "' (expected f32, f16 or bf16)");
   const int chunk = args.integer("--prefill-chunk", 256);
   if (chunk <= 0) fail("--prefill-chunk must be positive");
   const auto& c = l.model->config();
@@ -72,10 +76,17 @@ std::string manifest_json(const Loaded& l, const std::vector<int32_t>& prompt,
 }
 
 std::vector<std::string> sampling_options() {
-  return {"--max-new-tokens=", "--temperature=",        "--top-k=",
-          "--top-p=",          "--min-p=",              "--seed=",
-          "--repetition-penalty=", "--presence-penalty=", "--frequency-penalty=",
-          "--ignore-eos",      "--greedy"};
+  return {"--max-new-tokens=",
+          "--temperature=",
+          "--top-k=",
+          "--top-p=",
+          "--min-p=",
+          "--seed=",
+          "--repetition-penalty=",
+          "--presence-penalty=",
+          "--frequency-penalty=",
+          "--ignore-eos",
+          "--greedy"};
 }
 
 GenerateOptions generate_options(const Args& args, const Qwen3Model& m, bool model_defaults) {

@@ -47,10 +47,14 @@ CpuFeatures detect_cpu_features() {
 
 const char* isa_name(Isa isa) {
   switch (isa) {
-    case Isa::Scalar: return "scalar";
-    case Isa::Neon: return "neon";
-    case Isa::Avx2: return "avx2";
-    case Isa::Avx512: return "avx512";
+    case Isa::Scalar:
+      return "scalar";
+    case Isa::Neon:
+      return "neon";
+    case Isa::Avx2:
+      return "avx2";
+    case Isa::Avx512:
+      return "avx512";
   }
   return "?";
 }
@@ -72,8 +76,7 @@ Isa choose_isa(const CpuFeatures& f, const std::string& requested) {
   }
   if (req.empty()) return best;
   Isa want = parse_isa(req);
-  bool ok = want == Isa::Scalar || want == best ||
-            (want == Isa::Avx2 && best == Isa::Avx512);
+  bool ok = want == Isa::Scalar || want == best || (want == Isa::Avx2 && best == Isa::Avx512);
   if (!ok) fail("ISA '", req, "' is not supported by this CPU (best: ", isa_name(best), ")");
   return want;
 }

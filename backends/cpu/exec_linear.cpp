@@ -112,6 +112,20 @@ void gemm_rows(const StepCtx& c, const Tensor& w, const float* x, const uint16_t
                int64_t r0, int64_t r1, float* y, int64_t ldy) {
   const int64_t K = w.cols();
   if (r0 >= r1) return;
+  if (w.quantized()) {  // Q8/Q4: blocks of rows dequantized for the library, like 16-bit widening
+    const QuantDequantFn deq = w.dtype == DType::Q8 ? c.kt.dequant_q8 : c.kt.dequant_q4;
+    float* wide = c.scratch() + c.cg.off_wide;
+    for (int64_t r = r0; r < r1; r += kGemmBlockRows) {
+      const int64_t n = std::min(r1, r + kGemmBlockRows) - r;
+      deq(w, r, n, wide, xb != nullptr);
+      if (xb)
+        c.gemm->bf16(c.tid, int(T), n, K, xb, K, reinterpret_cast<const uint16_t*>(wide),
+                     y + (r - r0), ldy);
+      else
+        c.gemm->f32(c.tid, int(T), n, K, x, K, wide, y + (r - r0), ldy);
+    }
+    return;
+  }
   if (xb) {
     const uint16_t* wp = static_cast<const uint16_t*>(w.data) + r0 * K;
     c.gemm->bf16(c.tid, int(T), r1 - r0, K, xb, K, wp, y, ldy);
@@ -169,15 +183,10 @@ void linear_gemm(const StepCtx& c, const LinearStep& s, const float* x, const ui
   }
 }
 
-bool any_quantized(const StepCtx& c, const LinearStep& s) {
-  for (const auto& p : s.parts)
-    if (weight(c, p).quantized()) return true;
-  return false;
-}
-
+// Q8/Q4 count as bf16 here: gemm_rows dequantizes them straight to bf16 for the bf16 GEMM.
 bool all_bf16(const StepCtx& c, const LinearStep& s) {
   for (const auto& p : s.parts)
-    if (weight(c, p).dtype != DType::BF16) return false;
+    if (weight(c, p).dtype != DType::BF16 && !weight(c, p).quantized()) return false;
   return true;
 }
 
@@ -187,7 +196,7 @@ void run_linear_step(const StepCtx& c, const LinearStep& s) {
   const int64_t T = c.rows(s.x);
   if (T == 0) return;  // e.g. the LM head of a prefill chunk whose logits nobody asked for
   const int64_t K = c.tensor(s.x).cols;
-  const bool long_step = c.gemm && T >= c.gemm_min_tokens && !any_quantized(c, s);
+  const bool long_step = c.gemm && T >= c.gemm_min_tokens;
   const bool bf16 = long_step && c.gemm_kind == GemmKind::DnnlBf16 && all_bf16(c, s);
   const float* x = c.ptr(s.x);
   uint16_t* xb = bf16 ? c.cg.x_bf16.u16() : nullptr;

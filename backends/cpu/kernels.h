@@ -6,6 +6,7 @@
 
 #include "backends/cpu/cpu_features.h"
 #include "core/dtype.h"
+#include "core/tensor.h"
 
 namespace hearth::cpu {
 
@@ -36,6 +37,9 @@ struct QuantMatmulArgs : MatmulArgs {
   int group = 0;
 };
 using QuantMatmulFn = void (*)(const QuantMatmulArgs&);
+// Rows [r0, r0 + n) of a Q8/Q4 weight w (k = w.cols()) dequantized into dst [n, k] in element
+// order, as f32, or as bf16 bits when bf16: the library GEMMs take these for prefill.
+using QuantDequantFn = void (*)(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16);
 // Per-thread scratch (floats) of the quantized matmuls for steps of up to max_tokens tokens:
 // decode quantizes up to 32 tokens of activations to int8 (about 10 k floats); prefill holds every
 // token's activations in bf16 and a tile of 16 rows dequantized to bf16.
@@ -112,6 +116,7 @@ struct KernelTable {
   ReadSumFn read_sum = nullptr;
   FmaLoopFn fma_loop = nullptr;
   QuantMatmulFn matmul_q8 = nullptr, matmul_q4 = nullptr;
+  QuantDequantFn dequant_q8 = nullptr, dequant_q4 = nullptr;
 };
 
 // One fill function per kernel file; make_kernel_table calls those of each level up to the ISA.

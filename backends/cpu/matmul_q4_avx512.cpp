@@ -85,12 +85,10 @@ void decode(const QuantMatmulArgs& a) {
   for (; r < a.r1; ++r) run(std::integral_constant<int, 1>(), r);
 }
 
-// One row to bf16 in element order: nibble - 8 times its group's scale.
-template <int G>
-void dequant_row_bf16(const QuantMatmulArgs& a, int64_t row, uint16_t* dst, float* sw) {
-  const int64_t k = a.k, ng = k / G, kc = k / kChunk * kChunk;
-  const auto* s = static_cast<const uint8_t*>(a.w) + row * (k / 2);
-  scales_to_f32_avx512(a.scale_dtype, static_cast<const uint16_t*>(a.scales) + row * ng, ng, sw);
+// One row in element order, as bf16 or f32: nibble - 8 times its group's scale.
+template <int G, bool BF16>
+void dequant_row(const uint8_t* s, const uint16_t* scales, DType st, int64_t k, void* dst) {
+  const int64_t kc = k / kChunk * kChunk;
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i eight = _mm512_set1_epi32(8);
   for (int64_t c0 = 0; c0 < kc; c0 += kChunk) {
@@ -98,12 +96,12 @@ void dequant_row_bf16(const QuantMatmulArgs& a, int64_t row, uint16_t* dst, floa
     const __m512i lo = slots_to_blocks(_mm512_and_si512(v, m4));
     const __m512i hi = slots_to_blocks(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
     for (int b = 0; b < 4; ++b) {
-      const __m512 sc = _mm512_set1_ps(sw[(c0 + 32 * b) / G]);
+      const __m512 sc = _mm512_set1_ps(scale_f32(st, scales[(c0 + 32 * b) / G]));
       const __m512 f0 =
           _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(lane128(lo, b)), eight));
       const __m512 f1 =
           _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(lane128(hi, b)), eight));
-      store_bf16x32(dst + c0 + 32 * b, _mm512_mul_ps(f0, sc), _mm512_mul_ps(f1, sc));
+      store32<BF16>(dst, c0 + 32 * b, _mm512_mul_ps(f0, sc), _mm512_mul_ps(f1, sc));
     }
   }
   if (kc < k) {  // a shorter last chunk of m blocks
@@ -114,7 +112,8 @@ void dequant_row_bf16(const QuantMatmulArgs& a, int64_t row, uint16_t* dst, floa
           for (int e = 0; e < 4; ++e) {
             const uint8_t byte = s[kc / 2 + 4 * (m * q + b) + e];
             const int64_t i = kc + 32 * b + 16 * h + 4 * q + e;
-            dst[i] = to_bf16_bits(float((h ? byte >> 4 : byte & 15) - 8) * sw[i / G]);
+            store1<BF16>(dst, i,
+                         float((h ? byte >> 4 : byte & 15) - 8) * scale_f32(st, scales[i / G]));
           }
   }
 }
@@ -122,9 +121,38 @@ void dequant_row_bf16(const QuantMatmulArgs& a, int64_t row, uint16_t* dst, floa
 template <int G>
 void matmul_q4_avx512_g(const QuantMatmulArgs& a) {
   if (a.n_tokens < kPrefillTokens) return decode<G>(a);
-  // Row scales go after the two bf16 tiles.
-  float* sw = a.scratch + (a.n_tokens + kRowTile) * a.k / 2;
-  matmul_tiles_bf16(a, [&](int64_t row, uint16_t* dst) { dequant_row_bf16<G>(a, row, dst, sw); });
+  const auto* codes = static_cast<const uint8_t*>(a.w);
+  const auto* scales = static_cast<const uint16_t*>(a.scales);
+  matmul_tiles_bf16(a, [&](int64_t row, uint16_t* dst) {
+    dequant_row<G, true>(codes + row * (a.k / 2), scales + row * (a.k / G), a.scale_dtype, a.k,
+                         dst);
+  });
+}
+
+template <int G>
+void dequant_rows_g(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16) {
+  const int64_t k = w.cols();
+  const auto* codes = static_cast<const uint8_t*>(w.data);
+  const auto* scales = static_cast<const uint16_t*>(w.scales);
+  for (int64_t r = r0; r < r0 + n; ++r) {
+    const uint8_t* c = codes + r * (k / 2);
+    const uint16_t* s = scales + r * (k / G);
+    if (bf16)
+      dequant_row<G, true>(c, s, w.scale_dtype, k, static_cast<uint16_t*>(dst) + (r - r0) * k);
+    else
+      dequant_row<G, false>(c, s, w.scale_dtype, k, static_cast<float*>(dst) + (r - r0) * k);
+  }
+}
+
+void dequant_rows(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16) {
+  switch (w.group_size) {
+    case 32:
+      return dequant_rows_g<32>(w, r0, n, dst, bf16);
+    case 64:
+      return dequant_rows_g<64>(w, r0, n, dst, bf16);
+    default:
+      return dequant_rows_g<128>(w, r0, n, dst, bf16);
+  }
 }
 
 void matmul_q4_avx512(const QuantMatmulArgs& a) {
@@ -142,6 +170,7 @@ void matmul_q4_avx512(const QuantMatmulArgs& a) {
 
 void fill_matmul_q4_avx512(KernelTable& k) {
   k.matmul_q4 = matmul_q4_avx512;
+  k.dequant_q4 = dequant_rows;
 }
 
 }  // namespace hearth::cpu

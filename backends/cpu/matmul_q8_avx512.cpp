@@ -83,20 +83,18 @@ void decode(const QuantMatmulArgs& a) {
   for (; r < a.r1; ++r) run(std::integral_constant<int, 1>(), r);
 }
 
-// One row to bf16 in element order.
-template <int G>
-void dequant_row_bf16(const QuantMatmulArgs& a, int64_t row, uint16_t* dst, float* sw) {
-  const int64_t k = a.k, ng = k / G, kc = k / kChunk * kChunk;
-  const auto* c = static_cast<const int8_t*>(a.w) + row * k;
-  scales_to_f32_avx512(a.scale_dtype, static_cast<const uint16_t*>(a.scales) + row * ng, ng, sw);
+// One row in element order, as bf16 or f32.
+template <int G, bool BF16>
+void dequant_row(const int8_t* c, const uint16_t* scales, DType st, int64_t k, void* dst) {
+  const int64_t kc = k / kChunk * kChunk;
   for (int64_t c0 = 0; c0 < kc; c0 += kChunk) {
     const __m512i h0 = slots_to_blocks(_mm512_loadu_si512(c + c0));
     const __m512i h1 = slots_to_blocks(_mm512_loadu_si512(c + c0 + 64));
     for (int b = 0; b < 4; ++b) {
-      const __m512 sc = _mm512_set1_ps(sw[(c0 + 32 * b) / G]);
+      const __m512 sc = _mm512_set1_ps(scale_f32(st, scales[(c0 + 32 * b) / G]));
       const __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lane128(h0, b)));
       const __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lane128(h1, b)));
-      store_bf16x32(dst + c0 + 32 * b, _mm512_mul_ps(f0, sc), _mm512_mul_ps(f1, sc));
+      store32<BF16>(dst, c0 + 32 * b, _mm512_mul_ps(f0, sc), _mm512_mul_ps(f1, sc));
     }
   }
   if (kc < k) {  // a shorter last chunk of m blocks
@@ -106,7 +104,9 @@ void dequant_row_bf16(const QuantMatmulArgs& a, int64_t row, uint16_t* dst, floa
         for (int q = 0; q < 4; ++q)
           for (int e = 0; e < 4; ++e) {
             const int64_t i = kc + 32 * b + 16 * h + 4 * q + e;
-            dst[i] = to_bf16_bits(float(c[kc + 16 * m * h + 4 * (m * q + b) + e]) * sw[i / G]);
+            store1<BF16>(
+                dst, i,
+                float(c[kc + 16 * m * h + 4 * (m * q + b) + e]) * scale_f32(st, scales[i / G]));
           }
   }
 }
@@ -114,8 +114,37 @@ void dequant_row_bf16(const QuantMatmulArgs& a, int64_t row, uint16_t* dst, floa
 template <int G>
 void matmul_q8_avx512_g(const QuantMatmulArgs& a) {
   if (a.n_tokens < kPrefillTokens) return decode<G>(a);
-  float* sw = a.scratch + (a.n_tokens + kRowTile) * a.k / 2;
-  matmul_tiles_bf16(a, [&](int64_t row, uint16_t* dst) { dequant_row_bf16<G>(a, row, dst, sw); });
+  const auto* codes = static_cast<const int8_t*>(a.w);
+  const auto* scales = static_cast<const uint16_t*>(a.scales);
+  matmul_tiles_bf16(a, [&](int64_t row, uint16_t* dst) {
+    dequant_row<G, true>(codes + row * a.k, scales + row * (a.k / G), a.scale_dtype, a.k, dst);
+  });
+}
+
+template <int G>
+void dequant_rows_g(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16) {
+  const int64_t k = w.cols();
+  const auto* codes = static_cast<const int8_t*>(w.data);
+  const auto* scales = static_cast<const uint16_t*>(w.scales);
+  for (int64_t r = r0; r < r0 + n; ++r) {
+    const int8_t* c = codes + r * k;
+    const uint16_t* s = scales + r * (k / G);
+    if (bf16)
+      dequant_row<G, true>(c, s, w.scale_dtype, k, static_cast<uint16_t*>(dst) + (r - r0) * k);
+    else
+      dequant_row<G, false>(c, s, w.scale_dtype, k, static_cast<float*>(dst) + (r - r0) * k);
+  }
+}
+
+void dequant_rows(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16) {
+  switch (w.group_size) {
+    case 32:
+      return dequant_rows_g<32>(w, r0, n, dst, bf16);
+    case 64:
+      return dequant_rows_g<64>(w, r0, n, dst, bf16);
+    default:
+      return dequant_rows_g<128>(w, r0, n, dst, bf16);
+  }
 }
 
 void matmul_q8_avx512(const QuantMatmulArgs& a) {
@@ -133,6 +162,7 @@ void matmul_q8_avx512(const QuantMatmulArgs& a) {
 
 void fill_matmul_q8_avx512(KernelTable& k) {
   k.matmul_q8 = matmul_q8_avx512;
+  k.dequant_q8 = dequant_rows;
 }
 
 }  // namespace hearth::cpu

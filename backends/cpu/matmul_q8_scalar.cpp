@@ -2,6 +2,7 @@
 // dequantized once into scratch (exactly as the embedding lookup does) and reused for every token,
 // so this is the "dequantize then multiply" the SIMD kernels are checked against.
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/matmul_quant.h"
 #include "quant/format.h"
 
 namespace hearth::cpu {
@@ -32,6 +33,7 @@ void matmul_q8_scalar(const QuantMatmulArgs& a) {
 
 void fill_matmul_q8_scalar(KernelTable& k) {
   k.matmul_q8 = matmul_q8_scalar;
+  k.dequant_q8 = qk::dequant_rows_scalar;
 }
 
 }  // namespace hearth::cpu

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "quant/format.h"
+
 namespace hearth::cpu::qk {
 
 float* carve_act_tile(float* scratch, int64_t k, ActTile* t) {
@@ -51,6 +53,23 @@ void tail_block_dots(int bits, const uint8_t* w, const int8_t* x, int m, int32_t
     } else {
       isum[b] +=
           (int32_t(int8_t(w[p])) + 128) * x[p] + (int32_t(int8_t(w[half + p])) + 128) * x[half + p];
+    }
+  }
+}
+
+void dequant_rows_scalar(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16) {
+  const int64_t k = w.cols();
+  float tmp[kChunk];
+  for (int64_t i = 0; i < n; ++i) {
+    if (!bf16) {
+      quant::dequantize_row(w, r0 + i, static_cast<float*>(dst) + i * k);
+      continue;
+    }
+    uint16_t* out = static_cast<uint16_t*>(dst) + i * k;
+    for (int64_t c0 = 0; c0 < k; c0 += kChunk) {
+      const int64_t c1 = c0 + kChunk < k ? c0 + kChunk : k;
+      quant::dequantize_row(w, r0 + i, tmp, c0, c1);
+      for (int64_t e = c0; e < c1; ++e) out[e] = f32_to_bf16(tmp[e - c0]);
     }
   }
 }
