@@ -264,8 +264,14 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
          config_with_quant(slurp(cfg_path), quant_config_json(qc), cfg_path.string()));
     for (const auto& e : fs::directory_iterator(in)) {
       const std::string name = e.path().filename().string();
-      if (!e.is_regular_file() || name == "config.json" || name == "model.safetensors.index.json" ||
-          e.path().extension() == ".safetensors")
+      // Tokenizer, generation config, chat template, license: small files the runtime or the
+      // user needs. Other weight formats of the same model would only bloat the output.
+      static const char* const kWeights[] = {".safetensors", ".bin", ".pt",   ".pth",    ".ckpt",
+                                             ".gguf",        ".h5",  ".onnx", ".msgpack"};
+      bool weights = false;
+      for (const char* ext : kWeights) weights |= e.path().extension() == ext;
+      if (!e.is_regular_file() || weights || name == "config.json" ||
+          name == "model.safetensors.index.json")
         continue;
       fs::copy_file(e.path(), tmp / name, fs::copy_options::overwrite_existing);
     }

@@ -412,6 +412,32 @@ TEST_SUITE("quant") {
     }
   }
 
+  TEST_CASE("head schemes and untied heads: int4, bf16, int8") {
+    TempDir d;
+    StandinSpec spec = small_spec();
+    spec.tied = false;
+    write_standin(d.str("f"), spec, "", 1);
+    auto f = Qwen3Model::load(d.str("f"));
+    const std::vector<int32_t> ids = some_ids(64, 512, 4);
+    quant::EvalOptions eo;
+    eo.ctx = 64;
+    for (int head_bits : {4, 8, 16}) {
+      CAPTURE(head_bits);
+      auto o = qopts(8);
+      o.head.bits = head_bits;
+      const std::string q = d.str("h" + std::to_string(head_bits));
+      quant::quantize_checkpoint(d.str("f"), q, o);
+      auto m = Qwen3Model::load(q);
+      const DType want = head_bits == 4 ? DType::Q4 : head_bits == 8 ? DType::Q8 : DType::BF16;
+      CHECK(m->weights().embed.dtype == want);
+      CHECK(m->weights().lm_head.dtype == want);
+      CHECK(m->weights().lm_head.data != m->weights().embed.data);
+      // The head scheme shows in the KL: an int8 body with a float head is nearly exact.
+      const double kl = quant::evaluate(*m, *f, ids, eo).kl_mean;
+      CHECK(kl < (head_bits == 4 ? 0.5 : 0.02));
+    }
+  }
+
   TEST_CASE("quantized prefill through every path agrees with exact dequantized math") {
     TempDir d;
     write_standin(d.str("f"), small_spec(), "", 1);
@@ -443,7 +469,7 @@ TEST_SUITE("quant") {
       };
       // Rounding activations (and dequantized weights) to bf16 or int8 moves these random
       // models' logits by 1-2% (the float model's paths agree to 1e-6); a misplaced code by O(1).
-      std::vector<Path> paths = {{"", "auto", 64, 1e-4},   // library f32 GEMM on dequantized rows
+      std::vector<Path> paths = {{"", "auto", 64, 1e-4},    // library f32 GEMM on dequantized rows
                                  {"", "native", 64, 3e-2},  // bf16 tiles (AVX-512) / int8 (AVX2)
                                  {"", "native", 1, 4e-2}};  // decode: int8 activations
       if (cpu::detect_cpu_features().best() == cpu::Isa::Avx512)
