@@ -77,31 +77,22 @@ class SiteSearch {
         }
     }
     // The weight rows scored: an even spread over each linear.
-    struct Item {
-      const TensorRef* ref;
-      int64_t row;
-    };
-    std::vector<Item> items;
     std::vector<std::vector<float>> rows;
     for (const std::string& name : site.linears) {
       const TensorRef* r = m_.checkpoint().find(name);
       const int64_t n_rows = r->shape[0];
       const int64_t stride = std::max<int64_t>(1, n_rows / o_.max_rows);
-      for (int64_t i = 0; i < n_rows; i += stride) {
-        items.push_back({r, i});
-        rows.push_back(rows_f32(*r, i, 1));
-      }
+      for (int64_t i = 0; i < n_rows; i += stride) rows.push_back(rows_f32(*r, i, 1));
     }
     auto score = [&](const std::vector<float>& s) {
       std::vector<float> imp(static_cast<size_t>(k));
       for (int64_t j = 0; j < k; ++j)
         imp[size_t(j)] = ex2[size_t(j)] / (s[size_t(j)] * s[size_t(j)]);
-      std::vector<double> err(items.size());
+      std::vector<double> err(rows.size());
       pool_.run([&](int tid, int nth) {
         int64_t b, e;
-        ThreadPool::split(int64_t(items.size()), tid, nth, 1, &b, &e);
-        std::vector<float> ws(static_cast<size_t>(k)), delta(static_cast<size_t>(k)),
-            deq(static_cast<size_t>(k));
+        ThreadPool::split(int64_t(rows.size()), tid, nth, 1, &b, &e);
+        std::vector<float> ws(static_cast<size_t>(k)), delta(static_cast<size_t>(k));
         std::vector<int8_t> q(static_cast<size_t>(k));
         std::vector<uint16_t> sc(static_cast<size_t>(k / o_.scheme.group));
         for (int64_t i = b; i < e; ++i) {
