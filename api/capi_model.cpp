@@ -220,7 +220,9 @@ hearth_status hearth_model_load(const char* path, const hearth_model_params* par
     Progress prog(p, path);
     prog.report(0.f, "start");
     auto core = std::make_shared<ModelCore>();
-    core->model = Qwen3Model::load(path, [&](const char* stage) { prog.step(stage); });
+    core->model = Qwen3Model::load(
+        path, [&](const char* stage) { prog.step(stage); },
+        p.hugepages ? MapMode::HugePageCopy : MapMode::Shared);
     auto text = std::make_unique<TextFrontEnd>(TextFrontEnd{Tokenizer::load(path), {}, -1, -1});
     if (!text->tokenizer.chat_template().empty()) {
       text->chat = ChatTemplate(text->tokenizer.chat_template(), text->tokenizer.bos_token(),
@@ -231,7 +233,7 @@ hearth_status hearth_model_load(const char* path, const hearth_model_params* par
     text->think_close = text->tokenizer.token_id("</think>");
     core->text = std::move(text);
     prog.step("tokenizer");
-    if (p.prefault) prefault_weights(core->model->checkpoint(), prog);
+    if (p.prefault && !p.hugepages) prefault_weights(core->model->checkpoint(), prog);
 
     core->backend_name = p.backend ? p.backend : "";
     core->backend_options.isa = p.isa ? p.isa : "";

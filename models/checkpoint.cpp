@@ -31,7 +31,7 @@ bool safe_shard_name(const std::string& s) {
 
 }  // namespace
 
-Checkpoint Checkpoint::open(const std::string& dir) {
+Checkpoint Checkpoint::open(const std::string& dir, MapMode mode) {
   Checkpoint ck;
   ck.dir_ = dir;
   const fs::path d(dir);
@@ -43,7 +43,7 @@ Checkpoint Checkpoint::open(const std::string& dir) {
 
   if (is_file(single)) {
     ck.files_.push_back(single.string());
-    ck.shards_.push_back(SafetensorsFile::open(single.string()));
+    ck.shards_.push_back(SafetensorsFile::open(single.string(), mode));
     for (const TensorRef& t : ck.shards_[0]->tensors()) ck.by_name_.emplace(t.name, &t);
   } else if (is_file(index)) {
     const std::string ipath = index.string();
@@ -78,7 +78,7 @@ Checkpoint Checkpoint::open(const std::string& dir) {
 
     for (const std::string& f : shard_names) {
       ck.files_.push_back((d / f).string());
-      ck.shards_.push_back(SafetensorsFile::open(ck.files_.back()));
+      ck.shards_.push_back(SafetensorsFile::open(ck.files_.back(), mode));
     }
     // Duplicates are checked across all shards first: a tensor in two shards is the real fault
     // even when the index happens to name one of them.

@@ -15,7 +15,8 @@ namespace hearth {
 class Checkpoint {
  public:
   // Like transformers, a single model.safetensors wins over an index when both exist.
-  static Checkpoint open(const std::string& dir);
+  // MapMode::HugePageCopy reads every shard into huge-page memory (see MappedFile).
+  static Checkpoint open(const std::string& dir, MapMode mode = MapMode::Shared);
 
   const TensorRef* find(const std::string& name) const;  // nullptr when absent
   // Every tensor, shard by shard in files() order, each shard in data-offset order.

@@ -13,7 +13,26 @@
 
 namespace hearth {
 
-MappedFile::MappedFile(const std::string& path) : path_(path) {
+namespace {
+
+constexpr size_t kHugePage = size_t(2) << 20;
+
+// Anonymous memory of n bytes (a multiple of kHugePage) starting on a 2 MiB boundary, so every page
+// of it can be a huge page; nullptr when the address space is exhausted.
+void* map_aligned_anonymous(size_t n) {
+  void* raw =
+      ::mmap(nullptr, n + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const uintptr_t begin = uintptr_t(raw), aligned = (begin + kHugePage - 1) & ~(kHugePage - 1);
+  if (aligned > begin) ::munmap(raw, aligned - begin);
+  const uintptr_t tail = aligned + n, end = begin + n + kHugePage;
+  if (end > tail) ::munmap(reinterpret_cast<void*>(tail), end - tail);
+  return reinterpret_cast<void*>(aligned);
+}
+
+}  // namespace
+
+MappedFile::MappedFile(const std::string& path, MapMode mode) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(path, ": cannot open: ", std::strerror(errno));
   struct stat st;
@@ -27,7 +46,37 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
     fail(path, ": not a regular file");
   }
   size_ = size_t(st.st_size);
-  if (size_ > 0) {
+  if (size_ > 0 && mode == MapMode::HugePageCopy) {
+    map_len_ = (size_ + kHugePage - 1) / kHugePage * kHugePage;
+    map_ = map_aligned_anonymous(map_len_);
+    if (!map_) {
+      int e = errno;
+      ::close(fd);
+      const size_t mib = map_len_ >> 20;
+      size_ = map_len_ = 0;
+      fail(path, ": cannot allocate ", std::to_string(mib),
+           " MiB for a huge-page copy: ", std::strerror(e));
+    }
+#ifdef MADV_HUGEPAGE
+    (void)::madvise(map_, map_len_, MADV_HUGEPAGE);  // advice; without THP it is a plain copy
+#endif
+    auto* dst = static_cast<uint8_t*>(map_);
+    for (size_t done = 0; done < size_;) {
+      const ssize_t n = ::pread(fd, dst + done, size_ - done, off_t(done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        int e = n < 0 ? errno : EIO;
+        ::close(fd);
+        ::munmap(map_, map_len_);
+        map_ = nullptr;
+        size_ = map_len_ = 0;
+        fail(path, ": cannot read: ", n < 0 ? std::strerror(e) : "file shrank while reading");
+      }
+      done += size_t(n);
+    }
+    ::mprotect(map_, map_len_, PROT_READ);
+    data_ = dst;
+  } else if (size_ > 0) {
     void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
       int e = errno;
@@ -36,6 +85,8 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
       fail(path, ": cannot mmap: ", std::strerror(e));
     }
     data_ = static_cast<const uint8_t*>(p);
+    map_ = p;
+    map_len_ = size_;
   }
   // The mapping keeps the file referenced; holding the descriptor would only use up fd slots on
   // checkpoints with many shards.
@@ -49,6 +100,8 @@ MappedFile::~MappedFile() {
 MappedFile::MappedFile(MappedFile&& o) noexcept
     : data_(std::exchange(o.data_, nullptr)),
       size_(std::exchange(o.size_, 0)),
+      map_(std::exchange(o.map_, nullptr)),
+      map_len_(std::exchange(o.map_len_, 0)),
       path_(std::move(o.path_)) {}
 
 MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
@@ -57,14 +110,17 @@ MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
     data_ = std::exchange(o.data_, nullptr);
     size_ = std::exchange(o.size_, 0);
     path_ = std::move(o.path_);
+    map_ = std::exchange(o.map_, nullptr);
+    map_len_ = std::exchange(o.map_len_, 0);
   }
   return *this;
 }
 
 void MappedFile::release() noexcept {
-  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (map_) ::munmap(map_, map_len_);
+  map_ = nullptr;
   data_ = nullptr;
-  size_ = 0;
+  size_ = map_len_ = 0;
 }
 
 void MappedFile::advise_hugepages() const {

@@ -11,8 +11,9 @@ std::unique_ptr<Qwen3Model> Qwen3Model::load(const std::string& dir) {
   return load(dir, nullptr);
 }
 
-std::unique_ptr<Qwen3Model> Qwen3Model::load(
-    const std::string& dir, const std::function<void(const char* stage)>& progress) {
+std::unique_ptr<Qwen3Model> Qwen3Model::load(const std::string& dir,
+                                             const std::function<void(const char* stage)>& progress,
+                                             MapMode mode) {
   auto step = [&](const char* stage) {
     if (progress) progress(stage);
   };
@@ -21,7 +22,7 @@ std::unique_ptr<Qwen3Model> Qwen3Model::load(
   m->config_ = load_qwen3_config(dir);
   m->gen_ = load_generation_config(dir, m->config_);
   step("config");
-  m->ckpt_ = Checkpoint::open(dir);
+  m->ckpt_ = Checkpoint::open(dir, mode);
   step("checkpoint");
   m->weights_ = bind_qwen3_weights(m->ckpt_, m->config_);
   m->ckpt_.advise_hugepages();

@@ -18,8 +18,11 @@ class Qwen3Model {
   // Same, calling progress(stage) after each step ("config", "checkpoint", "weights", "graph") so
   // an embedding app can move a progress bar; progress may throw to abandon the load, which frees
   // everything loaded so far.
+  // With MapMode::HugePageCopy the weights are read into huge-page memory first (faster decode, a
+  // private copy instead of the shared page cache).
   static std::unique_ptr<Qwen3Model> load(const std::string& dir,
-                                          const std::function<void(const char* stage)>& progress);
+                                          const std::function<void(const char* stage)>& progress,
+                                          MapMode mode = MapMode::Shared);
 
   const std::string& dir() const { return dir_; }
   const Qwen3Config& config() const { return config_; }

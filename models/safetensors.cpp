@@ -45,9 +45,9 @@ struct Entry {
 
 }  // namespace
 
-std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
+std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path, MapMode mode) {
   std::shared_ptr<SafetensorsFile> sf(new SafetensorsFile);
-  sf->file_ = MappedFile(path);
+  sf->file_ = MappedFile(path, mode);
   const uint8_t* base = sf->file_.data();
   const uint64_t fsize = sf->file_.size();
   if (fsize < 8) fail(path, ": file is ", fsize, " bytes, too short for a safetensors header");

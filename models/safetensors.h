@@ -31,7 +31,8 @@ struct TensorRef {
 class SafetensorsFile {
  public:
   // Maps and validates PATH; every error names PATH and the tensor or field at fault.
-  static std::shared_ptr<SafetensorsFile> open(const std::string& path);
+  static std::shared_ptr<SafetensorsFile> open(const std::string& path,
+                                               MapMode mode = MapMode::Shared);
 
   // In data-offset order, i.e. the order they lie in the file.
   const std::vector<TensorRef>& tensors() const { return tensors_; }

@@ -56,10 +56,11 @@ std::string slurp(const fs::path& p) {
 // Owning wrappers so a failed CHECK cannot leak a handle.
 struct Model {
   hearth_model* m = nullptr;
-  explicit Model(const std::string& dir, int threads = 1) {
+  explicit Model(const std::string& dir, int threads = 1, bool hugepages = false) {
     hearth_model_params p = hearth_model_params_default();
     p.n_threads = threads;
     p.prefault = 0;
+    p.hugepages = hugepages;
     hearth_status s = hearth_model_load(dir.c_str(), &p, &m);
     REQUIRE_MESSAGE(s == HEARTH_OK, hearth_last_error());
   }
@@ -546,6 +547,22 @@ TEST_SUITE("capi") {
                                 nullptr) == HEARTH_OK);
       CHECK(take(decoded) == plain_answer);
     }
+  }
+
+  TEST_CASE("weights read into huge pages give the same answer as mapped ones") {
+    Model mapped(kTiny), copied(kTiny, 1, true);
+    const std::vector<int32_t> prompt = tokenize(mapped.m, "Once upon a time");
+    std::string answers[2];
+    for (int i = 0; i < 2; ++i) {
+      Session s(i ? copied.m : mapped.m);
+      hearth_generate_params g = greedy(24);
+      char* out = nullptr;
+      REQUIRE(hearth_session_generate_tokens(s.s, prompt.data(), prompt.size(), &g, &out) ==
+              HEARTH_OK);
+      answers[i] = take(out);
+    }
+    CHECK(!answers[0].empty());
+    CHECK(answers[0] == answers[1]);
   }
 
   TEST_CASE("stop strings end the text just before them") {

@@ -408,6 +408,34 @@ TEST_SUITE("checkpoint") {
     CHECK(v == v);
   }
 
+  TEST_CASE("a huge-page copy holds the same tensors, 2 MiB aligned, and outlives the checkpoint") {
+    for (const std::string& dir : {kTied, kSharded}) {
+      CAPTURE(dir);
+      Checkpoint shared = Checkpoint::open(dir);
+      Qwen3Weights w;
+      {
+        Checkpoint copy = Checkpoint::open(dir, MapMode::HugePageCopy);
+        REQUIRE(copy.all().size() == shared.all().size());
+        for (const auto& sh : copy.shards())
+          CHECK(reinterpret_cast<uintptr_t>(sh->file().data()) % (uintptr_t(2) << 20) == 0);
+        for (size_t i = 0; i < copy.all().size(); ++i) {
+          const TensorRef& a = *shared.all()[i];
+          const TensorRef& b = *copy.all()[i];
+          CHECK(a.name == b.name);
+          REQUIRE(a.nbytes == b.nbytes);
+          CHECK(a.data != b.data);
+          CHECK(std::memcmp(a.data, b.data, a.nbytes) == 0);
+        }
+        w = bind_qwen3_weights(copy, load_qwen3_config(dir));
+      }
+      const TensorRef* norm = shared.find("model.norm.weight");
+      REQUIRE(norm != nullptr);
+      CHECK(std::memcmp(norm->data, w.final_norm.data, norm->nbytes) == 0);
+    }
+    CHECK_ERROR(Checkpoint::open(kModels + "/no-such-model", MapMode::HugePageCopy),
+                "no-such-model", "does not exist");
+  }
+
   TEST_CASE("opening and binding reads headers only, no weight pages") {
     TempDir d;
     Tiny t;

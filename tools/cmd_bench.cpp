@@ -52,6 +52,7 @@
 #include "models/qwen3_model.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/loaded.h"
 
 namespace hearth::cli {
 
@@ -191,7 +192,7 @@ double prefill_flops(const Qwen3Config& c, int T) {
 int cmd_bench(int argc, char** argv) {
   Args args(argc, argv,
             {"--model=", "--threads=", "--isa=", "--kv=", "--gemm=", "--prefill-chunk=",
-             "--prompt=", "--gen=", "--reps=", "--json"});
+             "--prompt=", "--gen=", "--reps=", "--json", "--hugepages"});
   const int prompt = args.integer("--prompt", 512);
   const int gen = args.integer("--gen", 128);
   const int reps = args.integer("--reps", 2);
@@ -200,22 +201,9 @@ int cmd_bench(int argc, char** argv) {
 
   progress.say("loading");
   const auto t_load = Clock::now();
-  auto model = Qwen3Model::load(args.required("--model"));
+  auto model = load_model(args);
   const Qwen3Config& cfg = model->config();
-  BackendOptions bo;
-  bo.threads = args.integer("--threads", 0);
-  if (bo.threads < 0) fail("--threads must be positive");
-  bo.isa = args.str("--isa");
-  bo.gemm = args.str("--gemm");
-  const std::string kv = args.str("--kv", "f32");
-  if (kv == "f32")
-    bo.kv_dtype = DType::F32;
-  else if (kv == "f16")
-    bo.kv_dtype = DType::F16;
-  else if (kv == "bf16")
-    bo.kv_dtype = DType::BF16;
-  else
-    fail("--kv: unknown KV cache type '", kv, "' (expected f32, f16 or bf16)");
+  const BackendOptions bo = backend_options(args);
   // One 512-token chunk, as llama-bench's default ubatch processes pp512.
   const int chunk = args.integer("--prefill-chunk", 512);
   if (chunk <= 0) fail("--prefill-chunk must be positive");
@@ -298,7 +286,9 @@ int cmd_bench(int argc, char** argv) {
   w.begin_object();
   w.field("model_dir", model->dir()).field("weight_dtypes", model->weight_dtypes());
   w.field("backend_detail", runner.backend().describe()).field("threads", threads);
-  w.field("kv_dtype", kv).field("prompt_tokens", prompt).field("gen_tokens", gen);
+  w.field("kv_dtype", dtype_name(bo.kv_dtype))
+      .field("prompt_tokens", prompt)
+      .field("gen_tokens", gen);
   w.field("reps", reps);
   w.field("prefill_tokens_per_s", pf);
   w.key("prefill_runs").array(prefill_tps);

@@ -8,12 +8,15 @@
 namespace hearth::cli {
 
 const std::vector<std::string> kEngineOptions = {
-    "--model=", "--threads=", "--backend=", "--isa=", "--kv=", "--prefill-chunk=", "--gemm="};
+    "--model=", "--threads=",       "--backend=", "--isa=",
+    "--kv=",    "--prefill-chunk=", "--gemm=",    "--hugepages"};
 
-Loaded load_engine(const Args& args) {
-  auto t0 = std::chrono::steady_clock::now();
-  Loaded l;
-  l.model = Qwen3Model::load(args.required("--model"));
+std::unique_ptr<Qwen3Model> load_model(const Args& args) {
+  return Qwen3Model::load(args.required("--model"), nullptr,
+                          args.has("--hugepages") ? MapMode::HugePageCopy : MapMode::Shared);
+}
+
+BackendOptions backend_options(const Args& args) {
   BackendOptions bo;
   bo.threads = args.integer("--threads", 0);
   if (bo.threads < 0) fail("--threads must be positive");
@@ -28,6 +31,14 @@ Loaded load_engine(const Args& args) {
     bo.kv_dtype = DType::BF16;
   else
     fail("--kv: unknown KV cache type '", kv, "' (expected f32, f16 or bf16)");
+  return bo;
+}
+
+Loaded load_engine(const Args& args) {
+  auto t0 = std::chrono::steady_clock::now();
+  Loaded l;
+  l.model = load_model(args);
+  const BackendOptions bo = backend_options(args);
   const int chunk = args.integer("--prefill-chunk", 256);
   if (chunk <= 0) fail("--prefill-chunk must be positive");
   const auto& c = l.model->config();

@@ -22,6 +22,10 @@ struct Loaded {
 };
 
 Loaded load_engine(const Args& args);
+// The parts of it: the model (--model, --hugepages) and the backend options (--threads, --isa,
+// --gemm, --kv).
+std::unique_ptr<Qwen3Model> load_model(const Args& args);
+BackendOptions backend_options(const Args& args);
 
 // The reproducibility record: model folder, config hash, dtypes, backend, ISA, threads, version,
 // prompt ids and settings.

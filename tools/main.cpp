@@ -34,7 +34,7 @@ commands:
   quantize  --model IN --out OUT [--bits 4|8] [--group 32|64|128] [--head int8|int4|bf16]
             [--scale-dtype f16|bf16] [--calibration TEXTFILE | --calibration-ids FILE]
             [--rtn] [--force] [--json]     write an INT8/INT4 checkpoint (quant/FORMAT.md)
-  bench     --model DIR [--threads N] [--prompt 512] [--gen 128] [--reps 2] [--gemm G] [--json]
+  bench     --model DIR [--threads N] [--prompt 512] [--gen 128] [--reps 2] [--gemm G] [--hugepages] [--json]
             prefill and greedy-decode tokens/s beside the machine's memory read bandwidth and
             FMA peak measured in the same run; JSON fields: prefill_tokens_per_s, prefill_gflops,
             peak_gflops, prefill_peak_fraction, decode_tokens_per_s, decode_bytes_per_token
@@ -47,6 +47,7 @@ commands:
 engine options (all model commands):
   --threads N  --backend cpu  --isa avx512|avx2|neon|scalar  --kv f32|f16|bf16
   --prefill-chunk N  --gemm auto|dnnl|dnnl-bf16|openblas|native (prefill matmuls)
+  --hugepages  read the weights into huge-page memory (faster decode; a private copy)
 sampling: --temperature T --top-k K --top-p P --min-p M --seed S --repetition-penalty R
           --presence-penalty P --frequency-penalty F --greedy
 )";

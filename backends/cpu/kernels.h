@@ -41,10 +41,11 @@ using QuantMatmulFn = void (*)(const QuantMatmulArgs&);
 // order, as f32, or as bf16 bits when bf16: the library GEMMs take these for prefill.
 using QuantDequantFn = void (*)(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16);
 // Per-thread scratch (floats) of the quantized matmuls for steps of up to max_tokens tokens:
-// decode quantizes up to 32 tokens of activations to int8 (about 10 k floats); prefill holds every
-// token's activations in bf16 and a tile of 16 rows dequantized to bf16.
+// decode quantizes up to 32 tokens of activations to int8 (about 10 k floats) and keeps block
+// factors for 8 rows and the codes' offset lanes; prefill holds every token's activations in bf16
+// and a tile of 16 rows dequantized to bf16.
 inline int64_t quant_matmul_scratch_floats(int64_t k, int max_tokens) {
-  const int64_t decode = 11 * k + 1024;
+  const int64_t decode = 12 * k + 2048;
   const int64_t prefill = (int64_t(max_tokens) + 16) * k / 2 + k / 32 + 1024;
   return decode > prefill ? decode : prefill;
 }

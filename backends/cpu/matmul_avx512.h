@@ -63,7 +63,7 @@ struct Prefetcher {
   const char* next;
   const char* end;
   inline void advance(size_t lines) {
-    for (size_t i = 0; i < lines && next < end; ++i, next += 64) _mm_prefetch(next, _MM_HINT_T0);
+    for (size_t i = 0; i < lines && next < end; ++i, next += 64) _mm_prefetch(next, _MM_HINT_T1);
   }
 };
 
@@ -233,7 +233,9 @@ void matmul_avx512(const MatmulArgs& a) {
                 base + size_t(pf_rows) * size_t(a.k) * esz};
   int64_t r = a.r0;
   if constexpr (T == DType::BF16) {
-    if (a.n_tokens >= 2 && a.k % 32 == 0) {
+    // Also for decode: two ALU operations per 32 weights leave the load ports free to keep more
+    // lines in flight (measured 1 thread: 10.5 -> 12.5-14 GB/s on a 13 GB/s machine).
+    if (a.k % 32 == 0) {
       deinterleave_pairs(a.x, a.ldx, a.n_tokens, a.k, a.scratch);
       for (; r + 4 <= a.r1; r += 4) pf = rows_bf16_pairs<4>(a, a.scratch, r, pf);
       for (; r < a.r1; ++r) pf = rows_bf16_pairs<1>(a, a.scratch, r, pf);

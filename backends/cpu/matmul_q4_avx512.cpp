@@ -2,10 +2,9 @@
 // (quant/FORMAT.md): byte p holds slot p of the chunk's first half in its low nibble and of its
 // second half in its high nibble, as q + 8, and 4-byte lane i belongs to block i mod 4. Decode
 // multiplies both nibble planes with the int8 activations (in the same slot order) on vpdpbusd
-// into one integer accumulator, scales lanes by one broadcast of the chunk's 4 block factors, and
-// removes the +8 per block afterwards; prefill dequantizes tiles of rows to bf16 for vdpbf16ps.
-#include <type_traits>
-
+// into one integer accumulator that starts from the activations' offset lanes (removing the +8
+// exactly), and scales lanes by one broadcast of the chunk's 4 block factors; prefill dequantizes
+// tiles of rows to bf16 for vdpbf16ps.
 #include "backends/cpu/matmul_quant_avx512.h"
 
 namespace hearth::cpu {
@@ -14,76 +13,18 @@ namespace {
 
 using namespace qk;
 
-// sum over the full chunks of P[block] * dot(nibbles, xq) for NR rows.
-template <int NR>
-inline void rows_dot(const uint8_t* const* w, const float* const* P, const int8_t* xq, int64_t nc,
-                     float* out) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  const __m512i zero = _mm512_setzero_si512();
-  __m512 acc[NR];
-  for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
-  for (int64_t j = 0; j < nc; ++j) {
-    const __m512i xa = _mm512_loadu_si512(xq + j * kChunk);
-    const __m512i xb = _mm512_loadu_si512(xq + j * kChunk + 64);
-    for (int r = 0; r < NR; ++r) {
-      const uint8_t* c = w[r] + j * 64;
-      const __m512i v = _mm512_loadu_si512(c);
-      prefetch(c + kPrefetchAhead);
-      const __m512i lo = _mm512_and_si512(v, m4);
-      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-      const __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, lo, xa), hi, xb);
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), chunk_factors(P[r], j), acc[r]);
-    }
+struct Q4Codes {
+  static constexpr int kBits = 4, kOffsetLog2 = 3;  // nibbles hold q + 8
+  static constexpr int64_t kChunkBytes = 64;
+  static __m512i dot(const uint8_t* c, __m512i xa, __m512i xb, __m512i init) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i v = _mm512_loadu_si512(c);
+    prefetch(c + kPrefetchAhead);
+    const __m512i lo = _mm512_and_si512(v, m4);
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, lo, xa), hi, xb);
   }
-  for (int r = 0; r < NR; ++r) out[r] = hsum(acc[r]);
-}
-
-template <int G>
-void decode(const QuantMatmulArgs& a) {
-  const int64_t k = a.k, nb = k / kBlock, ng = k / G, nc = k / kChunk, kc = nc * kChunk;
-  const int64_t nbp = (nb + 15) / 16 * 16;
-  const int64_t row_bytes = k / 2;
-  ActTile at;
-  float* P = carve_act_tile(a.scratch, k, &at);  // [4][nbp] block factors
-  const auto* codes = static_cast<const uint8_t*>(a.w);
-  const auto* scales = static_cast<const uint16_t*>(a.scales);
-  const int n_tok = a.n_tokens;
-  for (int t = 0; t < n_tok; ++t)
-    quantize_act_avx512(a.x + t * a.ldx, k, at.q + t * k, at.d + t * nb, at.s + t * nb);
-
-  auto run = [&](auto nr_tag, int64_t r) {
-    constexpr int NR = decltype(nr_tag)::value;
-    const uint8_t* w[NR];
-    const float* pr[NR];
-    for (int i = 0; i < NR; ++i) {
-      w[i] = codes + (r + i) * row_bytes;
-      pr[i] = P + i * nbp;
-      // The scales are a second, slower stream: keep it 32 rows ahead too.
-      for (int64_t b = 0; b < 2 * ng; b += 64)
-        prefetch(reinterpret_cast<const char*>(scales + (r + i + 32) * ng) + b);
-    }
-    for (int t = 0; t < n_tok; ++t) {
-      const int8_t* xq = at.q + t * k;
-      float corr[NR], dot[NR];
-      for (int i = 0; i < NR; ++i)
-        corr[i] = block_products<G>(at.d + t * nb, at.s + t * nb, a.scale_dtype,
-                                    scales + (r + i) * ng, nb, P + i * nbp);
-      rows_dot<NR>(w, pr, xq, nc, dot);
-      for (int i = 0; i < NR; ++i) {
-        if (kc < k) {  // a shorter last chunk
-          const int m = int((k - kc) / kBlock);
-          int32_t isum[4];
-          tail_block_dots(4, w[i] + kc / 2, xq + kc, m, isum);
-          for (int b = 0; b < m; ++b) dot[i] += pr[i][kc / kBlock + b] * float(isum[b]);
-        }
-        a.y[t * a.ldy + (r - a.r0) + i] = dot[i] - 8.f * corr[i];
-      }
-    }
-  };
-  int64_t r = a.r0;
-  for (; r + 4 <= a.r1; r += 4) run(std::integral_constant<int, 4>(), r);
-  for (; r < a.r1; ++r) run(std::integral_constant<int, 1>(), r);
-}
+};
 
 // One row in element order, as bf16 or f32: nibble - 8 times its group's scale.
 template <int G, bool BF16>
@@ -120,7 +61,7 @@ void dequant_row(const uint8_t* s, const uint16_t* scales, DType st, int64_t k, 
 
 template <int G>
 void matmul_q4_avx512_g(const QuantMatmulArgs& a) {
-  if (a.n_tokens < kPrefillTokens) return decode<G>(a);
+  if (a.n_tokens < kPrefillTokens) return decode_quant<Q4Codes, G>(a);
   const auto* codes = static_cast<const uint8_t*>(a.w);
   const auto* scales = static_cast<const uint16_t*>(a.scales);
   matmul_tiles_bf16(a, [&](int64_t row, uint16_t* dst) {

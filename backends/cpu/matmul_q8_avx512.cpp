@@ -2,10 +2,9 @@
 // (quant/FORMAT.md): two 64-byte halves whose 4-byte lane i belongs to block i mod 4. Decode flips
 // each code's sign bit to get q + 128 as the unsigned operand of vpdpbusd against int8 activations
 // in the same slot order, both halves into one integer accumulator, scales lanes by one broadcast
-// of the chunk's 4 block factors, and removes the +128 per block afterwards; prefill dequantizes
-// tiles of rows to bf16 for vdpbf16ps.
-#include <type_traits>
-
+// of the chunk's 4 block factors; the +128 is removed exactly by starting each chunk's integer dot
+// from the activations' offset lanes (matmul_quant_avx512.h). Prefill dequantizes tiles of rows to
+// bf16 for vdpbf16ps.
 #include "backends/cpu/matmul_quant_avx512.h"
 
 namespace hearth::cpu {
@@ -14,74 +13,18 @@ namespace {
 
 using namespace qk;
 
-template <int NR>
-inline void rows_dot(const int8_t* const* w, const float* const* P, const int8_t* xq, int64_t nc,
-                     float* out) {
-  const __m512i flip = _mm512_set1_epi8(char(0x80));
-  const __m512i zero = _mm512_setzero_si512();
-  __m512 acc[NR];
-  for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
-  for (int64_t j = 0; j < nc; ++j) {
-    const __m512i xa = _mm512_loadu_si512(xq + j * kChunk);
-    const __m512i xb = _mm512_loadu_si512(xq + j * kChunk + 64);
-    for (int r = 0; r < NR; ++r) {
-      const int8_t* c = w[r] + j * kChunk;
-      const __m512i u0 = _mm512_xor_si512(_mm512_loadu_si512(c), flip);
-      const __m512i u1 = _mm512_xor_si512(_mm512_loadu_si512(c + 64), flip);
-      prefetch(c + kPrefetchAhead);
-      prefetch(c + kPrefetchAhead + 64);
-      const __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, u0, xa), u1, xb);
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), chunk_factors(P[r], j), acc[r]);
-    }
+struct Q8Codes {
+  static constexpr int kBits = 8, kOffsetLog2 = 7;  // sign bit flipped: q + 128
+  static constexpr int64_t kChunkBytes = 128;
+  static __m512i dot(const uint8_t* c, __m512i xa, __m512i xb, __m512i init) {
+    const __m512i flip = _mm512_set1_epi8(char(0x80));
+    const __m512i u0 = _mm512_xor_si512(_mm512_loadu_si512(c), flip);
+    const __m512i u1 = _mm512_xor_si512(_mm512_loadu_si512(c + 64), flip);
+    prefetch(c + kPrefetchAhead);
+    prefetch(c + kPrefetchAhead + 64);
+    return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, u0, xa), u1, xb);
   }
-  for (int r = 0; r < NR; ++r) out[r] = hsum(acc[r]);
-}
-
-template <int G>
-void decode(const QuantMatmulArgs& a) {
-  const int64_t k = a.k, nb = k / kBlock, ng = k / G, nc = k / kChunk, kc = nc * kChunk;
-  const int64_t nbp = (nb + 15) / 16 * 16;
-  ActTile at;
-  float* P = carve_act_tile(a.scratch, k, &at);  // [4][nbp] block factors
-  const auto* codes = static_cast<const int8_t*>(a.w);
-  const auto* scales = static_cast<const uint16_t*>(a.scales);
-  const int n_tok = a.n_tokens;
-  for (int t = 0; t < n_tok; ++t)
-    quantize_act_avx512(a.x + t * a.ldx, k, at.q + t * k, at.d + t * nb, at.s + t * nb);
-
-  auto run = [&](auto nr_tag, int64_t r) {
-    constexpr int NR = decltype(nr_tag)::value;
-    const int8_t* w[NR];
-    const float* pr[NR];
-    for (int i = 0; i < NR; ++i) {
-      w[i] = codes + (r + i) * k;
-      pr[i] = P + i * nbp;
-      // The scales are a second, slower stream: keep it 32 rows ahead too.
-      for (int64_t b = 0; b < 2 * ng; b += 64)
-        prefetch(reinterpret_cast<const char*>(scales + (r + i + 32) * ng) + b);
-    }
-    for (int t = 0; t < n_tok; ++t) {
-      const int8_t* xq = at.q + t * k;
-      float corr[NR], dot[NR];
-      for (int i = 0; i < NR; ++i)
-        corr[i] = block_products<G>(at.d + t * nb, at.s + t * nb, a.scale_dtype,
-                                    scales + (r + i) * ng, nb, P + i * nbp);
-      rows_dot<NR>(w, pr, xq, nc, dot);
-      for (int i = 0; i < NR; ++i) {
-        if (kc < k) {  // a shorter last chunk
-          const int m = int((k - kc) / kBlock);
-          int32_t isum[4];
-          tail_block_dots(8, reinterpret_cast<const uint8_t*>(w[i] + kc), xq + kc, m, isum);
-          for (int b = 0; b < m; ++b) dot[i] += pr[i][kc / kBlock + b] * float(isum[b]);
-        }
-        a.y[t * a.ldy + (r - a.r0) + i] = dot[i] - 128.f * corr[i];
-      }
-    }
-  };
-  int64_t r = a.r0;
-  for (; r + 4 <= a.r1; r += 4) run(std::integral_constant<int, 4>(), r);
-  for (; r < a.r1; ++r) run(std::integral_constant<int, 1>(), r);
-}
+};
 
 // One row in element order, as bf16 or f32.
 template <int G, bool BF16>
@@ -113,7 +56,7 @@ void dequant_row(const int8_t* c, const uint16_t* scales, DType st, int64_t k, v
 
 template <int G>
 void matmul_q8_avx512_g(const QuantMatmulArgs& a) {
-  if (a.n_tokens < kPrefillTokens) return decode<G>(a);
+  if (a.n_tokens < kPrefillTokens) return decode_quant<Q8Codes, G>(a);
   const auto* codes = static_cast<const int8_t*>(a.w);
   const auto* scales = static_cast<const uint16_t*>(a.scales);
   matmul_tiles_bf16(a, [&](int64_t row, uint16_t* dst) {

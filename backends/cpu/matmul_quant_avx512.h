@@ -11,6 +11,7 @@
 #endif
 
 #include <cstring>
+#include <type_traits>
 
 #include "backends/cpu/matmul_quant.h"
 
@@ -133,14 +134,11 @@ inline void scales_to_f32_avx512(DType t, const uint16_t* s, int64_t n, float* o
 }
 
 // P[b] = dx[b] * (scale of block b's group) for the nb blocks of one (row, token), reading the
-// row's F16/BF16 scales directly; returns sum_b P[b] * sx[b], the part of the integer dot that the
-// codes' offset contributes per unit.
+// row's F16/BF16 scales directly.
 template <int G>
-inline float block_products(const float* dx, const float* sx, DType st, const uint16_t* sw,
-                            int64_t nb, float* P) {
+inline void block_factors(const float* dx, DType st, const uint16_t* sw, int64_t nb, float* P) {
   constexpr int kPer = G / int(kBlock);  // blocks per group
   const int64_t ng = nb / kPer;
-  __m512 c = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; b += 16) {
     const __mmask16 m = first_n(nb - b);
     __m512 w = widen_scales16(st, _mm256_maskz_loadu_epi16(first_n(ng - b / kPer), sw + b / kPer));
@@ -150,11 +148,114 @@ inline float block_products(const float* dx, const float* sx, DType st, const ui
     if constexpr (kPer == 4)
       w = _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
                                 w);
-    const __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dx + b), w);
-    _mm512_mask_storeu_ps(P + b, m, p);
-    c = _mm512_fmadd_ps(p, _mm512_maskz_loadu_ps(m, sx + b), c);
+    _mm512_mask_storeu_ps(P + b, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dx + b), w));
   }
-  return hsum(c);
+}
+
+// The codes are stored as unsigned values (Q4: q + 8, Q8: q + 128) for vpdpbusd; the offset's share
+// of each lane of a chunk dot is offset x (the sum of the 8 activation codes that lane covers), the
+// same for every row. Computed once per token as int32 lanes that start each row's accumulation,
+// so the integer dot comes out exact and signed and no row needs a correction term.
+inline void offset_lanes(const int8_t* xq, int64_t nc, int offset_log2, int32_t* out) {
+  const __m512i ones = _mm512_set1_epi8(1);
+  for (int64_t j = 0; j < nc; ++j) {
+    const __m512i xa = _mm512_loadu_si512(xq + j * kChunk);
+    const __m512i xb = _mm512_loadu_si512(xq + j * kChunk + 64);
+    const __m512i sum =
+        _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, xa), ones, xb);
+    _mm512_storeu_si512(out + 16 * j, _mm512_sub_epi32(_mm512_setzero_si512(),
+                                                       _mm512_slli_epi32(sum, offset_log2)));
+  }
+}
+
+// The totals of four accumulators, in one vector (a per-row hsum costs twice the shuffles).
+inline __m128 hsum4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+  const __m512 s01 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
+  const __m512 s23 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
+  // Each 128-bit lane now holds {a0, a1, a2, a3} partial sums.
+  __m512 t = _mm512_add_ps(_mm512_shuffle_ps(s01, s23, 0x44), _mm512_shuffle_ps(s01, s23, 0xEE));
+  t = _mm512_add_ps(t, _mm512_shuffle_f32x4(t, t, 0x4E));
+  t = _mm512_add_ps(t, _mm512_shuffle_f32x4(t, t, 0xB1));
+  return _mm512_castps512_ps128(t);
+}
+
+// Decode for Q4 and Q8 (Codes::kBits): activations quantized per token, offsets folded into the
+// integer accumulators, then NR rows at a time share each activation chunk. Codes provides
+// kBits, kOffsetLog2, kChunkBytes and dot(chunk, xa, xb, init) = init + the chunk's lane dots.
+template <class Codes, int NR>
+inline void rows_dot(const uint8_t* const* w, const float* const* P, const int8_t* xq,
+                     const int32_t* off, int64_t nc, float* out) {
+  __m512 acc[NR];
+  for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < nc; ++j) {
+    const __m512i xa = _mm512_loadu_si512(xq + j * kChunk);
+    const __m512i xb = _mm512_loadu_si512(xq + j * kChunk + 64);
+    const __m512i o = _mm512_loadu_si512(off + 16 * j);
+    for (int r = 0; r < NR; ++r) {
+      const __m512i d = Codes::dot(w[r] + j * Codes::kChunkBytes, xa, xb, o);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), chunk_factors(P[r], j), acc[r]);
+    }
+  }
+  if constexpr (NR % 4 == 0) {
+    for (int r = 0; r < NR; r += 4)
+      _mm_storeu_ps(out + r, hsum4(acc[r], acc[r + 1], acc[r + 2], acc[r + 3]));
+  } else {
+    for (int r = 0; r < NR; ++r) out[r] = hsum(acc[r]);
+  }
+}
+
+template <class Codes, int G>
+void decode_quant(const QuantMatmulArgs& a) {
+  constexpr int64_t kRowBytes = Codes::kChunkBytes;  // per 128 elements
+  const int64_t k = a.k, nb = k / kBlock, ng = k / G, nc = k / kChunk, kc = nc * kChunk;
+  const int64_t nbp = (nb + 15) / 16 * 16;
+  const int64_t row_bytes = k * kRowBytes / kChunk;
+  ActTile at;
+  float* P = carve_act_tile(a.scratch, k, &at);         // [8][nbp] block factors, then offsets
+  auto* off = reinterpret_cast<int32_t*>(P + 8 * nbp);  // [n_tokens][16 nc]
+  const auto* codes = static_cast<const uint8_t*>(a.w);
+  const auto* scales = static_cast<const uint16_t*>(a.scales);
+  const int n_tok = a.n_tokens;
+  for (int t = 0; t < n_tok; ++t) {
+    quantize_act_avx512(a.x + t * a.ldx, k, at.q + t * k, at.d + t * nb, at.s + t * nb);
+    offset_lanes(at.q + t * k, nc, Codes::kOffsetLog2, off + t * 16 * nc);
+  }
+
+  auto run = [&](auto nr_tag, int64_t r) {
+    constexpr int NR = decltype(nr_tag)::value;
+    const uint8_t* w[NR];
+    const float* pr[NR];
+    for (int i = 0; i < NR; ++i) {
+      w[i] = codes + (r + i) * row_bytes;
+      pr[i] = P + i * nbp;
+      // The scales are a second, slower stream: keep it 32 rows ahead too.
+      for (int64_t b = 0; b < 2 * ng; b += 64)
+        prefetch(reinterpret_cast<const char*>(scales + (r + i + 32) * ng) + b);
+    }
+    for (int t = 0; t < n_tok; ++t) {
+      const int8_t* xq = at.q + t * k;
+      float dot[NR];
+      for (int i = 0; i < NR; ++i)
+        block_factors<G>(at.d + t * nb, a.scale_dtype, scales + (r + i) * ng, nb, P + i * nbp);
+      rows_dot<Codes, NR>(w, pr, xq, off + t * 16 * nc, nc, dot);
+      if (kc < k) {  // a shorter last chunk of m blocks
+        const int m = int((k - kc) / kBlock);
+        const float* sx = at.s + t * nb + kc / kBlock;
+        for (int i = 0; i < NR; ++i) {
+          int32_t isum[4];
+          tail_block_dots(Codes::kBits, w[i] + nc * kRowBytes, xq + kc, m, isum);
+          for (int b = 0; b < m; ++b)
+            dot[i] +=
+                pr[i][kc / kBlock + b] * (float(isum[b]) - float(1 << Codes::kOffsetLog2) * sx[b]);
+        }
+      }
+      for (int i = 0; i < NR; ++i) a.y[t * a.ldy + (r - a.r0) + i] = dot[i];
+    }
+  };
+  int64_t r = a.r0;
+  // for (; r + 8 <= a.r1; r += 8) run(std::integral_constant<int, 8>(), r);
+  for (; r + 4 <= a.r1; r += 4) run(std::integral_constant<int, 4>(), r);
+  for (; r < a.r1; ++r) run(std::integral_constant<int, 1>(), r);
 }
 
 inline float scale_f32(DType t, uint16_t s) {
