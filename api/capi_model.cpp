@@ -104,6 +104,8 @@ DType kv_dtype(const hearth_kv_type& field) {
       return DType::F16;
     case HEARTH_KV_BF16:
       return DType::BF16;
+    case HEARTH_KV_INT8:
+      return DType::I8;
   }
   api_fail(HEARTH_ERR_INVALID_ARGUMENT, "hearth_model_params.kv_type ", t,
            " is not a hearth_kv_type");

@@ -30,8 +30,9 @@ struct KVCache {
   int capacity = 0;  // positions it can hold
   DType dtype = DType::F32;
   size_t bytes() const {
-    return size_t(spec.n_layers) * 2 * spec.n_kv_heads * size_t(capacity) * spec.head_dim *
-           dtype_size(dtype);
+    // An I8 cache also keeps one f32 scale per position, head and K/V.
+    const size_t per_row = size_t(spec.head_dim) * dtype_size(dtype) + (dtype == DType::I8 ? 4 : 0);
+    return size_t(spec.n_layers) * 2 * spec.n_kv_heads * size_t(capacity) * per_row;
   }
 };
 

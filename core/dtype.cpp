@@ -16,6 +16,8 @@ size_t dtype_size(DType t) {
       return 1;
     case DType::Q4:
       return 1;
+    case DType::I8:
+      return 1;
   }
   return 0;
 }
@@ -34,6 +36,8 @@ const char* dtype_name(DType t) {
       return "Q8";
     case DType::Q4:
       return "Q4";
+    case DType::I8:
+      return "I8";
   }
   return "?";
 }

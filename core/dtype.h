@@ -7,7 +7,8 @@
 
 namespace hearth {
 
-enum class DType : uint8_t { F32, F16, BF16, I32, Q8, Q4 };
+// I8 is only a KV cache type: int8 codes with per-row scales kept beside them by the backend.
+enum class DType : uint8_t { F32, F16, BF16, I32, Q8, Q4, I8 };
 
 // Bytes per element for plain types (quantized types are sized by their own layout in quant/).
 size_t dtype_size(DType t);

@@ -131,7 +131,8 @@ typedef struct hearth_model hearth_model;
 typedef enum hearth_kv_type {
   HEARTH_KV_F32 = 0,
   HEARTH_KV_F16 = 1,
-  HEARTH_KV_BF16 = 2
+  HEARTH_KV_BF16 = 2,
+  HEARTH_KV_INT8 = 3 /* int8 codes, a scale per position; about 0.27x the F32 cache */
 } hearth_kv_type;
 
 /* Called during hearth_model_load with the fraction done (0..1, never decreasing) and a stage

@@ -131,6 +131,7 @@ Qwen3Weights bind_qwen3_weights(const Checkpoint& ck, const Qwen3Config& c) {
     }
   }
   w.files = ck.shards();
+  if (qb) w.codebook = qb->codebook();
   return w;
 }
 

@@ -1,6 +1,8 @@
 // Binds a checkpoint's tensors to the Qwen3 layout by their exact Hugging Face names, checking
 // every shape and dtype. The tensors are views into the checkpoint's maps: no weight is copied.
 #pragma once
+#include <array>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -20,6 +22,8 @@ struct Qwen3Weights {
   std::vector<Qwen3LayerWeights> layers;
   // Keeps the mapped files alive, so the views stay valid even after the Checkpoint is gone.
   std::vector<std::shared_ptr<SafetensorsFile>> files;
+  // A quantized checkpoint's 4-bit codebook, which its Q4 views point into (or null).
+  std::shared_ptr<const std::array<int8_t, 16>> codebook;
 };
 
 // Throws hearth::Error naming the tensor at fault: missing, unexpected, wrong shape, unsupported

@@ -162,20 +162,19 @@ void fill_tensor(const TensorPlan& t, const StandinSpec& spec, const Format& f, 
   for (auto& th : pool) th.join();
 }
 
-// Outlier channels along one dimension: `sets` disjoint groups of outlier_channels channels, each
+// Outlier channels along one dimension: `sets` disjoint groups of `count` channels, each
 // channel scaled by a factor in [8, 20], from a stream that depends only on the seed and the
 // dimension's role.
 std::vector<std::vector<float>> outlier_scales(const StandinSpec& spec, const std::string& role,
-                                               int dim, int sets) {
+                                               int dim, int sets, int count) {
   std::vector<std::vector<float>> out(size_t(sets), std::vector<float>(size_t(dim), 1.f));
   Rng rng(mix(spec.seed, fnv1a("outliers/" + role)));
   std::vector<int> perm(static_cast<size_t>(dim));
   for (int i = 0; i < dim; ++i) perm[size_t(i)] = i;
-  for (int i = 0; i < spec.outlier_channels * sets; ++i) {
+  for (int i = 0; i < count * sets; ++i) {
     int j = i + int(rng.next() % uint64_t(dim - i));
     std::swap(perm[size_t(i)], perm[size_t(j)]);
-    out[size_t(i / spec.outlier_channels)][size_t(perm[size_t(i)])] =
-        float(8.0 + 12.0 * rng.uniform());
+    out[size_t(i / count)][size_t(perm[size_t(i)])] = float(8.0 + 12.0 * rng.uniform());
   }
   return out;
 }
@@ -242,6 +241,9 @@ void validate(const StandinSpec& s) {
   int max_outliers = std::min({s.hidden / 3, s.intermediate, s.heads * s.head_dim});
   if (s.outlier_channels < 0 || s.outlier_channels > max_outliers)
     fail("standin: outlier_channels must be in [0, ", max_outliers, "], got ", s.outlier_channels);
+  if (s.key_outlier_channels < 0 || s.key_outlier_channels > s.head_dim / 4)
+    fail("standin: key_outlier_channels must be in [0, ", s.head_dim / 4, "], got ",
+         s.key_outlier_channels);
   format_of(s.dtype);
 }
 
@@ -259,6 +261,7 @@ std::string config_json(const StandinSpec& s, const Format& f) {
   kv("eos_token_id", "151645");
   kv("head_dim", num(s.head_dim));
   j += "  \"hearth_standin\": {\n    \"heavy_tailed\": " + b(s.heavy_tailed) +
+       ",\n    \"key_outlier_channels\": " + num(s.key_outlier_channels) +
        ",\n    \"outlier_channels\": " + num(s.outlier_channels) + ",\n    \"preset\": \"" +
        json_escape(s.preset) + "\",\n    \"seed\": " + std::to_string(s.seed) + "\n  },\n";
   kv("hidden_act", "\"silu\"");
@@ -379,9 +382,9 @@ void write_standin(const std::string& dir, const StandinSpec& spec,
   const std::vector<float>* s_attn = nullptr;
   const std::vector<float>* s_mid = nullptr;
   if (spec.outlier_channels > 0) {
-    hid = outlier_scales(spec, "hidden", h, 3);
-    attn = outlier_scales(spec, "attn", q, 1);
-    mid = outlier_scales(spec, "intermediate", inter, 1);
+    hid = outlier_scales(spec, "hidden", h, 3, spec.outlier_channels);
+    attn = outlier_scales(spec, "attn", q, 1, spec.outlier_channels);
+    mid = outlier_scales(spec, "intermediate", inter, 1, spec.outlier_channels);
     s_norm = &hid[0];
     s_in = &hid[1];
     s_embed = &hid[2];
@@ -395,6 +398,13 @@ void write_standin(const std::string& dir, const StandinSpec& spec,
   const float residual = float(1.0 / std::sqrt(2.0 * spec.layers));
   const float o_std = float(1.0 / std::sqrt(double(q))) * residual;
   const float down_std = float(1.0 / std::sqrt(double(inter))) * residual;
+
+  std::vector<std::vector<float>> keys;
+  const std::vector<float>* s_knorm = nullptr;
+  if (spec.key_outlier_channels > 0) {
+    keys = outlier_scales(spec, "k_norm", spec.head_dim, 1, spec.key_outlier_channels);
+    s_knorm = &keys[0];
+  }
 
   std::vector<TensorPlan> plan;
   auto matrix = [&](std::string name, int rows, int cols, float sd,
@@ -412,7 +422,7 @@ void write_standin(const std::string& dir, const StandinSpec& spec,
     matrix(p + "self_attn.v_proj.weight", kv, h, in_std, s_in);
     matrix(p + "self_attn.o_proj.weight", h, q, o_std, s_attn);
     norm(p + "self_attn.q_norm.weight", spec.head_dim, nullptr);
-    norm(p + "self_attn.k_norm.weight", spec.head_dim, nullptr);
+    norm(p + "self_attn.k_norm.weight", spec.head_dim, s_knorm);
     matrix(p + "mlp.gate_proj.weight", inter, h, in_std, s_in);
     matrix(p + "mlp.up_proj.weight", inter, h, in_std, s_in);
     matrix(p + "mlp.down_proj.weight", h, inter, down_std, s_mid);

@@ -25,6 +25,9 @@ struct StandinSpec {
   // lm_head's) columns. Along the hidden dimension the three sets are disjoint, so outliers do not
   // multiply into one another. Applies with or without heavy_tailed; at most hidden / 3.
   int outlier_channels = 0;
+  // This many head_dim channels of every k_norm gain scaled up 8-20x: the keys' outlier channels
+  // of real checkpoints, which an int8 KV cache must survive. At most head_dim / 4.
+  int key_outlier_channels = 0;
   int shards = 1;
 };
 

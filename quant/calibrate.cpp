@@ -84,6 +84,7 @@ class SiteSearch {
       const int64_t stride = std::max<int64_t>(1, n_rows / o_.max_rows);
       for (int64_t i = 0; i < n_rows; i += stride) rows.push_back(rows_f32(*r, i, 1));
     }
+    const int8_t* cb = o_.scheme.bits == 4 ? o_.codebook : nullptr;
     auto score = [&](const std::vector<float>& s) {
       std::vector<float> imp(static_cast<size_t>(k));
       for (int64_t j = 0; j < k; ++j)
@@ -98,12 +99,15 @@ class SiteSearch {
         for (int64_t i = b; i < e; ++i) {
           const std::vector<float>& w = rows[size_t(i)];
           for (int64_t j = 0; j < k; ++j) ws[size_t(j)] = w[size_t(j)] * s[size_t(j)];
-          quantize_row(ws.data(), k, o_.scheme, Method::Search, imp.data(), q.data(), sc.data());
-          for (int64_t j = 0; j < k; ++j)
-            delta[size_t(j)] = w[size_t(j)] - float(q[size_t(j)]) *
+          quantize_row(ws.data(), k, o_.scheme, Method::Search, imp.data(), q.data(), sc.data(),
+                       cb);
+          for (int64_t j = 0; j < k; ++j) {
+            const int8_t c = q[size_t(j)];
+            delta[size_t(j)] = w[size_t(j)] - float(cb ? cb[c + 8] : c) *
                                                   scale_to_f32(o_.scheme.scale_dtype,
                                                                sc[size_t(j / o_.scheme.group)]) /
                                                   s[size_t(j)];
+          }
           double acc = 0;
           for (int n = 0; n < st.n_samples; ++n) {
             const double y = dot(st.samples.data() + size_t(n) * size_t(k), delta.data(), k);

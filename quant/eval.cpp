@@ -82,7 +82,9 @@ EvalReport evaluate(const Qwen3Model& model, const Qwen3Model& ref, const std::v
   if (ctx < 2) fail("eval: --ctx must be at least 2");
   Runner rm(create_backend("", opt.backend), model.graph(), vocab,
             model.config().max_position_embeddings, ctx);
-  Runner rr(create_backend("", opt.backend), ref.graph(), vocab,
+  BackendOptions ref_backend = opt.backend;
+  ref_backend.kv_dtype = DType::F32;  // --kv measures the model's cache against an exact one
+  Runner rr(create_backend("", ref_backend), ref.graph(), vocab,
             ref.config().max_position_embeddings, ctx);
   auto kvm = rm.new_kv(ctx), kvr = rr.new_kv(ctx);
   std::vector<float> lm(size_t(ctx) * size_t(vocab)), lr(size_t(ctx) * size_t(vocab));

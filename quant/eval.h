@@ -11,8 +11,8 @@
 namespace hearth::quant {
 
 struct EvalOptions {
-  int ctx = 512;  // tokens per window
-  BackendOptions backend;
+  int ctx = 512;           // tokens per window
+  BackendOptions backend;  // the model's; the reference runs with the same, except an F32 cache
 };
 
 struct EvalReport {

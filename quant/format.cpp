@@ -29,6 +29,23 @@ uint16_t scale_from_f32(DType t, float s) {
   return t == DType::BF16 ? f32_to_bf16(s) : f32_to_f16(s);
 }
 
+Codebook codebook_from(const std::vector<int64_t>& levels, const std::string& where) {
+  if (levels.size() != size_t(kCodebookSize))
+    fail(where, ": the codebook has ", levels.size(), " entries; a 4-bit codebook has ",
+         kCodebookSize);
+  Codebook c{};
+  for (int i = 0; i < kCodebookSize; ++i) {
+    const int64_t v = levels[size_t(i)];
+    if (v < -127 || v > 127)
+      fail(where, ": codebook entry ", i, " is ", v, ", outside the int8 range [-127, 127]");
+    if (i > 0 && v <= c[size_t(i - 1)])
+      fail(where, ": codebook entries must increase strictly, but entry ", i, " (", v,
+           ") follows ", int(c[size_t(i - 1)]));
+    c[size_t(i)] = int8_t(v);
+  }
+  return c;
+}
+
 void pack_row(int bits, const int8_t* q, int64_t n, uint8_t* dst) {
   if (bits == 4)
     for (int64_t i = 0; i < n / 2; ++i) dst[i] = 0;
@@ -61,6 +78,7 @@ void dequantize_row(const Tensor& t, int64_t row, float* out, int64_t from, int6
   }
   out -= from;  // indexed by element below
   const int bits = bits_of(t.dtype);
+  const int8_t* cb = bits == 4 ? t.codebook : nullptr;
   const int64_t g = t.group_size, ng = n / g;
   const auto* codes = static_cast<const uint8_t*>(t.data) + row * row_code_bytes(bits, n);
   const auto* sc = static_cast<const uint16_t*>(t.scales) + row * ng;
@@ -78,7 +96,8 @@ void dequantize_row(const Tensor& t, int64_t row, float* out, int64_t from, int6
               v = int8_t(codes[c0 + 16 * m * h + p]);
             } else {
               const uint8_t byte = codes[c0 / 2 + p];
-              v = (h ? byte >> 4 : byte & 15) - 8;
+              const int nib = h ? byte >> 4 : byte & 15;
+              v = cb ? cb[nib] : nib - 8;
             }
             out[c0 + 32 * b + 16 * h + 4 * q + e] = float(v) * d;
           }
@@ -105,6 +124,7 @@ void check_quantized_view(const Tensor& t, const std::string& what) {
     fail(what, ": ", t.nbytes, " bytes of ", bits, "-bit codes for shape ",
          shape_str(t.shape_vec()), ", expected ", t.rows() * row_code_bytes(bits, t.cols()));
   if (!t.data || !t.scales) fail(what, ": codes or scales missing");
+  if (t.codebook && bits != 4) fail(what, ": only 4-bit codes can use a codebook");
 }
 
 }  // namespace hearth::quant

@@ -2,9 +2,11 @@
 // by the quantizer, the loader, the kernels' references and the embedding lookup. The byte layout
 // is specified once, in quant/FORMAT.md; everything here follows it.
 #pragma once
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -43,6 +45,13 @@ inline int qmin(int bits) {
   return bits == 4 ? -8 : -127;
 }
 
+// A 4-bit codebook: the 16 int8 levels a Q4 nibble selects (nibble i means codebook[i] times the
+// group's scale), strictly increasing, each in [-127, 127]. One per checkpoint (FORMAT.md).
+constexpr int kCodebookSize = 16;
+using Codebook = std::array<int8_t, kCodebookSize>;
+// Validates levels read from a file; throws hearth::Error naming `where`.
+Codebook codebook_from(const std::vector<int64_t>& levels, const std::string& where);
+
 // The safetensors name of the scales of the codes tensor NAME ("x.weight" -> "x.weight_scale").
 inline std::string scale_name(const std::string& name) {
   return name + "_scale";
@@ -63,7 +72,7 @@ float scale_to_f32(DType t, uint16_t s);
 uint16_t scale_from_f32(DType t, float s);
 
 // Placing one row of n codes (n a multiple of 32): q[i] is element i's code, in [-127, 127] (Q8)
-// or [-8, 7] (Q4); dst gets row_code_bytes bytes.
+// or [-8, 7] (Q4; with a codebook, q + 8 is the level's index); dst gets row_code_bytes bytes.
 void pack_row(int bits, const int8_t* q, int64_t n, uint8_t* dst);
 void unpack_row(int bits, const uint8_t* src, int64_t n, int8_t* q);
 

@@ -6,7 +6,9 @@
 namespace hearth::quant {
 
 QuantBinder::QuantBinder(const Checkpoint& ck, QuantConfig config)
-    : ck_(ck), config_(std::move(config)) {}
+    : ck_(ck), config_(std::move(config)) {
+  if (config_.has_codebook) codebook_ = std::make_shared<const Codebook>(config_.codebook);
+}
 
 const std::map<std::string, Scheme>& QuantBinder::file_schemes(const TensorRef& r) {
   auto it = by_file_.find(r.file);
@@ -22,6 +24,18 @@ const std::map<std::string, Scheme>& QuantBinder::file_schemes(const TensorRef& 
            kFormatVersion, "'");
     auto q = meta.find("hearth.quant");
     if (q == meta.end()) fail(r.file, ": __metadata__ has no 'hearth.quant' tensor table");
+    // The levels a nibble selects must be the same in both places, or the file would be read with
+    // another grid than it was written with.
+    auto cb = meta.find("hearth.codebook");
+    if (cb != meta.end() && !config_.has_codebook)
+      fail(r.file, ": __metadata__ has a 'hearth.codebook' but config.json's quantization_config ",
+           "has no 'codebook'");
+    if (cb == meta.end() && config_.has_codebook)
+      fail(r.file, ": config.json's quantization_config has a 'codebook' but __metadata__ has no ",
+           "'hearth.codebook'");
+    if (cb != meta.end() && parse_codebook_json(cb->second, r.file) != config_.codebook)
+      fail(r.file, ": __metadata__ 'hearth.codebook' ", cb->second,
+           " differs from config.json's codebook ", codebook_json(config_.codebook));
     return by_file_[r.file] = parse_tensor_schemes(q->second, r.file);
   }
   fail(r.file, ": not one of the checkpoint's files");
@@ -81,6 +95,7 @@ Tensor QuantBinder::bind(const std::string& name, int64_t rows, int64_t cols) {
   t.scales = sr->data;
   t.scale_dtype = s.scale_dtype;
   t.group_size = s.group;
+  if (s.bits == 4 && codebook_) t.codebook = codebook_->data();
   check_quantized_view(t, where);
   return t;
 }

@@ -3,6 +3,7 @@
 // scales, and agreement between config.json and the file's own metadata.
 #pragma once
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,12 +23,15 @@ class QuantBinder {
   // NAME as a Q8/Q4 view of logical shape [rows, cols]; throws naming file and tensor on any
   // mismatch. The scale tensor's name is scale_name(NAME).
   Tensor bind(const std::string& name, int64_t rows, int64_t cols);
+  // The codebook bound 4-bit views point into (null without one): keep it as long as they live.
+  std::shared_ptr<const Codebook> codebook() const { return codebook_; }
 
  private:
   const std::map<std::string, Scheme>& file_schemes(const TensorRef& r);
 
   const Checkpoint& ck_;
   QuantConfig config_;
+  std::shared_ptr<const Codebook> codebook_;
   std::map<std::string, std::map<std::string, Scheme>> by_file_;
 };
 

@@ -53,6 +53,22 @@ Scheme parse_scheme(const Json& o, const Scheme& dflt, const std::string& where)
   return s;
 }
 
+Codebook codebook_field(const Json& v, const std::string& where) {
+  if (!v.is_array()) fail(where, ": 'codebook' must be an array of 16 integers");
+  std::vector<int64_t> levels;
+  for (const Json& e : v.as_array()) {
+    if (!e.is_int()) fail(where, ": 'codebook' must be an array of 16 integers");
+    levels.push_back(e.as_int());
+  }
+  return codebook_from(levels, where);
+}
+
+void write_codebook(JsonWriter& w, const Codebook& c) {
+  w.begin_array();
+  for (int8_t v : c) w.value(int(v));
+  w.end_array();
+}
+
 void write_scheme(JsonWriter& w, const Scheme& s) {
   w.begin_object();
   w.field("bits", s.bits);
@@ -85,6 +101,13 @@ QuantConfig parse_quant_config(const std::string& json, const std::string& sourc
     for (const auto& [name, v] : ov->as_object())
       c.overrides[name] = parse_scheme(v, c.main, where + ": overrides['" + name + "']");
   }
+  if (const Json* cb = o.find("codebook")) {
+    c.codebook = codebook_field(*cb, where);
+    c.has_codebook = true;
+    bool any4 = c.main.bits == 4;
+    for (const auto& [name, s] : c.overrides) any4 |= s.bits == 4;
+    if (!any4) fail(where, ": a 'codebook' is given but no tensor is stored in 4 bits");
+  }
   if (const Json* cal = o.find("calibration"); cal && cal->is_string())
     c.calibration = cal->as_string();
   if (const Json* b = o.find("bits_per_weight"); b && b->is_number())
@@ -100,6 +123,7 @@ std::string quant_config_json(const QuantConfig& c) {
   w.field("bits", c.main.bits);
   w.field("group_size", c.main.group);
   w.field("scale_dtype", dtype_name(c.main.scale_dtype));
+  if (c.has_codebook) write_codebook(w.key("codebook"), c.codebook);
   w.key("overrides").begin_object();
   for (const auto& [name, s] : c.overrides) {
     w.key(name);
@@ -123,6 +147,23 @@ std::string tensor_schemes_json(const std::map<std::string, Scheme>& schemes) {
   }
   w.end_object();
   return w.str();
+}
+
+std::string codebook_json(const Codebook& c) {
+  JsonWriter w;
+  write_codebook(w, c);
+  return w.str();
+}
+
+Codebook parse_codebook_json(const std::string& json, const std::string& source) {
+  const std::string where = source + ": __metadata__ 'hearth.codebook'";
+  Json j;
+  try {
+    j = Json::parse(json);
+  } catch (const Error& e) {
+    fail(where, " is not valid JSON: ", e.what());
+  }
+  return codebook_field(j, where);
 }
 
 std::map<std::string, Scheme> parse_tensor_schemes(const std::string& json,

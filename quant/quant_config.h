@@ -4,6 +4,7 @@
 #include <map>
 #include <string>
 
+#include "quant/format.h"
 #include "quant/quantize.h"
 
 namespace hearth::quant {
@@ -14,6 +15,9 @@ struct QuantConfig {
   Scheme main;                              // every linear weight not in overrides
   std::map<std::string, Scheme> overrides;  // by checkpoint tensor name
   std::string calibration = "rtn";          // "rtn", "mse-clip" or "awq+clip"
+  // Every 4-bit tensor's levels when set (the "codebook" field); else the uniform grid.
+  bool has_codebook = false;
+  Codebook codebook{};
   double bits_per_weight = 0;               // whole checkpoint, scales included
 
   const Scheme& scheme_for(const std::string& name) const {
@@ -29,6 +33,10 @@ std::string quant_config_json(const QuantConfig& c);
 
 // The `hearth.quant` metadata value: {"NAME": {"bits":..,"group_size":..,"scale_dtype":..}, ...}.
 std::string tensor_schemes_json(const std::map<std::string, Scheme>& schemes);
+// The `hearth.codebook` metadata value: the 16 levels as a JSON array.
+std::string codebook_json(const Codebook& c);
+Codebook parse_codebook_json(const std::string& json, const std::string& source);
+
 std::map<std::string, Scheme> parse_tensor_schemes(const std::string& json,
                                                    const std::string& source);
 

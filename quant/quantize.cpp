@@ -1,6 +1,8 @@
 #include "quant/quantize.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "quant/format.h"
 
@@ -52,6 +54,94 @@ inline float weighted_err(const float* w, const float* h, int64_t n, float d, co
     e += (h ? h[i] : 1.f) * r * r;
   }
   return e;
+}
+
+// Codes for n weights against scale d and a codebook: the nearest level's index - 8 (ties go to
+// the lower level). Levels are increasing, so the index is the count of midpoints below w / d.
+inline void codebook_codes(const float* w, int64_t n, float d, const float* mid, int8_t* q) {
+  if (d == 0.f) {
+    for (int64_t i = 0; i < n; ++i) {
+      int k = 0;
+      for (int j = 0; j < 15; ++j) k += 0.f > mid[j];
+      q[i] = int8_t(k - 8);
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = w[i] / d;
+    int k = 0;
+    for (int j = 0; j < 15; ++j) k += v > mid[j];
+    q[i] = int8_t(k - 8);
+  }
+}
+
+inline float codebook_err(const float* w, const float* h, int64_t n, float d, const float* lv,
+                          const int8_t* q) {
+  float e = 0.f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float r = w[i] - d * lv[q[i] + 8];
+    e += (h ? h[i] : 1.f) * r * r;
+  }
+  return e;
+}
+
+// The codebook counterpart of quantize_group below: the same RTN rule (the largest-magnitude
+// weight onto the extreme level of largest magnitude) and the same clipping search, with both
+// extremes tried since the codebook need not be symmetric.
+void quantize_group_codebook(const float* w, const float* h, int64_t n, const Scheme& s, Method m,
+                             const int8_t* cb, int8_t* q, uint16_t* scale) {
+  float lv[16], mid[15];
+  for (int i = 0; i < 16; ++i) lv[i] = float(cb[i]);
+  for (int i = 0; i < 15; ++i) mid[i] = 0.5f * (lv[i] + lv[i + 1]);
+  float amax = 0.f, signed_max = 0.f;
+  for (int64_t i = 0; i < n; ++i)
+    if (std::fabs(w[i]) > amax) {
+      amax = std::fabs(w[i]);
+      signed_max = w[i];
+    }
+  const float far = std::fabs(lv[0]) >= std::fabs(lv[15]) ? lv[0] : lv[15];
+  const float near = far == lv[0] ? lv[15] : lv[0];
+  const float base = signed_max / far;
+  auto stored_of = [&](float d) { return scale_from_f32(s.scale_dtype, d); };
+  auto value_of = [&](uint16_t st) { return scale_to_f32(s.scale_dtype, st); };
+  if (m == Method::Rtn || amax == 0.f) {
+    *scale = stored_of(base);
+    codebook_codes(w, n, value_of(*scale), mid, q);
+    return;
+  }
+  int8_t tmp[128];
+  Fit best;
+  auto consider = [&](float d) {
+    const uint16_t st = stored_of(d);
+    const float dv = value_of(st);
+    if (!std::isfinite(dv)) return;
+    codebook_codes(w, n, dv, mid, tmp);
+    const float e = codebook_err(w, h, n, dv, lv, tmp);
+    if (e < best.err) {
+      best.err = e;
+      best.stored = st;
+    }
+  };
+  const int steps = 20;
+  const float span = 0.5f;
+  for (int i = 0; i <= steps; ++i) {
+    const float c = 1.f - span * float(i) / float(steps);
+    consider(base * c);
+    if (near != 0.f) consider(signed_max / near * c);
+  }
+  for (int it = 0; it < 2; ++it) {
+    codebook_codes(w, n, value_of(best.stored), mid, tmp);
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double hw = h ? h[i] : 1.0, l = lv[tmp[i] + 8];
+      num += hw * w[i] * l;
+      den += hw * l * l;
+    }
+    if (den <= 0) break;
+    consider(float(num / den));
+  }
+  *scale = best.stored;
+  codebook_codes(w, n, value_of(best.stored), mid, q);
 }
 
 void quantize_group(const float* w, const float* h, int64_t n, const Scheme& s, Method m, int8_t* q,
@@ -116,10 +206,66 @@ void quantize_group(const float* w, const float* h, int64_t n, const Scheme& s, 
 }  // namespace
 
 void quantize_row(const float* w, int64_t n, const Scheme& s, Method m, const float* importance,
-                  int8_t* q, uint16_t* scales) {
-  for (int64_t g = 0; g < n / s.group; ++g)
-    quantize_group(w + g * s.group, importance ? importance + g * s.group : nullptr, s.group, s, m,
-                   q + g * s.group, scales + g);
+                  int8_t* q, uint16_t* scales, const int8_t* codebook) {
+  for (int64_t g = 0; g < n / s.group; ++g) {
+    const float* h = importance ? importance + g * s.group : nullptr;
+    if (codebook && s.bits == 4)
+      quantize_group_codebook(w + g * s.group, h, s.group, s, m, codebook, q + g * s.group,
+                              scales + g);
+    else
+      quantize_group(w + g * s.group, h, s.group, s, m, q + g * s.group, scales + g);
+  }
+}
+
+void fit_codebook(const float* w, int64_t n, int group, int8_t* levels) {
+  // The distribution of v = w / d in [-127, 127] as a histogram of d^2-weighted mass: with d fixed
+  // by each group's extreme, the squared error d^2 (v - level)^2 depends on the codebook only
+  // through it, so Lloyd-Max runs on the histogram alone.
+  constexpr int kBinsPerUnit = 8;
+  constexpr int kBins = 254 * kBinsPerUnit + 1;
+  std::vector<double> mass(kBins, 0.0), moment(kBins, 0.0);
+  for (int64_t g = 0; g + group <= n; g += group) {
+    float signed_max = 0.f;
+    for (int i = 0; i < group; ++i)
+      if (std::fabs(w[g + i]) > std::fabs(signed_max)) signed_max = w[g + i];
+    if (signed_max == 0.f) continue;
+    const float d = signed_max / -127.f;
+    for (int i = 0; i < group; ++i) {
+      const double v = std::clamp(double(w[g + i] / d), -127.0, 127.0);
+      const int b = int(std::lround((v + 127.0) * kBinsPerUnit));
+      mass[size_t(b)] += double(d) * d;
+      moment[size_t(b)] += double(d) * d * v;
+    }
+  }
+  // Start from the uniform 4-bit grid stretched to -127 .. 111; level 0 stays at -127, where every
+  // group's extreme lands.
+  double lv[16];
+  for (int i = 0; i < 16; ++i) lv[i] = (i - 8) * 127.0 / 8.0;
+  for (int it = 0; it < 2000; ++it) {
+    double num[16] = {}, den[16] = {};
+    int k = 0;
+    for (int b = 0; b < kBins; ++b) {
+      const double v = double(b) / kBinsPerUnit - 127.0;
+      while (k < 15 && v > 0.5 * (lv[k] + lv[k + 1])) ++k;
+      num[k] += moment[size_t(b)];
+      den[k] += mass[size_t(b)];
+    }
+    double moved = 0;
+    for (int i = 1; i < 16; ++i) {
+      if (den[i] <= 0) continue;  // an empty cell keeps its level
+      const double nv = num[i] / den[i];
+      moved = std::max(moved, std::fabs(nv - lv[i]));
+      lv[i] = nv;
+    }
+    if (moved < 1e-4) break;
+  }
+  // Integer levels, strictly increasing, within [-127, 127].
+  int out[16];
+  out[0] = -127;
+  for (int i = 1; i < 16; ++i)
+    out[i] = std::max(out[i - 1] + 1, int(std::lround(std::clamp(lv[i], -127.0, 127.0))));
+  for (int i = 15; i > 0 && out[i] > 127 - (15 - i); --i) out[i] = 127 - (15 - i);
+  for (int i = 0; i < 16; ++i) levels[i] = int8_t(out[i]);
 }
 
 }  // namespace hearth::quant

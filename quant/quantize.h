@@ -30,8 +30,16 @@ enum class Method {
 // channel, which turns the weight error into the layer's expected output error. Writes n codes
 // (in [-8, 7] or [-127, 127]) and n / group scales as stored (F16 or BF16 bits); the codes are
 // rounded against the stored scale, so dequantizing gives exactly what the search scored.
+// `codebook` (4 bits only; 16 increasing int8 levels, or null for the uniform grid): code q then
+// stands for codebook[q + 8] times the scale, and each weight takes the nearest level.
 void quantize_row(const float* w, int64_t n, const Scheme& s, Method m, const float* importance,
-                  int8_t* q, uint16_t* scales);
+                  int8_t* q, uint16_t* scales, const int8_t* codebook = nullptr);
+
+// The 16 levels of a 4-bit codebook fitted to weights w (n a multiple of group): Lloyd-Max on the
+// values w / d, d each group's round-to-nearest scale (its largest-magnitude weight maps to -127,
+// which stays a level), weighted by d^2 so the fit minimises squared error in weight units.
+// Deterministic; returns strictly increasing levels in [-127, 127].
+void fit_codebook(const float* w, int64_t n, int group, int8_t* levels);
 
 // Bits per weight of a scheme including its scales.
 double scheme_bits_per_weight(const Scheme& s, int float_bits = 16);

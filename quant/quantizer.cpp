@@ -1,5 +1,6 @@
 #include "quant/quantizer.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cstring>
@@ -66,8 +67,9 @@ std::string config_with_quant(const std::string& text, const std::string& qc_jso
 }
 
 // Quantizes every row of one weight into codes (dst) and scales (scales), rows split over threads.
-void quantize_tensor(const Plan& p, Method method, ThreadPool& pool, uint8_t* dst,
-                     std::vector<uint16_t>& scales, const std::function<void(int64_t)>& on_rows) {
+void quantize_tensor(const Plan& p, Method method, const int8_t* codebook, ThreadPool& pool,
+                     uint8_t* dst, std::vector<uint16_t>& scales,
+                     const std::function<void(int64_t)>& on_rows) {
   const int64_t rows = p.rows(), k = p.cols(), ng = k / p.scheme.group;
   const int64_t row_bytes = row_code_bytes(p.scheme.bits, k);
   scales.assign(size_t(rows * ng), 0);
@@ -87,13 +89,42 @@ void quantize_tensor(const Plan& p, Method method, ThreadPool& pool, uint8_t* ds
         for (int64_t j = 0; j < k; ++j) w[size_t(j)] /= d;
       }
       quantize_row(w.data(), k, p.scheme, method, p.importance ? p.importance->data() : nullptr,
-                   q.data(), scales.data() + r * ng);
+                   q.data(), scales.data() + r * ng, codebook);
       pack_row(p.scheme.bits, q.data(), k, dst + r * row_bytes);
       const int64_t n = done.fetch_add(1) + 1;
       if (tid == 0 && on_rows && (r - b) % 64 == 63) on_rows(n);
     }
   });
   if (on_rows) on_rows(rows);
+}
+
+// The codebook for a checkpoint, fitted to an even spread of rows of its linear weights (about 4 M
+// values: the fit sees the distribution, not every weight).
+Codebook fit_checkpoint_codebook(const Checkpoint& ck, int group) {
+  std::vector<const TensorRef*> linears;
+  int64_t total = 0;
+  for (const TensorRef* r : ck.all())
+    if (r->shape.size() == 2 && r->name != "model.embed_tokens.weight" &&
+        r->name != "lm_head.weight") {
+      linears.push_back(r);
+      total += r->shape[0] * r->shape[1];
+    }
+  const int64_t stride = std::max<int64_t>(1, total / (int64_t(1) << 22));
+  std::vector<float> sample;
+  for (const TensorRef* r : linears) {
+    const int64_t rows = r->shape[0], cols = r->shape[1];
+    if (cols % group != 0) continue;
+    for (int64_t i = 0; i < rows; i += stride) {
+      const size_t at = sample.size();
+      sample.resize(at + size_t(cols));
+      to_f32(r->dtype, r->data + size_t(i * cols) * dtype_size(r->dtype), sample.data() + at,
+             size_t(cols));
+    }
+  }
+  if (sample.empty()) fail(ck.dir(), ": no linear weight to fit a codebook to");
+  Codebook c;
+  fit_codebook(sample.data(), int64_t(sample.size()), group, c.data());
+  return c;
 }
 
 }  // namespace
@@ -124,11 +155,19 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
   const int threads =
       opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   QuantizeReport rep;
+  if (opt.codebook) {
+    if (opt.main.bits != 4) fail("quantize: a codebook needs 4-bit weights (--bits 4)");
+    const Codebook c = fit_checkpoint_codebook(ck, opt.main.group);
+    rep.has_codebook = true;
+    std::copy(c.begin(), c.end(), rep.codebook.begin());
+  }
+  const int8_t* codebook = rep.has_codebook ? rep.codebook.data() : nullptr;
   Calibration cal;
   const bool calibrated = !opt.calibration_ids.empty();
   if (calibrated) {
     CalibrationOptions co;
     co.scheme = opt.main;
+    co.codebook = codebook;
     co.ctx = opt.calibration_ctx;
     co.threads = threads;
     co.log = opt.log;
@@ -166,6 +205,8 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
   QuantConfig qc;
   qc.main = opt.main;
   qc.calibration = rep.calibration;
+  qc.has_codebook = rep.has_codebook;
+  std::copy(rep.codebook.begin(), rep.codebook.end(), qc.codebook.begin());
   std::map<std::string, Scheme> file_schemes;
   size_t total_src = 0, out_bytes = 0;
   for (const Plan& p : plans) {
@@ -205,7 +246,7 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
           if (opt.progress)
             opt.progress(before + size_t(n) * p.src->nbytes / size_t(rows), total_src, p.src->name);
         };
-        quantize_tensor(p, method, pool, dst, pending, on_rows);
+        quantize_tensor(p, method, codebook, pool, dst, pending, on_rows);
         done_bytes += p.src->nbytes;
       };
       tw.push_back(std::move(codes));
@@ -251,6 +292,7 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
       {"format", "pt"},
       {"hearth.format_version", std::to_string(kFormatVersion)},
       {"hearth.quant", tensor_schemes_json(file_schemes)}};
+  if (qc.has_codebook) meta["hearth.codebook"] = codebook_json(qc.codebook);
 
   // Everything goes to a hidden sibling folder first, renamed into place only when complete.
   const fs::path tmp = out.parent_path() / ("." + out.filename().string() + ".partial");

@@ -2,6 +2,7 @@
 // tensor: peak memory is the output of the largest tensor plus a few rows per thread, never the
 // model. The output is a pure function of the input and the options (threads only split rows).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -15,6 +16,9 @@ struct QuantizeOptions {
   Scheme main{4, 32, DType::F16};  // linear weights
   Scheme head{8, 32, DType::F16};  // embedding and LM head; bits 16 keeps them as they are
   Method method = Method::Search;
+  // 4-bit tensors use a 16-level codebook fitted to this checkpoint's linear weights instead of
+  // the uniform grid (same bytes; quant/FORMAT.md).
+  bool codebook = false;
   // Calibration tokens; empty: none (then the clipping search minimises plain weight error).
   std::vector<int32_t> calibration_ids;
   int calibration_ctx = 512;
@@ -31,6 +35,8 @@ struct QuantizeReport {
   int64_t params = 0;
   std::string calibration;             // "rtn", "mse-clip" or "awq+clip"
   double calibration_error_ratio = 0;  // scaled / plain output error in the search, when calibrated
+  bool has_codebook = false;
+  std::array<int8_t, 16> codebook{};  // the fitted levels, with QuantizeOptions::codebook
 };
 
 QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string& out_dir,

@@ -91,6 +91,23 @@ TEST_SUITE("cli") {
     CHECK(std::string_view(out["manifest"]["config_hash"]).size() == 16);
   }
 
+  TEST_CASE("an int8 KV cache and huge-page weights keep the fixture's greedy tokens") {
+    const std::string dir = kModels + "tiny-tied-bf16";
+    simdjson::dom::parser p;
+    simdjson::dom::element seq = p.load(dir + "/expected.json")["sequences"].at(0);
+    std::vector<int64_t> want;
+    for (int64_t v : seq["greedy"]["tokens"].get_array()) want.push_back(v);
+    Result r = run("generate --model " + dir + " --ids " + ids_arg(seq["input_ids"]) +
+                   " --max-new-tokens 8 --ignore-eos --kv int8 --hugepages --json");
+    REQUIRE(r.status == 0);
+    simdjson::dom::parser p2;
+    simdjson::dom::element out = p2.parse(r.out);
+    std::vector<int64_t> got;
+    for (int64_t v : out["tokens"].get_array()) got.push_back(v);
+    want.resize(got.size());
+    CHECK(got == want);
+  }
+
   TEST_CASE("logits with --chunks writes [T, vocab] float32 matching the fixture") {
     const std::string dir = kModels + "tiny-tied-bf16";
     simdjson::dom::parser p;
@@ -123,6 +140,7 @@ TEST_SUITE("cli") {
     expect_error("logits --model " + m + " --ids 1,2,3 --out /tmp/x --chunks 1,1", "add up");
     expect_error("logits --model " + m + " --ids 1 --out /nonexistent/dir/x", "/nonexistent/dir/x");
     expect_error("generate --model " + m + " --ids 1 --isa sse9", "sse9");
+    expect_error("generate --model " + m + " --ids 1 --kv int4", "expected f32, f16, bf16 or int8");
     expect_error("frobnicate", "frobnicate");
   }
 }

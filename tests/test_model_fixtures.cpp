@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 #include <simdjson.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <string>
@@ -74,10 +75,11 @@ std::vector<std::string> isas_here() {
 }
 
 std::unique_ptr<Runner> make_runner(const Qwen3Model& m, const std::string& isa, int threads,
-                                    int chunk = 256) {
+                                    int chunk = 256, DType kv = DType::F32) {
   BackendOptions o;
   o.isa = isa;
   o.threads = threads;
+  o.kv_dtype = kv;
   return std::make_unique<Runner>(create_backend("cpu", o), m.graph(), m.config().vocab_size,
                                   m.config().max_position_embeddings, chunk);
 }
@@ -134,6 +136,51 @@ TEST_SUITE("model_fixtures") {
     runner->forward(*kv, s.ids.data(), int(s.ids.size()), 0, got.data(), nullptr);
     double max_err;
     CHECK(count_mismatches(got, want, &max_err) == 0);
+  }
+
+  TEST_CASE("16-bit and int8 KV caches stay close to the float64 reference, chunked or not") {
+    // Per position, KL(reference || model) of the next-token distributions; the bounds are loose
+    // multiples of what each cache type measures on these models (int8 about 2e-5 mean), while a
+    // wrong scale or layout costs O(1).
+    auto kl = [](const float* want, const float* got, size_t V) {
+      double mw = -1e300, mg = -1e300;
+      for (size_t i = 0; i < V; ++i)
+        mw = std::max(mw, double(want[i])), mg = std::max(mg, double(got[i]));
+      double zw = 0, zg = 0;
+      for (size_t i = 0; i < V; ++i) zw += std::exp(want[i] - mw), zg += std::exp(got[i] - mg);
+      double d = 0;
+      for (size_t i = 0; i < V; ++i) {
+        const double lw = want[i] - mw - std::log(zw), lg = got[i] - mg - std::log(zg);
+        d += std::exp(lw) * (lw - lg);
+      }
+      return d;
+    };
+    for (const char* fx : kFixtures) {
+      const std::string dir = kModels + fx;
+      auto model = Qwen3Model::load(dir);
+      const auto seqs = load_sequences(dir);
+      const size_t V = size_t(model->config().vocab_size);
+      for (const std::string& isa : isas_here())
+        for (auto [kvt, bound] :
+             {std::pair{DType::F16, 1e-5}, {DType::BF16, 1e-4}, {DType::I8, 1e-3}})
+          for (int chunk : {256, 7}) {
+            CAPTURE(fx);
+            CAPTURE(isa);
+            CAPTURE(dtype_name(kvt));
+            CAPTURE(chunk);
+            auto runner = make_runner(*model, isa, 2, chunk, kvt);
+            const auto& s = seqs.back();
+            const auto want = read_f32(dir + "/" + s.logits_file);
+            std::vector<float> got(want.size());
+            auto kv = runner->new_kv(int(s.ids.size()));
+            runner->forward(*kv, s.ids.data(), int(s.ids.size()), 0, got.data(), nullptr);
+            double worst = 0;
+            for (size_t t = 0; t < s.ids.size(); ++t)
+              worst = std::max(worst, kl(want.data() + t * V, got.data() + t * V, V));
+            CHECK(worst < bound);
+            CHECK(worst >= 0);
+          }
+    }
   }
 
   TEST_CASE("greedy continuations are exact") {

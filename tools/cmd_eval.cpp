@@ -10,30 +10,20 @@
 #include "quant/eval.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/loaded.h"
 
 namespace hearth::cli {
 
 int cmd_eval(int argc, char** argv) {
   Args args(argc, argv,
             {"--model=", "--reference=", "--text=", "--ids-file=", "--ctx=", "--json",
-             "--threads=", "--isa=", "--kv="});
+             "--threads=", "--isa=", "--kv=", "--gemm="});
   const std::string mdir = args.required("--model"), rdir = args.required("--reference");
   if (args.has("--text") == args.has("--ids-file")) fail("give exactly one of --text, --ids-file");
   quant::EvalOptions o;
   o.ctx = args.integer("--ctx", 512);
   if (o.ctx < 2) fail("--ctx must be at least 2");
-  o.backend.threads = args.integer("--threads", 0);
-  if (o.backend.threads < 0) fail("--threads must be positive");
-  o.backend.isa = args.str("--isa");
-  const std::string kv = args.str("--kv", "f32");
-  if (kv == "f32")
-    o.backend.kv_dtype = DType::F32;
-  else if (kv == "f16")
-    o.backend.kv_dtype = DType::F16;
-  else if (kv == "bf16")
-    o.backend.kv_dtype = DType::BF16;
-  else
-    fail("--kv: unknown KV cache type '", kv, "' (expected f32, f16 or bf16)");
+  o.backend = backend_options(args);  // --kv is the model's cache; the reference's stays F32
 
   std::vector<int32_t> ids;
   if (args.has("--text")) {

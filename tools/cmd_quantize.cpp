@@ -73,7 +73,8 @@ int cmd_quantize(int argc, char** argv) {
   Args args(
       argc, argv,
       {"--model=", "--out=", "--bits=", "--group=", "--head=", "--scale-dtype=", "--calibration=",
-       "--calibration-ids=", "--calibration-ctx=", "--rtn", "--force", "--threads=", "--json"});
+       "--calibration-ids=", "--calibration-ctx=", "--rtn", "--codebook", "--force", "--threads=",
+       "--json"});
   const std::string in = args.required("--model"), out = args.required("--out");
   quant::QuantizeOptions o;
   o.main.bits = args.integer("--bits", 4);
@@ -90,6 +91,8 @@ int cmd_quantize(int argc, char** argv) {
     fail("--scale-dtype must be f16 or bf16");
   o.head = head_scheme(args.str("--head", "int8"), o.main);
   o.method = args.has("--rtn") ? quant::Method::Rtn : quant::Method::Search;
+  o.codebook = args.has("--codebook");
+  if (o.codebook && o.main.bits != 4) fail("--codebook needs --bits 4");
   o.force = args.has("--force");
   o.threads = args.integer("--threads", 0);
   o.calibration_ctx = args.integer("--calibration-ctx", 512);
@@ -123,12 +126,22 @@ int cmd_quantize(int argc, char** argv) {
     w.field("head", quant::scheme_str(o.head)).field("calibration", r.calibration);
     w.field("calibration_tokens", int64_t(o.calibration_ids.size()));
     if (!o.calibration_ids.empty()) w.field("calibration_error_ratio", r.calibration_error_ratio);
+    if (r.has_codebook) {
+      w.key("codebook").begin_array();
+      for (int8_t v : r.codebook) w.value(int(v));
+      w.end_array();
+    }
     w.field("bits_per_weight", r.bits_per_weight).field("params", r.params);
     w.field("source_bytes", r.source_bytes).field("output_bytes", r.output_bytes);
     w.field("seconds", secs);
     w.end_object();
     std::printf("%s\n", w.str().c_str());
   } else {
+    if (r.has_codebook) {
+      std::string levels;
+      for (int8_t v : r.codebook) levels += (levels.empty() ? "" : " ") + std::to_string(int(v));
+      std::fprintf(stderr, "codebook: %s\n", levels.c_str());
+    }
     std::fprintf(stderr,
                  "wrote %s: %s, head %s, %s; %.3f bits/weight (scales included), %.1f MB "
                  "(from %.1f MB) in %.1f s\n",

@@ -10,10 +10,11 @@
 namespace hearth::cli {
 
 int cmd_standin(int argc, char** argv) {
-  Args args(argc, argv,
-            {"--out=", "--preset=", "--dtype=", "--seed=", "--heavy-tailed", "--outliers=",
-             "--shards=", "--tokenizer=", "--hidden=", "--intermediate=", "--layers=", "--heads=",
-             "--kv-heads=", "--head-dim=", "--vocab=", "--untied", "--rope-theta="});
+  Args args(
+      argc, argv,
+      {"--out=", "--preset=", "--dtype=", "--seed=", "--heavy-tailed", "--outliers=",
+       "--key-outliers=", "--shards=", "--tokenizer=", "--hidden=", "--intermediate=", "--layers=",
+       "--heads=", "--kv-heads=", "--head-dim=", "--vocab=", "--untied", "--rope-theta="});
   StandinSpec s = standin_preset(args.str("--preset", "0.6b"));
   s.hidden = args.integer("--hidden", s.hidden);
   s.intermediate = args.integer("--intermediate", s.intermediate);
@@ -30,6 +31,7 @@ int cmd_standin(int argc, char** argv) {
   s.seed = uint64_t(args.integer("--seed", 1));
   s.heavy_tailed = args.has("--heavy-tailed");
   s.outlier_channels = args.integer("--outliers", s.heavy_tailed ? 4 : 0);
+  s.key_outlier_channels = args.integer("--key-outliers", 0);
   s.shards = args.integer("--shards", 1);
   const std::string tok = args.str("--tokenizer", HEARTH_SOURCE_DIR "/../shared/qwen3-tokenizer");
   const std::string out = args.required("--out");

@@ -29,8 +29,10 @@ BackendOptions backend_options(const Args& args) {
     bo.kv_dtype = DType::F16;
   else if (kv == "bf16")
     bo.kv_dtype = DType::BF16;
+  else if (kv == "int8")
+    bo.kv_dtype = DType::I8;
   else
-    fail("--kv: unknown KV cache type '", kv, "' (expected f32, f16 or bf16)");
+    fail("--kv: unknown KV cache type '", kv, "' (expected f32, f16, bf16 or int8)");
   return bo;
 }
 

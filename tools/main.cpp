@@ -29,11 +29,13 @@ commands:
   logits    --model DIR --ids 1,2,3 --out FILE [--chunks 20,13]
             float32 logits for every position, raw little-endian [T, vocab]
   standin   --out DIR [--preset 0.6b|1.7b|4b|8b|tiny] [--dtype bf16|f16|f32] [--seed N]
-            [--heavy-tailed] [--outliers N] [--shards N]
+            [--heavy-tailed] [--outliers N] [--key-outliers N] [--shards N]
             write a random-weight Qwen3 checkpoint for tests and benchmarks
   quantize  --model IN --out OUT [--bits 4|8] [--group 32|64|128] [--head int8|int4|bf16]
             [--scale-dtype f16|bf16] [--calibration TEXTFILE | --calibration-ids FILE]
-            [--rtn] [--force] [--json]     write an INT8/INT4 checkpoint (quant/FORMAT.md)
+            [--rtn] [--codebook] [--force] [--json]
+            write an INT8/INT4 checkpoint (quant/FORMAT.md); --codebook: 4-bit levels from a
+            16-entry codebook fitted to the model instead of the uniform grid (same size)
   bench     --model DIR [--threads N] [--prompt 512] [--gen 128] [--reps 2] [--gemm G] [--hugepages] [--json]
             prefill and greedy-decode tokens/s beside the machine's memory read bandwidth and
             FMA peak measured in the same run; JSON fields: prefill_tokens_per_s, prefill_gflops,
@@ -42,10 +44,11 @@ commands:
             prefill_cpu_share, decode_cpu_share (below 1: a busy machine), peak_rss_mb,
             weights_hugepage_mb; all in tools/cmd_bench.cpp
   eval      --model M --reference REF (--text FILE | --ids-file FILE) [--ctx 512] [--json]
-            perplexity of both, KL(REF||M) mean and p99, top-1 agreement, bits per weight
+            perplexity of both, KL(REF||M) mean and p99, top-1 agreement, bits per weight;
+            --kv applies to M only (REF keeps an f32 cache), so M = REF measures a cache type
 
 engine options (all model commands):
-  --threads N  --backend cpu  --isa avx512|avx2|neon|scalar  --kv f32|f16|bf16
+  --threads N  --backend cpu  --isa avx512|avx2|neon|scalar  --kv f32|f16|bf16|int8
   --prefill-chunk N  --gemm auto|dnnl|dnnl-bf16|openblas|native (prefill matmuls)
   --hugepages  read the weights into huge-page memory (faster decode; a private copy)
 sampling: --temperature T --top-k K --top-p P --min-p M --seed S --repetition-penalty R

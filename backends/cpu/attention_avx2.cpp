@@ -1,6 +1,7 @@
 // AVX2 attention: q/out rows f32 [n_tok][group][head_dim] (strided per token), one KV head's cache
-// rows [position][head_dim] in F32/F16/BF16; key tiles of 64 positions shared by up to 16 query
-// rows, online softmax per row, f32 throughout (16-bit caches are widened tile by tile).
+// rows [position][head_dim] in F32/F16/BF16/I8; key tiles of 64 positions shared by up to 16 query
+// rows, online softmax per row, f32 throughout (16-bit and I8 caches are widened tile by tile, I8
+// codes times their position's scale and, for keys, the channel factors).
 #include <cmath>
 #include <cstring>
 
@@ -45,6 +46,20 @@ void widen_tile(const void* src, int p0, int n, int hd, float* dst) {
       f = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
     _mm256_storeu_ps(dst + i, f);
   }
+}
+
+// Dequantizes rows [p0, p0 + n) of an I8 cache: code * scale[p] * factor[d] (factor null: ones).
+void widen_tile_i8(const void* src, const float* scale, const float* factor, int p0, int n, int hd,
+                   float* dst) {
+  const int8_t* s = static_cast<const int8_t*>(src) + int64_t(p0) * hd;
+  for (int j = 0; j < n; ++j)
+    for (int d = 0; d < hd; d += 8) {
+      const __m128i c = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + int64_t(j) * hd + d));
+      __m256 f =
+          _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c)), _mm256_set1_ps(scale[p0 + j]));
+      if (factor) f = _mm256_mul_ps(f, _mm256_loadu_ps(factor + d));
+      _mm256_storeu_ps(dst + int64_t(j) * hd + d, f);
+    }
 }
 
 // Scaled scores of one query row against n keys into s (whole vectors; lanes past n are -inf).
@@ -125,6 +140,11 @@ void attention_avx2(const AttentionArgs& a) {
       if constexpr (T == DType::F32) {
         kt = static_cast<const float*>(a.k) + int64_t(p0) * hd;
         vt = static_cast<const float*>(a.v) + int64_t(p0) * hd;
+      } else if constexpr (T == DType::I8) {
+        widen_tile_i8(a.k, a.k_scale, a.k_factor, p0, tile_n, hd, ktile);
+        widen_tile_i8(a.v, a.v_scale, nullptr, p0, tile_n, hd, vtile);
+        kt = ktile;
+        vt = vtile;
       } else {
         widen_tile<T>(a.k, p0, tile_n, hd, ktile);
         widen_tile<T>(a.v, p0, tile_n, hd, vtile);
@@ -179,6 +199,7 @@ void fill_attention_avx2(KernelTable& k) {
   k.attention[type_slot(DType::F32)] = attention_avx2<DType::F32>;
   k.attention[type_slot(DType::F16)] = attention_avx2<DType::F16>;
   k.attention[type_slot(DType::BF16)] = attention_avx2<DType::BF16>;
+  k.attention[type_slot(DType::I8)] = attention_avx2<DType::I8>;
 }
 
 }  // namespace hearth::cpu

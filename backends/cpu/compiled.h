@@ -35,6 +35,9 @@ struct CpuCompiled : CompiledGraph {
   std::vector<size_t> offset;        // per tensor: byte offset of an activation in the arena
   std::vector<const float*> norm_w;  // per tensor: f32 copy of a norm weight (else null)
   std::vector<std::vector<float>> norm_store;
+  // Per tensor: an I8 cache's key channel factors from a k_norm weight (kv_key_factors), or null.
+  std::vector<const float*> k_factor;
+  std::vector<std::vector<float>> k_factor_store;
   Buffer arena;
   Buffer normed;  // [max_tokens, max norm width]: a long step's normalised input, shared
   Buffer x_bf16;  // [max_tokens, max k]: a long step's input rounded for a bf16 GEMM, shared

@@ -82,6 +82,18 @@ uint8_t* CpuKVCache::k(int layer, int head) const {
 uint8_t* CpuKVCache::v(int layer, int head) const {
   return mem.get() + ((size_t(layer) * 2 + 1) * spec.n_kv_heads + head) * head_stride();
 }
+size_t CpuKVCache::scales_offset() const {
+  const size_t codes = size_t(spec.n_layers) * 2 * spec.n_kv_heads * head_stride();
+  return (codes + 63) / 64 * 64;
+}
+float* CpuKVCache::k_scale(int layer, int head) const {
+  return reinterpret_cast<float*>(mem.get() + scales_offset()) +
+         (size_t(layer) * 2 * spec.n_kv_heads + head) * size_t(capacity);
+}
+float* CpuKVCache::v_scale(int layer, int head) const {
+  return reinterpret_cast<float*>(mem.get() + scales_offset()) +
+         ((size_t(layer) * 2 + 1) * spec.n_kv_heads + head) * size_t(capacity);
+}
 
 int default_thread_count() {
   unsigned n = std::thread::hardware_concurrency();
@@ -97,7 +109,8 @@ CpuBackend::CpuBackend(const BackendOptions& opt)
       gemm_min_tokens_(opt.gemm_min_tokens > 0
                            ? opt.gemm_min_tokens
                            : env_int("HEARTH_GEMM_MIN_TOKENS", kDefaultGemmMinTokens)) {
-  if (kv_dtype_ != DType::F32 && kv_dtype_ != DType::F16 && kv_dtype_ != DType::BF16)
+  if (kv_dtype_ != DType::F32 && kv_dtype_ != DType::F16 && kv_dtype_ != DType::BF16 &&
+      kv_dtype_ != DType::I8)
     fail("cpu backend: KV cache type ", dtype_name(kv_dtype_), " is not supported");
   if (gemm_kind_ == GemmKind::DnnlBf16 && kernels_.isa != Isa::Avx512)
     fail("cpu backend: GEMM dnnl-bf16 needs AVX512_BF16 (ISA avx512)");
@@ -139,6 +152,7 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
     if (!supports_op(g, n)) fail("cpu backend: op ", op_name(n.op), " is not supported");
   cg->steps = plan_steps(g);
   cg->norm_w.assign(ts.size(), nullptr);
+  cg->k_factor.assign(ts.size(), nullptr);
   cg->ptr.assign(ts.size(), nullptr);
 
   // Norm weights are widened to f32 once; they are small.
@@ -182,6 +196,10 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
         const AttentionStep& a = s.att;
         widen_norm(a.q_norm);
         widen_norm(a.k_norm);
+        if (a.k_norm >= 0 && !cg->k_factor[size_t(a.k_norm)]) {
+          cg->k_factor_store.push_back(kv_key_factors(cg->norm_w[size_t(a.k_norm)], a.p.head_dim));
+          cg->k_factor[size_t(a.k_norm)] = cg->k_factor_store.back().data();
+        }
         max_hd = std::max<int64_t>(max_hd, a.p.head_dim);
         max_group = std::max<int64_t>(max_group, a.p.n_heads / a.p.n_kv_heads);
         if (a.rope_q || a.rope_k) use_rope(a.p.head_dim, a.p.rope_theta);
@@ -273,7 +291,8 @@ std::unique_ptr<KVCache> CpuBackend::alloc_kv(const KVSpec& spec, int capacity) 
   kv->spec = spec;
   kv->capacity = capacity;
   kv->dtype = kv_dtype_;
-  kv->mem = {static_cast<uint8_t*>(aligned_alloc_or_throw(kv->bytes(), "the KV cache")), std::free};
+  kv->mem = {static_cast<uint8_t*>(aligned_alloc_or_throw(kv->bytes() + 64, "the KV cache")),
+             std::free};
   return kv;
 }
 
@@ -287,6 +306,10 @@ void CpuBackend::copy_kv(const KVCache& from_base, KVCache& to_base, int n) {
     for (int h = 0; h < from.spec.n_kv_heads; ++h) {
       std::memcpy(to.k(l, h), from.k(l, h), bytes);
       std::memcpy(to.v(l, h), from.v(l, h), bytes);
+      if (from.dtype == DType::I8) {
+        std::memcpy(to.k_scale(l, h), from.k_scale(l, h), size_t(n) * 4);
+        std::memcpy(to.v_scale(l, h), from.v_scale(l, h), size_t(n) * 4);
+      }
     }
 }
 

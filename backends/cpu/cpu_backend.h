@@ -17,12 +17,16 @@
 namespace hearth::cpu {
 
 // Host KV cache: per layer, K then V, each [n_kv_heads, capacity, head_dim], so decode attention
-// streams each head's keys contiguously.
+// streams each head's keys contiguously. An I8 cache holds codes there and, after all of them, one
+// f32 scale per (layer, K/V, head, position) in the same order (kv_quant.h).
 struct CpuKVCache : KVCache {
   std::unique_ptr<uint8_t[], void (*)(void*)> mem{nullptr, nullptr};
   size_t head_stride() const { return size_t(capacity) * spec.head_dim * dtype_size(dtype); }
+  size_t scales_offset() const;  // bytes from mem to the first scale (I8 only)
   uint8_t* k(int layer, int head) const;
   uint8_t* v(int layer, int head) const;
+  float* k_scale(int layer, int head) const;  // [capacity], I8 only
+  float* v_scale(int layer, int head) const;
 };
 
 class CpuBackend : public Backend {

@@ -54,10 +54,34 @@ struct Heads {
   // KV head g of token t: normalise and rotate k, then append k and v at position pos0 + t.
   void prepare_kv(int t, int g) const {
     norm_rope(k, nkv, t, g, s.k_norm, s.rope_k);
-    const size_t off = size_t(c.in.pos0 + t) * size_t(hd) * esz;
+    const int pos = c.in.pos0 + t;
+    const size_t off = size_t(pos) * size_t(hd) * esz;
     const int64_t src = (int64_t(t) * nkv + g) * hd;
+    if (c.kv->dtype == DType::I8) {
+      quantize_kv_row(k + src, k_factor(), hd,
+                      reinterpret_cast<int8_t*>(c.kv->k(s.p.layer, g) + off),
+                      c.kv->k_scale(s.p.layer, g) + pos);
+      quantize_kv_row(v + src, nullptr, hd, reinterpret_cast<int8_t*>(c.kv->v(s.p.layer, g) + off),
+                      c.kv->v_scale(s.p.layer, g) + pos);
+      return;
+    }
     store_as(c.kv->dtype, k + src, c.kv->k(s.p.layer, g) + off, hd);
     store_as(c.kv->dtype, v + src, c.kv->v(s.p.layer, g) + off, hd);
+  }
+
+  const float* k_factor() const {
+    return s.k_norm >= 0 ? c.cg.k_factor[size_t(s.k_norm)] : nullptr;
+  }
+
+  // The cache pointers of KV head g in a kernel's arguments.
+  void set_cache(AttentionArgs& a, int g) const {
+    a.k = c.kv->k(s.p.layer, g);
+    a.v = c.kv->v(s.p.layer, g);
+    if (c.kv->dtype == DType::I8) {
+      a.k_scale = c.kv->k_scale(s.p.layer, g);
+      a.v_scale = c.kv->v_scale(s.p.layer, g);
+      a.k_factor = k_factor();
+    }
   }
 
   void prepare_q(int t, int h) const { norm_rope(q, nh, t, h, s.q_norm, s.rope_q); }
@@ -72,8 +96,7 @@ struct Heads {
     a.n_tok = t1 - t0;
     a.group = group;
     a.pos0 = c.in.pos0 + t0;
-    a.k = c.kv->k(s.p.layer, g);
-    a.v = c.kv->v(s.p.layer, g);
+    set_cache(a, g);
     a.head_dim = hd;
     a.scale = 1.f / std::sqrt(float(hd));
     a.scratch = c.scratch() + c.cg.off_attn;
@@ -91,8 +114,7 @@ struct Heads {
     a.n_tok = 1;
     a.group = group;
     a.pos0 = c.in.pos0;
-    a.k = c.kv->k(s.p.layer, g);
-    a.v = c.kv->v(s.p.layer, g);
+    set_cache(a, g);
     a.head_dim = hd;
     a.scale = 1.f / std::sqrt(float(hd));
     a.scratch = c.scratch() + c.cg.off_attn;

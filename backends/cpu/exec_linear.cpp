@@ -52,7 +52,8 @@ void matmul_rows(const StepCtx& c, const Tensor& w, const float* x, int64_t T, i
     q.scales = w.scales;
     q.scale_dtype = w.scale_dtype;
     q.group = w.group_size;
-    (w.dtype == DType::Q8 ? c.kt.matmul_q8 : c.kt.matmul_q4)(q);
+    q.codebook = w.codebook;
+    (w.dtype == DType::Q8 ? c.kt.matmul_q8 : w.codebook ? c.kt.matmul_q4cb : c.kt.matmul_q4)(q);
     return;
   }
   c.kt.matmul[type_slot(w.dtype)](a);
@@ -113,7 +114,9 @@ void gemm_rows(const StepCtx& c, const Tensor& w, const float* x, const uint16_t
   const int64_t K = w.cols();
   if (r0 >= r1) return;
   if (w.quantized()) {  // Q8/Q4: blocks of rows dequantized for the library, like 16-bit widening
-    const QuantDequantFn deq = w.dtype == DType::Q8 ? c.kt.dequant_q8 : c.kt.dequant_q4;
+    const QuantDequantFn deq = w.dtype == DType::Q8 ? c.kt.dequant_q8
+                               : w.codebook         ? c.kt.dequant_q4cb
+                                                    : c.kt.dequant_q4;
     float* wide = c.scratch() + c.cg.off_wide;
     for (int64_t r = r0; r < r1; r += kGemmBlockRows) {
       const int64_t n = std::min(r1, r + kGemmBlockRows) - r;

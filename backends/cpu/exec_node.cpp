@@ -56,6 +56,16 @@ void run_node_step(const StepCtx& c, const Node& n) {
       for (int64_t p = b; p < e; ++p) {
         const int64_t t = p / nkv, h = p % nkv;
         const size_t off = size_t(c.in.pos0 + t) * size_t(hd) * esz;
+        if (c.kv->dtype == DType::I8) {  // no k_norm here to derive channel factors from
+          const int pos = c.in.pos0 + int(t);
+          quantize_kv_row(k + (t * nkv + h) * hd, nullptr, hd,
+                          reinterpret_cast<int8_t*>(c.kv->k(n.p.layer, int(h)) + off),
+                          c.kv->k_scale(n.p.layer, int(h)) + pos);
+          quantize_kv_row(v + (t * nkv + h) * hd, nullptr, hd,
+                          reinterpret_cast<int8_t*>(c.kv->v(n.p.layer, int(h)) + off),
+                          c.kv->v_scale(n.p.layer, int(h)) + pos);
+          continue;
+        }
         store_as(c.kv->dtype, k + (t * nkv + h) * hd, c.kv->k(n.p.layer, int(h)) + off, hd);
         store_as(c.kv->dtype, v + (t * nkv + h) * hd, c.kv->v(n.p.layer, int(h)) + off, hd);
       }
@@ -66,8 +76,13 @@ void run_node_step(const StepCtx& c, const Node& n) {
       for (int64_t p = b; p < e; ++p) {
         const int64_t t = p / nh, h = p % nh;
         const int kvh = int(h / group);
-        attend_one(q + (t * nh + h) * hd, c.kv->k(n.p.layer, kvh), c.kv->v(n.p.layer, kvh),
-                   c.kv->dtype, c.in.pos0 + int(t) + 1, hd, scale, out + (t * nh + h) * hd);
+        const bool i8 = c.kv->dtype == DType::I8;
+        const KVRows kr{c.kv->k(n.p.layer, kvh), c.kv->dtype,
+                        i8 ? c.kv->k_scale(n.p.layer, kvh) : nullptr, nullptr};
+        const KVRows vr{c.kv->v(n.p.layer, kvh), c.kv->dtype,
+                        i8 ? c.kv->v_scale(n.p.layer, kvh) : nullptr, nullptr};
+        attend_one(q + (t * nh + h) * hd, kr, vr, c.in.pos0 + int(t) + 1, hd, scale,
+                   out + (t * nh + h) * hd);
       }
       break;
     }

@@ -35,6 +35,7 @@ struct QuantMatmulArgs : MatmulArgs {
   const void* scales = nullptr;
   DType scale_dtype = DType::F16;
   int group = 0;
+  const int8_t* codebook = nullptr;  // Q4 with a codebook (matmul_q4cb): the 16 levels
 };
 using QuantMatmulFn = void (*)(const QuantMatmulArgs&);
 // Rows [r0, r0 + n) of a Q8/Q4 weight w (k = w.cols()) dequantized into dst [n, k] in element
@@ -76,6 +77,10 @@ struct AttentionArgs {
   int kv_begin = 0;
   int kv_end = 1 << 30;
   float* ml = nullptr;
+  // I8 caches: element d of position p is code * scale[p], times k_factor[d] for keys (kv_quant.h).
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
+  const float* k_factor = nullptr;
 };
 using AttentionFn = void (*)(const AttentionArgs&);
 
@@ -101,9 +106,9 @@ using ToBf16Fn = void (*)(const float* x, uint16_t* out, int64_t n);
 using ReadSumFn = float (*)(const float* x, int64_t n);
 using FmaLoopFn = float (*)(int64_t iters, double* flops);
 
-constexpr int kNumTypes = 3;  // F32, F16, BF16: weight and KV cache types
+constexpr int kNumTypes = 4;  // F32, F16, BF16 (weight and KV cache types), I8 (KV cache only)
 constexpr int type_slot(DType t) {
-  return t == DType::F32 ? 0 : t == DType::F16 ? 1 : 2;
+  return t == DType::F32 ? 0 : t == DType::F16 ? 1 : t == DType::BF16 ? 2 : 3;
 }
 
 struct KernelTable {
@@ -118,6 +123,9 @@ struct KernelTable {
   FmaLoopFn fma_loop = nullptr;
   QuantMatmulFn matmul_q8 = nullptr, matmul_q4 = nullptr;
   QuantDequantFn dequant_q8 = nullptr, dequant_q4 = nullptr;
+  // Q4 whose nibbles index a codebook (Tensor::codebook) rather than the uniform grid.
+  QuantMatmulFn matmul_q4cb = nullptr;
+  QuantDequantFn dequant_q4cb = nullptr;
 };
 
 // One fill function per kernel file; make_kernel_table calls those of each level up to the ISA.
@@ -126,6 +134,7 @@ void fill_attention_scalar(KernelTable& k);
 void fill_vecops_scalar(KernelTable& k);
 void fill_matmul_q8_scalar(KernelTable& k);
 void fill_matmul_q4_scalar(KernelTable& k);
+void fill_matmul_q4cb_scalar(KernelTable& k);
 #if defined(__x86_64__)
 void fill_matmul_f32_avx2(KernelTable& k);
 void fill_matmul_f16_avx2(KernelTable& k);
@@ -134,6 +143,7 @@ void fill_attention_avx2(KernelTable& k);
 void fill_vecops_avx2(KernelTable& k);
 void fill_matmul_q8_avx2(KernelTable& k);
 void fill_matmul_q4_avx2(KernelTable& k);
+void fill_matmul_q4cb_avx2(KernelTable& k);
 void fill_matmul_f32_avx512(KernelTable& k);
 void fill_matmul_f16_avx512(KernelTable& k);
 void fill_matmul_bf16_avx512(KernelTable& k);
@@ -141,12 +151,19 @@ void fill_attention_avx512(KernelTable& k);
 void fill_vecops_avx512(KernelTable& k);
 void fill_matmul_q8_avx512(KernelTable& k);
 void fill_matmul_q4_avx512(KernelTable& k);
+void fill_matmul_q4cb_avx512(KernelTable& k);
 #endif
 #if defined(__aarch64__)
 void fill_matmul_neon(KernelTable& k);  // attention and vecops stay scalar on NEON for now
+// Q8/Q4 on SDOT when f has neon_dotprod, else on plain NEON.
+void fill_matmul_q8_neon(KernelTable& k, const CpuFeatures& f);
+void fill_matmul_q4_neon(KernelTable& k, const CpuFeatures& f);
 #endif
 
-// The table for an ISA: scalar first, then each level up to `isa` overrides its slots.
+// The table for an ISA: scalar first, then each level up to `isa` overrides its slots. Extensions
+// within a level (NEON's dotprod) are used as `f` reports them, so tests can turn one off to reach
+// its fallback; the one-argument form detects them.
+KernelTable make_kernel_table(Isa isa, const CpuFeatures& f);
 KernelTable make_kernel_table(Isa isa);
 
 }  // namespace hearth::cpu

@@ -24,6 +24,9 @@ struct Q4Codes {
     const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
     return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, lo, xa), hi, xb);
   }
+  static void tail(const uint8_t* c, const int8_t* x, int m, int32_t* isum) {
+    tail_block_dots(kBits, c, x, m, isum);
+  }
 };
 
 // One row in element order, as bf16 or f32: nibble - 8 times its group's scale.

@@ -24,6 +24,9 @@ struct Q8Codes {
     prefetch(c + kPrefetchAhead + 64);
     return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, u0, xa), u1, xb);
   }
+  static void tail(const uint8_t* c, const int8_t* x, int m, int32_t* isum) {
+    tail_block_dots(kBits, c, x, m, isum);
+  }
 };
 
 // One row in element order, as bf16 or f32.

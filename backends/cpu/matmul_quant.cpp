@@ -57,6 +57,14 @@ void tail_block_dots(int bits, const uint8_t* w, const int8_t* x, int m, int32_t
   }
 }
 
+void tail_block_dots_lut(const uint8_t* w, const int8_t* x, int m, const uint8_t* lut,
+                         int32_t* isum) {
+  for (int b = 0; b < m; ++b) isum[b] = 0;
+  const int half = 16 * m;
+  for (int p = 0; p < half; ++p)
+    isum[(p / 4) % m] += int32_t(lut[w[p] & 15]) * x[p] + int32_t(lut[w[p] >> 4]) * x[half + p];
+}
+
 void dequant_rows_scalar(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16) {
   const int64_t k = w.cols();
   float tmp[kChunk];

@@ -37,6 +37,9 @@ void quantize_act_scalar(const float* x, int64_t k, int8_t* q, float* d, float* 
 // Integer dots of one chunk of m < 4 blocks (a row's short last chunk) per block: codes as the
 // unsigned values the SIMD loops use (Q4: q + 8; Q8: q + 128), activations in slot order.
 void tail_block_dots(int bits, const uint8_t* w_chunk, const int8_t* x_chunk, int m, int32_t* isum);
+// The same for Q4 codes that index a codebook: each nibble i counts as lut[i] (a level + 128).
+void tail_block_dots_lut(const uint8_t* w_chunk, const int8_t* x_chunk, int m, const uint8_t* lut,
+                         int32_t* isum);
 
 // The portable QuantDequantFn (quant::dequantize_row row by row).
 void dequant_rows_scalar(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16);

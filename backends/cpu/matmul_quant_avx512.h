@@ -181,10 +181,12 @@ inline __m128 hsum4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
 
 // Decode for Q4 and Q8 (Codes::kBits): activations quantized per token, offsets folded into the
 // integer accumulators, then NR rows at a time share each activation chunk. Codes provides
-// kBits, kOffsetLog2, kChunkBytes and dot(chunk, xa, xb, init) = init + the chunk's lane dots.
+// kOffsetLog2, kChunkBytes, dot(chunk, xa, xb, init) = init + the chunk's lane dots, and
+// tail(codes, x, m, isum), the unsigned block dots of a short last chunk (tail_block_dots); dot and
+// tail may be members of a Codes object (a codebook's lookup table), passed to decode_quant.
 template <class Codes, int NR>
-inline void rows_dot(const uint8_t* const* w, const float* const* P, const int8_t* xq,
-                     const int32_t* off, int64_t nc, float* out) {
+inline void rows_dot(const Codes& cd, const uint8_t* const* w, const float* const* P,
+                     const int8_t* xq, const int32_t* off, int64_t nc, float* out) {
   __m512 acc[NR];
   for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t j = 0; j < nc; ++j) {
@@ -192,7 +194,7 @@ inline void rows_dot(const uint8_t* const* w, const float* const* P, const int8_
     const __m512i xb = _mm512_loadu_si512(xq + j * kChunk + 64);
     const __m512i o = _mm512_loadu_si512(off + 16 * j);
     for (int r = 0; r < NR; ++r) {
-      const __m512i d = Codes::dot(w[r] + j * Codes::kChunkBytes, xa, xb, o);
+      const __m512i d = cd.dot(w[r] + j * Codes::kChunkBytes, xa, xb, o);
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), chunk_factors(P[r], j), acc[r]);
     }
   }
@@ -205,7 +207,7 @@ inline void rows_dot(const uint8_t* const* w, const float* const* P, const int8_
 }
 
 template <class Codes, int G>
-void decode_quant(const QuantMatmulArgs& a) {
+void decode_quant(const QuantMatmulArgs& a, const Codes& cd = Codes()) {
   constexpr int64_t kRowBytes = Codes::kChunkBytes;  // per 128 elements
   const int64_t k = a.k, nb = k / kBlock, ng = k / G, nc = k / kChunk, kc = nc * kChunk;
   const int64_t nbp = (nb + 15) / 16 * 16;
@@ -237,13 +239,13 @@ void decode_quant(const QuantMatmulArgs& a) {
       float dot[NR];
       for (int i = 0; i < NR; ++i)
         block_factors<G>(at.d + t * nb, a.scale_dtype, scales + (r + i) * ng, nb, P + i * nbp);
-      rows_dot<Codes, NR>(w, pr, xq, off + t * 16 * nc, nc, dot);
+      rows_dot<Codes, NR>(cd, w, pr, xq, off + t * 16 * nc, nc, dot);
       if (kc < k) {  // a shorter last chunk of m blocks
         const int m = int((k - kc) / kBlock);
         const float* sx = at.s + t * nb + kc / kBlock;
         for (int i = 0; i < NR; ++i) {
           int32_t isum[4];
-          tail_block_dots(Codes::kBits, w[i] + nc * kRowBytes, xq + kc, m, isum);
+          cd.tail(w[i] + nc * kRowBytes, xq + kc, m, isum);
           for (int b = 0; b < m; ++b)
             dot[i] +=
                 pr[i][kc / kBlock + b] * (float(isum[b]) - float(1 << Codes::kOffsetLog2) * sx[b]);

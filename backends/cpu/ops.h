@@ -3,6 +3,7 @@
 // Activations are f32 row-major; norm weights arrive already widened to f32.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -26,20 +27,42 @@ void attention_rows_ref(const AttentionArgs& a, DType kv_type);
 void rope_heads(float* x, int n_heads, int head_dim, const float* cos, const float* sin, int64_t p0,
                 int64_t p1);
 
-// Softmax attention of one query head over positions [0, n_pos) of one KV head.
-// k and v are [n_pos, head_dim] in `kv_type`; the result goes to out[head_dim].
-void attend_one(const float* q, const void* k, const void* v, DType kv_type, int n_pos,
-                int head_dim, float scale, float* out);
+// One KV head's cache rows [position][head_dim] as the kernels read them: plain F32/F16/BF16
+// values, or I8 codes where element d of position p is code * row_scale[p] * col_factor[d]
+// (col_factor null: all ones). See quantize_kv_row.
+struct KVRows {
+  const void* data = nullptr;
+  DType type = DType::F32;
+  const float* row_scale = nullptr;
+  const float* col_factor = nullptr;
+  float at(int64_t p, int d, int head_dim) const;
+};
+
+// Softmax attention of one query head over positions [0, n_pos) of one KV head; the result goes
+// to out[head_dim].
+void attend_one(const float* q, const KVRows& k, const KVRows& v, int n_pos, int head_dim,
+                float scale, float* out);
 // The same over positions [p_begin, p_end) only. With ml set, out is left unnormalised (the sum of
 // exp(s - m) v) and ml gets {m, l}: the maximum score and the sum of exp(s - m), so that partial
 // ranges can be merged; an empty range gives {-inf, 0} and zeros.
-void attend_range(const float* q, const void* k, const void* v, DType kv_type, int p_begin,
-                  int p_end, int head_dim, float scale, float* out, float* ml);
+void attend_range(const float* q, const KVRows& k, const KVRows& v, int p_begin, int p_end,
+                  int head_dim, float scale, float* out, float* ml);
 
 void silu_mul(const float* a, const float* b, float* out, int64_t i0, int64_t i1);
 void add(const float* a, const float* b, float* out, int64_t i0, int64_t i1);
 
 // Stores n f32 values as `t` (F32, F16 or BF16).
 void store_as(DType t, const float* src, void* dst, int64_t n);
+
+// One row of an I8 KV cache: y = x / factor (factor null: ones), *scale = max|y| / 127 and
+// codes[d] = round(y[d] / *scale), so x[d] ~ codes[d] * *scale * factor[d]. A per-position scale
+// follows each token's magnitude; the per-channel factor (fixed per layer: for keys, the k_norm
+// gains, which make some channels outliers in every token) stops those channels from taking the
+// whole int8 range from the others.
+void quantize_kv_row(const float* x, const float* factor, int64_t n, int8_t* codes, float* scale);
+
+// Per-channel factors for a layer's I8 keys from its k_norm gains w[head_dim]: rotate-half RoPE
+// mixes channels d and d + head_dim/2, so both get max(|w[d]|, |w[d + head_dim/2]|).
+std::vector<float> kv_key_factors(const float* w, int head_dim);
 
 }  // namespace hearth::cpu

@@ -1,4 +1,5 @@
 // Reference ops: f32 row-major activations; weights and KV entries widened from their stored type.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -49,33 +50,34 @@ void rope_heads(float* x, int n_heads, int head_dim, const float* cos, const flo
   }
 }
 
-namespace {
-inline float load_kv(DType t, const void* base, int64_t i) {
-  switch (t) {
+float KVRows::at(int64_t p, int d, int head_dim) const {
+  const int64_t i = p * head_dim + d;
+  switch (type) {
     case DType::F16:
-      return f16_to_f32(static_cast<const uint16_t*>(base)[i]);
+      return f16_to_f32(static_cast<const uint16_t*>(data)[i]);
     case DType::BF16:
-      return bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
+      return bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
+    case DType::I8:
+      return float(static_cast<const int8_t*>(data)[i]) * row_scale[p] *
+             (col_factor ? col_factor[d] : 1.f);
     default:
-      return static_cast<const float*>(base)[i];
+      return static_cast<const float*>(data)[i];
   }
 }
-}  // namespace
 
-void attend_one(const float* q, const void* k, const void* v, DType kv_type, int n_pos,
-                int head_dim, float scale, float* out) {
-  attend_range(q, k, v, kv_type, 0, n_pos, head_dim, scale, out, nullptr);
+void attend_one(const float* q, const KVRows& k, const KVRows& v, int n_pos, int head_dim,
+                float scale, float* out) {
+  attend_range(q, k, v, 0, n_pos, head_dim, scale, out, nullptr);
 }
 
-void attend_range(const float* q, const void* k, const void* v, DType kv_type, int p_begin,
-                  int p_end, int head_dim, float scale, float* out, float* ml) {
+void attend_range(const float* q, const KVRows& k, const KVRows& v, int p_begin, int p_end,
+                  int head_dim, float scale, float* out, float* ml) {
   // Online softmax: one pass over the positions, no score buffer, exact after the final divide.
   float m = -INFINITY, l = 0.f;
   for (int d = 0; d < head_dim; ++d) out[d] = 0.f;
   for (int p = p_begin; p < p_end; ++p) {
-    const int64_t base = int64_t(p) * head_dim;
     float s = 0.f;
-    for (int d = 0; d < head_dim; ++d) s += q[d] * load_kv(kv_type, k, base + d);
+    for (int d = 0; d < head_dim; ++d) s += q[d] * k.at(p, d, head_dim);
     s *= scale;
     if (s > m) {
       const float c = std::exp(m - s);
@@ -85,7 +87,7 @@ void attend_range(const float* q, const void* k, const void* v, DType kv_type, i
     }
     const float e = std::exp(s - m);
     l += e;
-    for (int d = 0; d < head_dim; ++d) out[d] += e * load_kv(kv_type, v, base + d);
+    for (int d = 0; d < head_dim; ++d) out[d] += e * v.at(p, d, head_dim);
   }
   if (ml) {
     ml[0] = m, ml[1] = l;
@@ -118,6 +120,32 @@ void store_as(DType t, const float* src, void* dst, int64_t n) {
     default:
       std::memcpy(dst, src, size_t(n) * 4);
   }
+}
+
+void quantize_kv_row(const float* x, const float* factor, int64_t n, int8_t* codes, float* scale) {
+  float amax = 0.f;
+  for (int64_t d = 0; d < n; ++d)
+    amax = std::max(amax, std::fabs(factor ? x[d] / factor[d] : x[d]));
+  *scale = amax / 127.f;
+  const float inv = amax > 0.f ? 127.f / amax : 0.f;
+  for (int64_t d = 0; d < n; ++d) {
+    const float y = factor ? x[d] / factor[d] : x[d];
+    codes[d] = int8_t(std::lrint(std::clamp(y * inv, -127.f, 127.f)));
+  }
+}
+
+std::vector<float> kv_key_factors(const float* w, int head_dim) {
+  std::vector<float> f(size_t(head_dim), 1.f);
+  const int half = head_dim / 2;
+  float top = 0.f;
+  for (int d = 0; d < head_dim; ++d) {
+    const int pair = head_dim % 2 == 0 ? (d < half ? d + half : d - half) : d;
+    f[size_t(d)] = std::max(std::fabs(w[d]), std::fabs(w[pair]));
+    top = std::max(top, f[size_t(d)]);
+  }
+  // A zero (or denormal) gain would divide by zero; such channels are near zero anyway.
+  for (float& v : f) v = top > 0.f ? std::max(v, top * 1e-3f) : 1.f;
+  return f;
 }
 
 }  // namespace hearth::cpu

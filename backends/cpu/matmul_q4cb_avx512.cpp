@@ -1,0 +1,127 @@
+// Q4-codebook matmul, AVX-512 VNNI + BF16: Q4's 128-element chunks of 64 bytes in slot order
+// (quant/FORMAT.md), byte p holding slot p of the chunk's first half in its low nibble and of its
+// second half in its high nibble, 4-byte lane i in block i mod 4, each nibble an index into the 16
+// int8 levels. Decode looks both nibble planes up with vpshufb in a table of level + 128, the
+// unsigned operand of vpdpbusd against the int8 activations (same slot order), into one integer
+// accumulator that starts from the activations' offset lanes (removing the +128 exactly, as Q8
+// does); prefill looks levels up the same way and dequantizes tiles of rows to bf16 for vdpbf16ps.
+#include "backends/cpu/matmul_quant_avx512.h"
+
+namespace hearth::cpu {
+
+namespace {
+
+using namespace qk;
+
+struct Q4CbCodes {
+  static constexpr int kOffsetLog2 = 7;  // the table holds level + 128
+  static constexpr int64_t kChunkBytes = 64;
+  __m512i lut;
+  uint8_t lut_u[16];
+  explicit Q4CbCodes(const int8_t* codebook) {
+    for (int i = 0; i < 16; ++i) lut_u[i] = uint8_t(codebook[i] + 128);
+    lut = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lut_u)));
+  }
+  __m512i dot(const uint8_t* c, __m512i xa, __m512i xb, __m512i init) const {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i v = _mm512_loadu_si512(c);
+    prefetch(c + kPrefetchAhead);
+    const __m512i lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4));
+    const __m512i hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+    return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, lo, xa), hi, xb);
+  }
+  void tail(const uint8_t* c, const int8_t* x, int m, int32_t* isum) const {
+    tail_block_dots_lut(c, x, m, lut_u, isum);
+  }
+};
+
+// One row in element order, as bf16 or f32: codebook[nibble] times its group's scale.
+template <int G, bool BF16>
+void dequant_row(const uint8_t* s, const uint16_t* scales, DType st, const int8_t* cb, int64_t k,
+                 void* dst) {
+  const int64_t kc = k / kChunk * kChunk;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(cb)));
+  for (int64_t c0 = 0; c0 < kc; c0 += kChunk) {
+    const __m512i v = _mm512_loadu_si512(s + c0 / 2);
+    const __m512i lo = slots_to_blocks(_mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4)));
+    const __m512i hi =
+        slots_to_blocks(_mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4)));
+    for (int b = 0; b < 4; ++b) {
+      const __m512 sc = _mm512_set1_ps(scale_f32(st, scales[(c0 + 32 * b) / G]));
+      const __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lane128(lo, b)));
+      const __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lane128(hi, b)));
+      store32<BF16>(dst, c0 + 32 * b, _mm512_mul_ps(f0, sc), _mm512_mul_ps(f1, sc));
+    }
+  }
+  if (kc < k) {  // a shorter last chunk of m blocks
+    const int m = int((k - kc) / kBlock);
+    for (int b = 0; b < m; ++b)
+      for (int h = 0; h < 2; ++h)
+        for (int q = 0; q < 4; ++q)
+          for (int e = 0; e < 4; ++e) {
+            const uint8_t byte = s[kc / 2 + 4 * (m * q + b) + e];
+            const int64_t i = kc + 32 * b + 16 * h + 4 * q + e;
+            store1<BF16>(dst, i, float(cb[h ? byte >> 4 : byte & 15]) * scale_f32(st, scales[i / G]));
+          }
+  }
+}
+
+template <int G>
+void matmul_q4cb_avx512_g(const QuantMatmulArgs& a) {
+  if (a.n_tokens < kPrefillTokens) return decode_quant<Q4CbCodes, G>(a, Q4CbCodes(a.codebook));
+  const auto* codes = static_cast<const uint8_t*>(a.w);
+  const auto* scales = static_cast<const uint16_t*>(a.scales);
+  matmul_tiles_bf16(a, [&](int64_t row, uint16_t* dst) {
+    dequant_row<G, true>(codes + row * (a.k / 2), scales + row * (a.k / G), a.scale_dtype,
+                         a.codebook, a.k, dst);
+  });
+}
+
+template <int G>
+void dequant_rows_g(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16) {
+  const int64_t k = w.cols();
+  const auto* codes = static_cast<const uint8_t*>(w.data);
+  const auto* scales = static_cast<const uint16_t*>(w.scales);
+  for (int64_t r = r0; r < r0 + n; ++r) {
+    const uint8_t* c = codes + r * (k / 2);
+    const uint16_t* s = scales + r * (k / G);
+    if (bf16)
+      dequant_row<G, true>(c, s, w.scale_dtype, w.codebook, k,
+                           static_cast<uint16_t*>(dst) + (r - r0) * k);
+    else
+      dequant_row<G, false>(c, s, w.scale_dtype, w.codebook, k,
+                            static_cast<float*>(dst) + (r - r0) * k);
+  }
+}
+
+void dequant_rows(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16) {
+  switch (w.group_size) {
+    case 32:
+      return dequant_rows_g<32>(w, r0, n, dst, bf16);
+    case 64:
+      return dequant_rows_g<64>(w, r0, n, dst, bf16);
+    default:
+      return dequant_rows_g<128>(w, r0, n, dst, bf16);
+  }
+}
+
+void matmul_q4cb_avx512(const QuantMatmulArgs& a) {
+  switch (a.group) {
+    case 32:
+      return matmul_q4cb_avx512_g<32>(a);
+    case 64:
+      return matmul_q4cb_avx512_g<64>(a);
+    default:
+      return matmul_q4cb_avx512_g<128>(a);
+  }
+}
+
+}  // namespace
+
+void fill_matmul_q4cb_avx512(KernelTable& k) {
+  k.matmul_q4cb = matmul_q4cb_avx512;
+  k.dequant_q4cb = dequant_rows;
+}
+
+}  // namespace hearth::cpu
