@@ -22,8 +22,8 @@ struct Tensor {
   const void* scales = nullptr;
   DType scale_dtype = DType::F16;
   int group_size = 0;
-  // Q4 only: the checkpoint's 16-level codebook (int8 levels indexed by the nibble, quant/FORMAT.md),
-  // owned by the model's weights; null for the uniform grid (nibble - 8).
+  // Q4 only: the checkpoint's 16-level codebook (int8 levels indexed by the nibble,
+  // quant/FORMAT.md), owned by the model's weights; null for the uniform grid (nibble - 8).
   const int8_t* codebook = nullptr;
 
   int64_t numel() const {

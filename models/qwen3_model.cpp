@@ -35,7 +35,8 @@ std::unique_ptr<Qwen3Model> Qwen3Model::load(const std::string& dir,
 std::string Qwen3Model::weight_dtypes() const {
   std::set<std::string> names;
   for (const auto& t : graph_.tensors())
-    if (t.kind == TensorKind::Weight) names.insert(dtype_name(t.weight.dtype));
+    if (t.kind == TensorKind::Weight)
+      names.insert(t.weight.codebook ? std::string("Q4CB") : dtype_name(t.weight.dtype));
   std::string s;
   for (auto& n : names) s += (s.empty() ? "" : "+") + n;
   return s;

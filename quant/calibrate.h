@@ -17,9 +17,9 @@
 namespace hearth::quant {
 
 struct CalibrationOptions {
-  Scheme scheme;         // the scheme the linear weights will be stored in
+  Scheme scheme;                     // the scheme the linear weights will be stored in
   const int8_t* codebook = nullptr;  // its 4-bit codebook (16 levels), or null for the uniform grid
-  int ctx = 512;         // tokens per window; each window starts from an empty KV cache
+  int ctx = 512;                     // tokens per window; each window starts from an empty KV cache
   int max_samples = 64;  // activation rows kept per layer input for scoring the scale search
   int max_rows = 256;    // weight rows per linear scored in the search
   int threads = 0;       // 0: one per hardware thread

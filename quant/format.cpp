@@ -39,8 +39,8 @@ Codebook codebook_from(const std::vector<int64_t>& levels, const std::string& wh
     if (v < -127 || v > 127)
       fail(where, ": codebook entry ", i, " is ", v, ", outside the int8 range [-127, 127]");
     if (i > 0 && v <= c[size_t(i - 1)])
-      fail(where, ": codebook entries must increase strictly, but entry ", i, " (", v,
-           ") follows ", int(c[size_t(i - 1)]));
+      fail(where, ": codebook entries must increase strictly, but entry ", i, " (", v, ") follows ",
+           int(c[size_t(i - 1)]));
     c[size_t(i)] = int8_t(v);
   }
   return c;

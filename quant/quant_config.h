@@ -18,7 +18,7 @@ struct QuantConfig {
   // Every 4-bit tensor's levels when set (the "codebook" field); else the uniform grid.
   bool has_codebook = false;
   Codebook codebook{};
-  double bits_per_weight = 0;               // whole checkpoint, scales included
+  double bits_per_weight = 0;  // whole checkpoint, scales included
 
   const Scheme& scheme_for(const std::string& name) const {
     auto it = overrides.find(name);

@@ -231,7 +231,8 @@ void fit_codebook(const float* w, int64_t n, int group, int8_t* levels) {
     if (signed_max == 0.f) continue;
     const float d = signed_max / -127.f;
     for (int i = 0; i < group; ++i) {
-      const double v = std::clamp(double(w[g + i] / d), -127.0, 127.0);
+      const double v = double(w[g + i] / d);
+      if (!(std::fabs(v) <= 127.0)) continue;  // NaN: no place in the histogram
       const int b = int(std::lround((v + 127.0) * kBinsPerUnit));
       mass[size_t(b)] += double(d) * d;
       moment[size_t(b)] += double(d) * d * v;

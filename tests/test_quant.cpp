@@ -123,6 +123,36 @@ void ref_quantize(const std::vector<float>& w, int bits, int group, std::vector<
   }
 }
 
+// A fixed non-uniform codebook for the tests: no zero level, asymmetric, denser near zero.
+const int8_t kTestCodebook[16] = {-127, -96, -70, -50, -34, -21, -10, -3,
+                                  3,    10,  21,  34,  50,  70,  96,  120};
+
+// Codebook round to nearest, from FORMAT.md: scale (signed max) / level 0 (the level of largest
+// magnitude here), F16-rounded; each weight takes the nearest level, the lower one on a tie.
+// idx gets level indices (the nibble values).
+void ref_quantize_cb(const std::vector<float>& w, int group, const int8_t* cb,
+                     std::vector<int>& idx, std::vector<uint16_t>& s) {
+  idx.assign(w.size(), 0);
+  s.assign(w.size() / size_t(group), 0);
+  for (size_t g = 0; g < s.size(); ++g) {
+    float amax = 0, m = 0;
+    for (int i = 0; i < group; ++i) {
+      const float v = w[g * size_t(group) + size_t(i)];
+      if (std::fabs(v) > amax) amax = std::fabs(v), m = v;
+    }
+    s[g] = ref_f16(m / float(cb[0]));
+    const double d = ref_f16f(s[g]);
+    for (int i = 0; i < group; ++i) {
+      const size_t j = g * size_t(group) + size_t(i);
+      const double v = d == 0 ? 0.0 : double(w[j]) / d;
+      int best = 0;
+      for (int k = 1; k < 16; ++k)
+        if (std::fabs(v - cb[k]) < std::fabs(v - cb[best])) best = k;
+      idx[j] = best;
+    }
+  }
+}
+
 // Where element i of a row of n codes goes, straight from FORMAT.md: chunks of 128 elements (the
 // last may hold m < 4 blocks); element 32b + 16h + 4q + e sits at slot 4(m q + b) + e of half h;
 // Q8 halves are consecutive 16m-byte runs, Q4 halves are the low and high nibbles of 16m bytes.
@@ -134,13 +164,15 @@ int64_t ref_place(int bits, int64_t i, int64_t n, bool* high) {
   return bits == 4 ? c0 / 2 + p : c0 + 16 * m * h + p;
 }
 
-// A Q8/Q4 weight built with the reference quantizer, plus its exact dequantized values.
+// A Q8/Q4 weight built with the reference quantizer, plus its exact dequantized values; Q4 with
+// a codebook when cb is set.
 struct QWeight {
   int bits, group;
   int64_t rows, cols;
   std::vector<uint8_t> codes;
   std::vector<uint16_t> scales;
   std::vector<double> deq;  // [rows, cols]
+  const int8_t* cb = nullptr;
   Tensor view() const {
     Tensor t;
     t.dtype = bits == 8 ? DType::Q8 : DType::Q4;
@@ -151,12 +183,14 @@ struct QWeight {
     t.scales = scales.data();
     t.scale_dtype = DType::F16;
     t.group_size = group;
+    t.codebook = cb;
     return t;
   }
 };
 
-QWeight make_qweight(int bits, int group, int64_t rows, int64_t cols, uint32_t seed) {
-  QWeight w{bits, group, rows, cols, {}, {}, {}};
+QWeight make_qweight(int bits, int group, int64_t rows, int64_t cols, uint32_t seed,
+                     const int8_t* cb = nullptr) {
+  QWeight w{bits, group, rows, cols, {}, {}, {}, cb};
   const int64_t rb = bits == 8 ? cols : cols / 2;
   w.codes.assign(size_t(rows * rb), 0);
   w.deq.assign(size_t(rows * cols), 0);
@@ -165,10 +199,16 @@ QWeight make_qweight(int bits, int group, int64_t rows, int64_t cols, uint32_t s
     row[size_t(r % cols)] *= 12.f;  // an outlier per row, so groups differ in scale
     std::vector<int> q;
     std::vector<uint16_t> s;
-    ref_quantize(row, bits, group, q, s);
+    if (cb) {
+      ref_quantize_cb(row, group, cb, q, s);
+      for (int& v : q) v -= 8;  // stored as the nibble, v + 8
+    } else {
+      ref_quantize(row, bits, group, q, s);
+    }
     w.scales.insert(w.scales.end(), s.begin(), s.end());
     for (int64_t i = 0; i < cols; ++i) {
-      w.deq[size_t(r * cols + i)] = double(q[size_t(i)]) * ref_f16f(s[size_t(i / group)]);
+      const int level = cb ? cb[q[size_t(i)] + 8] : q[size_t(i)];
+      w.deq[size_t(r * cols + i)] = double(level) * ref_f16f(s[size_t(i / group)]);
       bool hi;
       const int64_t b = ref_place(bits, i, cols, &hi);
       if (bits == 8)
@@ -291,8 +331,8 @@ TEST_SUITE("quant") {
   }
 
   TEST_CASE("dequantize_row matches the independent dequantization") {
-    for (int bits : {8, 4}) {
-      QWeight w = make_qweight(bits, 64, 5, 192, 3);
+    for (int bits : {8, 4, 0}) {  // 0: Q4 with a codebook
+      QWeight w = make_qweight(bits ? bits : 4, 64, 5, 192, 3, bits ? nullptr : kTestCodebook);
       std::vector<float> out(192);
       for (int64_t r = 0; r < 5; ++r) {
         quant::dequantize_row(w.view(), r, out.data());
@@ -309,19 +349,21 @@ TEST_SUITE("quant") {
     };
     for (const std::string& isa : isas_here()) {
       const cpu::KernelTable kt = cpu::make_kernel_table(cpu::parse_isa(isa));
-      for (int bits : {8, 4})
+      for (int variant : {8, 4, 0})  // 0: Q4 with a codebook
         for (int group : {32, 64, 128})
           for (Shape sh : {Shape{37, 128}, Shape{21, 1024}, Shape{19, 160}, Shape{9, 96},
                            Shape{40, 3072}, Shape{5, 32}})
             for (int T : {1, 3, 8, 37}) {
               if (sh.cols % group) continue;
               CAPTURE(isa);
-              CAPTURE(bits);
+              CAPTURE(variant);
               CAPTURE(group);
               CAPTURE(sh.rows);
               CAPTURE(sh.cols);
               CAPTURE(T);
-              QWeight w = make_qweight(bits, group, sh.rows, sh.cols, uint32_t(sh.cols + T));
+              const int bits = variant ? variant : 4;
+              const int8_t* cb = variant ? nullptr : kTestCodebook;
+              QWeight w = make_qweight(bits, group, sh.rows, sh.cols, uint32_t(sh.cols + T), cb);
               std::vector<float> x = randn(size_t(T * sh.cols), uint32_t(T), 1.f);
               // An activation outlier; a 32-element row with one would measure nothing but the
               // int8 rounding of its block (about 3%).
@@ -345,7 +387,8 @@ TEST_SUITE("quant") {
               a.scales = w.scales.data();
               a.scale_dtype = DType::F16;
               a.group = group;
-              (bits == 8 ? kt.matmul_q8 : kt.matmul_q4)(a);
+              a.codebook = cb;
+              (bits == 8 ? kt.matmul_q8 : cb ? kt.matmul_q4cb : kt.matmul_q4)(a);
               std::vector<float> got;
               std::vector<double> want;
               bool untouched = true, bounded = true;
@@ -386,15 +429,20 @@ TEST_SUITE("quant") {
   TEST_CASE("quantized stand-ins load and generate, on every ISA") {
     TempDir d;
     write_standin(d.str("f"), small_spec(), "", 1);
-    for (int bits : {8, 4}) {
-      quant::quantize_checkpoint(d.str("f"), d.str("q" + std::to_string(bits)), qopts(bits));
-      auto m = Qwen3Model::load(d.str("q" + std::to_string(bits)));
+    for (int variant : {8, 4, 0}) {  // 0: Q4 with a codebook
+      const int bits = variant ? variant : 4;
+      auto o = qopts(bits);
+      o.codebook = variant == 0;
+      quant::quantize_checkpoint(d.str("f"), d.str("q" + std::to_string(variant)), o);
+      auto m = Qwen3Model::load(d.str("q" + std::to_string(variant)));
       CHECK(m->weights().layers[0].q_proj.dtype == (bits == 8 ? DType::Q8 : DType::Q4));
+      CHECK((m->weights().layers[0].q_proj.codebook != nullptr) == o.codebook);
+      CHECK(m->weights().embed.codebook == nullptr);  // int8
       CHECK(m->weights().embed.dtype == DType::Q8);
       CHECK(m->weights().lm_head.data == m->weights().embed.data);  // still tied
       CHECK(m->weights().layers[0].input_norm.dtype == DType::BF16);
       for (const std::string& isa : isas_here()) {
-        CAPTURE(bits);
+        CAPTURE(variant);
         CAPTURE(isa);
         BackendOptions bo;
         bo.isa = isa;
@@ -442,9 +490,12 @@ TEST_SUITE("quant") {
     TempDir d;
     write_standin(d.str("f"), small_spec(), "", 1);
     const std::vector<int32_t> ids = some_ids(48, 512, 3);
-    for (int bits : {8, 4}) {
-      const std::string q = d.str("q" + std::to_string(bits));
-      quant::quantize_checkpoint(d.str("f"), q, qopts(bits));
+    for (int variant : {8, 4, 0}) {  // 0: Q4 with a codebook
+      const int bits = variant ? variant : 4;
+      auto o = qopts(bits);
+      o.codebook = variant == 0;
+      const std::string q = d.str("q" + std::to_string(variant));
+      quant::quantize_checkpoint(d.str("f"), q, o);
       auto m = Qwen3Model::load(q);
       const int V = m->config().vocab_size;
       auto logits = [&](const std::string& isa, const std::string& gemm, int chunk) {
@@ -475,7 +526,7 @@ TEST_SUITE("quant") {
       if (cpu::detect_cpu_features().best() == cpu::Isa::Avx512)
         paths.push_back({"", "dnnl-bf16", 64, 3e-2});  // library bf16 GEMM on dequantized rows
       for (const Path& p : paths) {
-        CAPTURE(bits);
+        CAPTURE(variant);
         CAPTURE(p.gemm);
         CAPTURE(p.chunk);
         CHECK(nerr(logits(p.isa, p.gemm, p.chunk), want) < p.tol);
@@ -687,6 +738,12 @@ TEST_SUITE("quant") {
     CHECK(out.find("--force") != std::string::npos);
     CHECK(run("quantize --model " + d.str("f") + " --out " + q + " --bits 3", &out) == 1);
     CHECK(out.find("--bits must be 4 or 8") != std::string::npos);
+    CHECK(run("quantize --model " + d.str("f") + " --out " + d.str("c") + " --bits 8 --codebook",
+              &out) == 1);
+    CHECK(out.find("--codebook needs --bits 4") != std::string::npos);
+    REQUIRE(run("quantize --model " + d.str("f") + " --out " + d.str("c") + " --codebook --json",
+                &out) == 0);
+    CHECK(out.find("\"codebook\":[-127,") != std::string::npos);
     spit(d.path / "ids.txt", "1, 2, 3, 4, 5, 6, 7, 8, 9, 10\n11 12 13 14 15 16 17 18 19 20\n");
     REQUIRE(run("eval --model " + q + " --reference " + q + " --ids-file " + d.str("ids.txt") +
                     " --ctx 8 --json",
@@ -719,5 +776,291 @@ TEST_SUITE("quant") {
     quant::QuantConfig back = quant::parse_quant_config(quant::quant_config_json(c), "again");
     CHECK(back.main == c.main);
     CHECK(back.overrides.size() == 1);
+  }
+  // --- the 4-bit codebook variant
+  // -----------------------------------------------------------------
+
+  TEST_CASE("codebook codes, scales and placement match an independent quantizer") {
+    for (int group : {32, 64, 128})
+      for (int64_t n : {128, 256, 384, 160, 96, 32}) {
+        if (n % group) continue;
+        CAPTURE(group);
+        CAPTURE(n);
+        std::vector<float> w = randn(size_t(n), uint32_t(n + group), 0.02f);
+        w[3] = 0.5f;  // a dominant positive weight: it must land on level 0 (-127), scale < 0
+        std::vector<int> ridx;
+        std::vector<uint16_t> rs;
+        ref_quantize_cb(w, group, kTestCodebook, ridx, rs);
+        std::vector<int8_t> q(static_cast<size_t>(n));
+        std::vector<uint16_t> s(static_cast<size_t>(n / group));
+        quant::quantize_row(w.data(), n, {4, group, DType::F16}, quant::Method::Rtn, nullptr,
+                            q.data(), s.data(), kTestCodebook);
+        CHECK(s == rs);
+        bool same = true;
+        for (int64_t i = 0; i < n; ++i) same &= q[size_t(i)] + 8 == ridx[size_t(i)];
+        CHECK(same);
+        CHECK(q[3] == -8);
+        CHECK(f16_to_f32(s[0]) < 0.f);
+        // The nibble is the level's index, in the Q4 places.
+        std::vector<uint8_t> packed(static_cast<size_t>(n / 2));
+        quant::pack_row(4, q.data(), n, packed.data());
+        bool placed = true;
+        for (int64_t i = 0; i < n; ++i) {
+          bool hi;
+          const uint8_t byte = packed[size_t(ref_place(4, i, n, &hi))];
+          placed &= (hi ? byte >> 4 : byte & 15) == ridx[size_t(i)];
+        }
+        CHECK(placed);
+        // dequantize_row: codebook[nibble] times the scale.
+        Tensor t;
+        t.dtype = DType::Q4;
+        t.ndim = 2;
+        t.shape = {1, n, 0, 0};
+        t.data = packed.data();
+        t.nbytes = packed.size();
+        t.scales = s.data();
+        t.group_size = group;
+        t.codebook = kTestCodebook;
+        std::vector<float> out(static_cast<size_t>(n));
+        quant::dequantize_row(t, 0, out.data());
+        bool deq = true;
+        for (int64_t i = 0; i < n; ++i)
+          deq &= out[size_t(i)] ==
+                 float(kTestCodebook[ridx[size_t(i)]]) * ref_f16f(rs[size_t(i / group)]);
+        CHECK(deq);
+      }
+  }
+
+  TEST_CASE("codebook: the clipping search never loses to RTN; a fitted codebook beats the grid") {
+    // Heavy-tailed weights (Student-t, 4 degrees of freedom), as trained models' are.
+    std::mt19937 g(5);
+    std::student_t_distribution<float> t4(4.f);
+    std::vector<float> w(1 << 16);
+    for (auto& x : w) x = 0.02f * t4(g);
+    int8_t cb[16];
+    quant::fit_codebook(w.data(), int64_t(w.size()), 32, cb);
+    bool increasing = true;
+    for (int i = 1; i < 16; ++i) increasing &= cb[i] > cb[i - 1];
+    CHECK(increasing);
+    CHECK(cb[0] == -127);
+    CHECK(cb[15] <= 127);
+    int8_t again[16];
+    quant::fit_codebook(w.data(), int64_t(w.size()), 32, again);
+    CHECK(std::memcmp(cb, again, 16) == 0);
+    auto err = [&](quant::Method m, const int8_t* book) {
+      std::vector<int8_t> q(w.size());
+      std::vector<uint16_t> s(w.size() / 32);
+      quant::quantize_row(w.data(), int64_t(w.size()), {4, 32, DType::F16}, m, nullptr, q.data(),
+                          s.data(), book);
+      double e = 0;
+      for (size_t i = 0; i < w.size(); ++i) {
+        const double l = book ? book[q[i] + 8] : q[i];
+        const double d = w[i] - l * f16_to_f32(s[i / 32]);
+        e += d * d;
+      }
+      return e;
+    };
+    const double grid_rtn = err(quant::Method::Rtn, nullptr);
+    const double cb_rtn = err(quant::Method::Rtn, cb), cb_search = err(quant::Method::Search, cb);
+    CAPTURE(grid_rtn);
+    CAPTURE(cb_rtn);
+    CAPTURE(cb_search);
+    CHECK(cb_search <= cb_rtn);
+    CHECK(cb_rtn < 0.8 * grid_rtn);
+    CHECK(cb_search < err(quant::Method::Search, nullptr));
+  }
+
+  TEST_CASE("codebook dequantization kernels match the independent dequantization on every ISA") {
+    for (const std::string& isa : isas_here()) {
+      const cpu::KernelTable kt = cpu::make_kernel_table(cpu::parse_isa(isa));
+      for (int group : {32, 64, 128})
+        for (int64_t cols : {128, 160, 96, 384, 1024}) {
+          if (cols % group) continue;
+          CAPTURE(isa);
+          CAPTURE(group);
+          CAPTURE(cols);
+          QWeight w = make_qweight(4, group, 7, cols, uint32_t(cols), kTestCodebook);
+          std::vector<float> f(size_t(5 * cols));
+          std::vector<uint16_t> b(size_t(5 * cols));
+          kt.dequant_q4cb(w.view(), 2, 5, f.data(), false);
+          kt.dequant_q4cb(w.view(), 2, 5, b.data(), true);
+          bool exact = true, rounded = true;
+          for (int64_t i = 0; i < 5 * cols; ++i) {
+            const double want = w.deq[size_t(2 * cols + i)];
+            exact &= f[size_t(i)] == float(want);
+            rounded &= b[size_t(i)] == f32_to_bf16(float(want));
+          }
+          CHECK(exact);
+          CHECK(rounded);
+        }
+    }
+  }
+
+  TEST_CASE("codebook checkpoints: the tiny fixtures quantize, load and generate on every ISA") {
+    TempDir d;
+    for (const char* name : {"tiny-tied-bf16", "tiny-untied-sharded-f32"}) {
+      CAPTURE(name);
+      const std::string src = std::string(HEARTH_SHARED_DIR) + "/fixtures/models/" + name;
+      auto o = qopts(4, 2);
+      o.codebook = true;
+      o.force = true;
+      const quant::QuantizeReport rep = quant::quantize_checkpoint(src, d.str("q"), o);
+      CHECK(rep.has_codebook);
+      const std::string cfg = slurp(d.path / "q" / "config.json");
+      std::string levels;
+      for (int8_t v : rep.codebook) levels += (levels.empty() ? "" : ",") + std::to_string(int(v));
+      CHECK(cfg.find("\"codebook\":[" + levels + "]") != std::string::npos);
+      auto m = Qwen3Model::load(d.str("q"));
+      const Tensor& up = m->weights().layers[1].up_proj;
+      REQUIRE(up.codebook != nullptr);
+      CHECK(std::memcmp(up.codebook, rep.codebook.data(), 16) == 0);
+      CHECK(m->weights().embed.dtype == DType::Q8);
+      const int V = m->config().vocab_size;
+      std::vector<float> ref;
+      for (const std::string& isa : isas_here()) {
+        CAPTURE(isa);
+        BackendOptions bo;
+        bo.isa = isa;
+        bo.threads = 2;
+        Runner r(create_backend("cpu", bo), m->graph(), V, 64, 16);
+        Session s(r);
+        GenerateOptions go;
+        go.max_new_tokens = 8;
+        go.ignore_eos = true;
+        GenerationResult res = s.generate(some_ids(20, 1000, 2), go);
+        CHECK(res.tokens.size() == 8);
+        for (int32_t t : res.tokens) CHECK((t >= 0 && t < V));
+        // One decode step's logits agree across ISAs up to int8 activation rounding.
+        auto kv = r.new_kv(64);
+        std::vector<float> out(static_cast<size_t>(V));
+        const std::vector<int32_t> one = some_ids(1, 1000, 3);
+        r.forward(*kv, one.data(), 1, 0, out.data(), nullptr, 1);
+        if (ref.empty()) {
+          ref = out;
+        } else {
+          CHECK(nerr(out, std::vector<double>(ref.begin(), ref.end())) < 4e-2);
+        }
+      }
+    }
+  }
+
+  TEST_CASE("codebook RTN lowers KL against uniform RTN on an outlier stand-in") {
+    TempDir d;
+    StandinSpec s = small_spec(true);
+    s.hidden = 256;
+    s.intermediate = 512;
+    write_standin(d.str("f"), s, "", 1);
+    auto o = qopts(4, 2);
+    o.method = quant::Method::Rtn;
+    quant::quantize_checkpoint(d.str("f"), d.str("u"), o);
+    o.codebook = true;
+    quant::quantize_checkpoint(d.str("f"), d.str("c"), o);
+    // Same bytes: the codebook lives in the JSON only.
+    auto data_bytes = [&](const char* sub) {
+      size_t n = 0;
+      for (const TensorRef& r :
+           SafetensorsFile::open(d.str(std::string(sub) + "/model.safetensors"))->tensors())
+        n += r.nbytes;
+      return n;
+    };
+    CHECK(data_bytes("u") == data_bytes("c"));
+    auto f = Qwen3Model::load(d.str("f"));
+    auto u = Qwen3Model::load(d.str("u"));
+    auto c = Qwen3Model::load(d.str("c"));
+    CHECK(quant::weight_bytes(c->weights().layers[0].up_proj) ==
+          quant::weight_bytes(u->weights().layers[0].up_proj));
+    quant::EvalOptions eo;
+    eo.ctx = 128;
+    const std::vector<int32_t> test = some_ids(256, 512, 10);
+    const double kl_u = quant::evaluate(*u, *f, test, eo).kl_mean;
+    const double kl_c = quant::evaluate(*c, *f, test, eo).kl_mean;
+    CAPTURE(kl_u);
+    CAPTURE(kl_c);
+    CHECK(kl_c < kl_u);
+  }
+
+  TEST_CASE("a corrupted or mismatched codebook is refused with a clear error") {
+    TempDir d;
+    write_standin(d.str("f"), small_spec(), "", 1);
+    auto o = qopts(4);
+    o.codebook = true;
+    const quant::QuantizeReport rep = quant::quantize_checkpoint(d.str("f"), d.str("q"), o);
+    const std::string cfg = slurp(d.path / "q" / "config.json");
+    std::string levels;
+    for (int8_t v : rep.codebook) levels += (levels.empty() ? "" : ",") + std::to_string(int(v));
+    const std::string field = "\"codebook\":[" + levels + "]";
+    REQUIRE(cfg.find(field) != std::string::npos);
+    auto with_config = [&](const std::string& name, const std::string& new_field) {
+      std::string c = cfg;
+      c.replace(c.find(field), field.size(), new_field);
+      fs::create_directories(d.path / name);
+      fs::copy_file(d.path / "q" / "model.safetensors", d.path / name / "model.safetensors");
+      spit(d.path / name / "config.json", c);
+      return d.str(name);
+    };
+    std::vector<int> v(rep.codebook.begin(), rep.codebook.end());
+    auto json = [](const std::vector<int>& l) {
+      std::string j;
+      for (int x : l) j += (j.empty() ? "" : ",") + std::to_string(x);
+      return "\"codebook\":[" + j + "]";
+    };
+    SUBCASE("an entry outside the int8 range") {
+      std::vector<int> bad = v;
+      bad[15] = 200;
+      CHECK_THROWS_CONTAINING(Qwen3Model::load(with_config("range", json(bad))),
+                              "codebook entry 15 is 200, outside the int8 range");
+    }
+    SUBCASE("15 entries") {
+      std::vector<int> bad(v.begin(), v.end() - 1);
+      CHECK_THROWS_CONTAINING(Qwen3Model::load(with_config("short", json(bad))),
+                              "the codebook has 15 entries");
+    }
+    SUBCASE("entries out of order") {
+      std::vector<int> bad = v;
+      std::swap(bad[3], bad[4]);
+      CHECK_THROWS_CONTAINING(Qwen3Model::load(with_config("order", json(bad))),
+                              "must increase strictly");
+    }
+    SUBCASE("not integers") {
+      CHECK_THROWS_CONTAINING(Qwen3Model::load(with_config("type", "\"codebook\":\"nf4\"")),
+                              "'codebook' must be an array of 16 integers");
+    }
+    SUBCASE("config and file disagree on the levels") {
+      std::vector<int> other = v;
+      other[1] += 1;
+      if (other[1] == other[2]) other[1] -= 2;
+      CHECK_THROWS_CONTAINING(Qwen3Model::load(with_config("differ", json(other))),
+                              "differs from config.json's codebook");
+    }
+    SUBCASE("a codebook in the file but not in the config") {
+      std::string dir = with_config("nocfg", "\"nothing\":0");
+      CHECK_THROWS_CONTAINING(Qwen3Model::load(dir), "has no 'codebook'");
+    }
+    SUBCASE("a codebook in the config of a uniform file") {
+      quant::quantize_checkpoint(d.str("f"), d.str("u"), qopts(4));
+      std::string c = slurp(d.path / "u" / "config.json");
+      const std::string key = "\"scale_dtype\":\"F16\",";
+      c.insert(c.find(key) + key.size(), field + ",");
+      spit(d.path / "u" / "config.json", c);
+      CHECK_THROWS_CONTAINING(Qwen3Model::load(d.str("u")), "has no 'hearth.codebook'");
+    }
+    SUBCASE("a codebook without any 4-bit tensor") {
+      CHECK_THROWS_CONTAINING(
+          quant::parse_quant_config(R"({"quant_method":"hearth","format_version":1,"bits":8,
+              "codebook":[-127,-100,-80,-60,-40,-30,-20,-10,0,10,20,30,40,60,80,100]})",
+                                    "c.json"),
+          "no tensor is stored in 4 bits");
+    }
+    SUBCASE("the writer's codebook reads back") {
+      quant::QuantConfig c = quant::parse_quant_config(
+          R"({"quant_method":"hearth","format_version":1,"bits":4,
+              "codebook":[-127,-100,-80,-60,-40,-30,-20,-10,0,10,20,30,40,60,80,100]})",
+          "c.json");
+      REQUIRE(c.has_codebook);
+      CHECK(c.codebook[1] == -100);
+      quant::QuantConfig back = quant::parse_quant_config(quant::quant_config_json(c), "again");
+      CHECK(back.has_codebook);
+      CHECK(back.codebook == c.codebook);
+    }
   }
 }

@@ -269,8 +269,10 @@ int cmd_bench(int argc, char** argv) {
   bw.push_back(probe_machine(threads, false).bw_gbs);
 
   // Decode step i (1..gen) feeds position i and attends over positions 0..i.
-  const double kv_per_pos = double(cfg.num_hidden_layers) * 2 * cfg.num_key_value_heads *
-                            cfg.head_dim * double(dtype_size(bo.kv_dtype));
+  // (An int8 cache also reads one f32 scale per row.)
+  const double kv_per_pos =
+      double(cfg.num_hidden_layers) * 2 * cfg.num_key_value_heads *
+      (cfg.head_dim * double(dtype_size(bo.kv_dtype)) + (bo.kv_dtype == DType::I8 ? 4 : 0));
   double kv_bytes = 0;
   for (int i = 1; i <= gen; ++i) kv_bytes += kv_per_pos * (i + 1);
   kv_bytes /= gen;

@@ -70,11 +70,10 @@ class ProgressBar {
 }  // namespace
 
 int cmd_quantize(int argc, char** argv) {
-  Args args(
-      argc, argv,
-      {"--model=", "--out=", "--bits=", "--group=", "--head=", "--scale-dtype=", "--calibration=",
-       "--calibration-ids=", "--calibration-ctx=", "--rtn", "--codebook", "--force", "--threads=",
-       "--json"});
+  Args args(argc, argv,
+            {"--model=", "--out=", "--bits=", "--group=", "--head=", "--scale-dtype=",
+             "--calibration=", "--calibration-ids=", "--calibration-ctx=", "--rtn", "--codebook",
+             "--force", "--threads=", "--json"});
   const std::string in = args.required("--model"), out = args.required("--out");
   quant::QuantizeOptions o;
   o.main.bits = args.integer("--bits", 4);

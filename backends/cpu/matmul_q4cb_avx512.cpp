@@ -62,7 +62,8 @@ void dequant_row(const uint8_t* s, const uint16_t* scales, DType st, const int8_
           for (int e = 0; e < 4; ++e) {
             const uint8_t byte = s[kc / 2 + 4 * (m * q + b) + e];
             const int64_t i = kc + 32 * b + 16 * h + 4 * q + e;
-            store1<BF16>(dst, i, float(cb[h ? byte >> 4 : byte & 15]) * scale_f32(st, scales[i / G]));
+            store1<BF16>(dst, i,
+                         float(cb[h ? byte >> 4 : byte & 15]) * scale_f32(st, scales[i / G]));
           }
   }
 }

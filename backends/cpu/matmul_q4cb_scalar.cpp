@@ -1,7 +1,7 @@
-// Reference Q4-codebook matmul: codes and scales as Q4 (quant/FORMAT.md) but each nibble i stands for
-// codebook[i] times its group's scale; x and y f32. Each weight row is dequantized once into scratch
-// (exactly as the embedding lookup does) and reused for every token: the "dequantize then multiply"
-// the SIMD kernels are checked against.
+// Reference Q4-codebook matmul: codes and scales as Q4 (quant/FORMAT.md) but each nibble i stands
+// for codebook[i] times its group's scale; x and y f32. Each weight row is dequantized once into
+// scratch (exactly as the embedding lookup does) and reused for every token: the "dequantize then
+// multiply" the SIMD kernels are checked against.
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/matmul_quant.h"
 #include "quant/format.h"
