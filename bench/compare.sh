@@ -3,7 +3,8 @@
 # the machine's limits measured in the same runs, and beside llama.cpp when it is available.
 #
 # Usage: bench/compare.sh [SCHEMES] [THREADS] [ROUNDS]
-#   SCHEMES  space-separated, from: 0.6b-bf16 1.7b-bf16 0.6b-int8 0.6b-int4 (default: all four)
+#   SCHEMES  space-separated, from: 0.6b-bf16 1.7b-bf16 0.6b-int8 0.6b-int4 0.6b-int4cb (the
+#            4-bit codebook variant); default: all five
 #   THREADS  space-separated thread counts (default: "1 2")
 #   ROUNDS   alternating rounds per case (default: 2)
 # llama.cpp (optional): set LLAMA_BENCH to a llama-bench binary and LLAMA_CONVERT to its
@@ -14,7 +15,7 @@
 # and the fractions of the ceiling more than absolute tokens/s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-schemes="${1:-0.6b-bf16 1.7b-bf16 0.6b-int8 0.6b-int4}"
+schemes="${1:-0.6b-bf16 1.7b-bf16 0.6b-int8 0.6b-int4 0.6b-int4cb}"
 threads="${2:-1 2}"
 rounds="${3:-2}"
 hearth=${HEARTH:-build/hearth}
@@ -30,9 +31,11 @@ model_dir() {
   [ -f "$base/config.json" ] || "$hearth" standin --preset "$size" --out "$base" >&2
   case "$kind" in
     bf16) echo "$base" ;;
-    int8 | int4)
-      local q="$cache/standin-$size-$kind"
-      [ -f "$q/config.json" ] || "$hearth" quantize --model "$base" --out "$q" --bits "${kind#int}" >&2
+    int8 | int4 | int4cb)
+      local q="$cache/standin-$size-$kind" bits=${kind#int} extra=()
+      [ "$kind" = int4cb ] && bits=4 extra=(--codebook)
+      [ -f "$q/config.json" ] ||
+        "$hearth" quantize --model "$base" --out "$q" --bits "$bits" "${extra[@]}" >&2
       echo "$q" ;;
     *) echo "unknown scheme $1" >&2; exit 1 ;;
   esac
@@ -46,8 +49,8 @@ gguf_for() {
   [ -f "$g" ] || python3 "$LLAMA_CONVERT" "$base" --outtype bf16 --outfile "$g" >&2
   case "$kind" in
     bf16) echo "$g" ;;
-    int8 | int4)
-      local t=Q8_0 && [ "$kind" = int4 ] && t=Q4_0
+    int8 | int4 | int4cb)
+      local t=Q8_0 && [ "$kind" != int8 ] && t=Q4_0
       local q="$cache/standin-$size-$t.gguf"
       [ -f "$q" ] || "${LLAMA_QUANTIZE:?set LLAMA_QUANTIZE to llama-quantize}" "$g" "$q" "$t" >&2
       echo "$q" ;;
@@ -84,6 +87,7 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 ref = {("0.6b-bf16", 1): (134, 16.0), ("0.6b-bf16", 2): (258, 23.7),
        ("1.7b-bf16", 1): (59, 6.9), ("1.7b-bf16", 2): (99, 10.0),
        ("0.6b-int4", 1): (121, 44.4), ("0.6b-int4", 2): (205, 56.2),
+       ("0.6b-int4cb", 1): (121, 44.4), ("0.6b-int4cb", 2): (205, 56.2),
        ("0.6b-int8", 1): (97, 28.9), ("0.6b-int8", 2): (189, 39.4)}
 def med(xs):
     xs = [x for x in xs if x is not None]

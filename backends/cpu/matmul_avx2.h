@@ -58,6 +58,12 @@ inline float hsum8(__m256 v) {
 
 // Software prefetch in address order, this far ahead: see matmul_avx512.h.
 constexpr size_t kPrefetchAhead = 16384;
+// A block reads up to 8 rows side by side, so the stream must start past the whole block or, for
+// long rows (k = 6144 in a 1.7B down_proj), it would fetch what the block is already reading.
+inline size_t prefetch_ahead(size_t row_bytes) {
+  const size_t past_block = 8 * row_bytes + 4096;
+  return past_block > kPrefetchAhead ? past_block : kPrefetchAhead;
+}
 
 // Kept by value in the kernels' loops, so the stream pointer lives in a register.
 struct Prefetcher {
@@ -131,7 +137,7 @@ void matmul_avx2(const MatmulArgs& a) {
   constexpr size_t esz = T == DType::F32 ? 4 : 2;
   const char* base = static_cast<const char*>(a.w);
   const int64_t pf_rows = a.prefetch_r1 > a.r1 ? a.prefetch_r1 : a.r1;
-  Prefetcher pf{base + size_t(a.r0) * size_t(a.k) * esz + kPrefetchAhead,
+  Prefetcher pf{base + size_t(a.r0) * size_t(a.k) * esz + prefetch_ahead(size_t(a.k) * esz),
                 base + size_t(pf_rows) * size_t(a.k) * esz};
   int64_t r = a.r0;
   for (; r + 4 <= a.r1; r += 4) pf = rows_avx2<T, 4>(a, r, pf);

@@ -56,6 +56,12 @@ struct Widen16<DType::BF16> {
 // poorly; one linear stream over the matrix keeps enough lines in flight (measured: decode
 // matvec from about 60% to about 80% of a plain read's bandwidth).
 constexpr size_t kPrefetchAhead = 16384;
+// A block reads up to 8 rows side by side, so the stream must start past the whole block or, for
+// long rows (k = 6144 in a 1.7B down_proj), it would fetch what the block is already reading.
+inline size_t prefetch_ahead(size_t row_bytes) {
+  const size_t past_block = 8 * row_bytes + 4096;
+  return past_block > kPrefetchAhead ? past_block : kPrefetchAhead;
+}
 
 // Issues prefetches for the next `bytes` of the linear stream, stopping at `end`.
 // Kept by value in the kernels' loops, so the stream pointer lives in a register.
@@ -229,7 +235,7 @@ void matmul_avx512(const MatmulArgs& a) {
   constexpr size_t esz = T == DType::F32 ? 4 : 2;
   const char* base = static_cast<const char*>(a.w);
   const int64_t pf_rows = a.prefetch_r1 > a.r1 ? a.prefetch_r1 : a.r1;
-  Prefetcher pf{base + size_t(a.r0) * size_t(a.k) * esz + kPrefetchAhead,
+  Prefetcher pf{base + size_t(a.r0) * size_t(a.k) * esz + prefetch_ahead(size_t(a.k) * esz),
                 base + size_t(pf_rows) * size_t(a.k) * esz};
   int64_t r = a.r0;
   if constexpr (T == DType::BF16) {
