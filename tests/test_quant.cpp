@@ -958,9 +958,8 @@ TEST_SUITE("quant") {
     // Same bytes: the codebook lives in the JSON only.
     auto data_bytes = [&](const char* sub) {
       size_t n = 0;
-      for (const TensorRef& r :
-           SafetensorsFile::open(d.str(std::string(sub) + "/model.safetensors"))->tensors())
-        n += r.nbytes;
+      const auto file = SafetensorsFile::open(d.str(std::string(sub) + "/model.safetensors"));
+      for (const TensorRef& r : file->tensors()) n += r.nbytes;
       return n;
     };
     CHECK(data_bytes("u") == data_bytes("c"));

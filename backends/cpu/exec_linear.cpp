@@ -41,9 +41,16 @@ void silu_mul_block(const StepCtx& c, const float* a, const float* b, int64_t ld
 
 // --- short steps: the ISA's matmul kernel ------------------------------------------------------
 
-// Rows [r0, r1) of w; the caller goes on to read rows up to prefetch_r1 next.
+// Whether two weights go through the same quantized kernel (so one may reuse the other's derived
+// activations; QuantMatmulArgs::reuse_x).
+bool same_quant_kernel(const Tensor& a, const Tensor& b) {
+  return a.quantized() && a.dtype == b.dtype && (a.codebook != nullptr) == (b.codebook != nullptr);
+}
+
+// Rows [r0, r1) of w; the caller goes on to read rows up to prefetch_r1 next. reuse_x: this
+// thread's previous call had the same x and a weight of the same quantized kernel.
 void matmul_rows(const StepCtx& c, const Tensor& w, const float* x, int64_t T, int64_t r0,
-                 int64_t r1, float* y, int64_t ldy, int64_t prefetch_r1 = 0) {
+                 int64_t r1, float* y, int64_t ldy, int64_t prefetch_r1 = 0, bool reuse_x = false) {
   MatmulArgs a{w.data, w.cols(), x, w.cols(), int(T), y, ldy, r0, r1, c.scratch() + c.cg.off_mm};
   a.prefetch_r1 = prefetch_r1;
   if (w.quantized()) {  // Q8/Q4 kernels handle decode and prefill themselves
@@ -53,6 +60,7 @@ void matmul_rows(const StepCtx& c, const Tensor& w, const float* x, int64_t T, i
     q.scale_dtype = w.scale_dtype;
     q.group = w.group_size;
     q.codebook = w.codebook;
+    q.reuse_x = reuse_x;
     (w.dtype == DType::Q8 ? c.kt.matmul_q8 : w.codebook ? c.kt.matmul_q4cb : c.kt.matmul_q4)(q);
     return;
   }
@@ -70,10 +78,11 @@ void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_
     const int64_t N = wa.rows();
     float* out = c.ptr(s.out);
     ThreadPool::split(N, c.tid, c.nth, 16, &b, &e);
+    const bool same = same_quant_kernel(wa, wb);
     for (int64_t r = b; r < e; r += kBlockRows) {
       const int64_t r1 = std::min(e, r + kBlockRows);
-      matmul_rows(c, wa, x, T, r, r1, tmp_a, kBlockRows, e);
-      matmul_rows(c, wb, x, T, r, r1, tmp_b, kBlockRows, e);
+      matmul_rows(c, wa, x, T, r, r1, tmp_a, kBlockRows, e, same && r > b);
+      matmul_rows(c, wb, x, T, r, r1, tmp_b, kBlockRows, e, same);
       silu_mul_block(c, tmp_a, tmp_b, kBlockRows, out + r, N, T, r1 - r);
     }
     return;
@@ -84,15 +93,18 @@ void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_
   ThreadPool::split(total, c.tid, c.nth, 16, &b, &e);
   const bool argmax = s.logits && c.in.argmax;
   int64_t base = 0;
+  const Tensor* prev = nullptr;  // the weight of this thread's previous call on x
   for (const auto& p : s.parts) {
     const Tensor& w = weight(c, p);
     const int64_t lo = std::max(b, base) - base, hi = std::min(e, base + w.rows()) - base;
     base += w.rows();
     if (lo >= hi) continue;
+    const bool reuse = prev && same_quant_kernel(*prev, w);
+    prev = &w;
     if (argmax) {
       for (int64_t r = lo; r < hi; r += kBlockRows) {
         const int64_t r1 = std::min(hi, r + kBlockRows);
-        matmul_rows(c, w, x, T, r, r1, tmp_a, kBlockRows, hi);
+        matmul_rows(c, w, x, T, r, r1, tmp_a, kBlockRows, hi, reuse || r > lo);
         argmax_update(c, tmp_a, kBlockRows, T, r, r1 - r);
       }
       continue;
@@ -100,7 +112,7 @@ void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_
     const int out_id = s.epi == Epi::AddResidual ? s.out : p.out;
     float* out = c.ptr(out_id);
     const int64_t ld = c.tensor(out_id).cols;
-    matmul_rows(c, w, x, T, lo, hi, out + lo, ld);
+    matmul_rows(c, w, x, T, lo, hi, out + lo, ld, 0, reuse);
     if (s.epi == Epi::AddResidual) add_residual(c.ptr(s.residual), out, ld, T, lo, hi);
   }
 }

@@ -218,7 +218,7 @@ void decode_quant(const QuantMatmulArgs& a, const Codes& cd = Codes()) {
   const auto* codes = static_cast<const uint8_t*>(a.w);
   const auto* scales = static_cast<const uint16_t*>(a.scales);
   const int n_tok = a.n_tokens;
-  for (int t = 0; t < n_tok; ++t) {
+  for (int t = 0; t < n_tok && !a.reuse_x; ++t) {
     quantize_act_avx512(a.x + t * a.ldx, k, at.q + t * k, at.d + t * nb, at.s + t * nb);
     offset_lanes(at.q + t * k, nc, Codes::kOffsetLog2, off + t * 16 * nc);
   }
@@ -344,7 +344,7 @@ void matmul_tiles_bf16(const QuantMatmulArgs& a, Deq deq) {
   const int nt = a.n_tokens;
   auto* xb = reinterpret_cast<uint16_t*>(a.scratch);
   uint16_t* wb = xb + nt * k;
-  for (int t = 0; t < nt; ++t) to_bf16_avx512(a.x + t * a.ldx, k, xb + t * k);
+  for (int t = 0; t < nt && !a.reuse_x; ++t) to_bf16_avx512(a.x + t * a.ldx, k, xb + t * k);
   for (int64_t r0 = a.r0; r0 < a.r1; r0 += kRowTile) {
     const int nr = int(min64(kRowTile, a.r1 - r0));
     for (int i = 0; i < nr; ++i) deq(r0 + i, wb + i * k);
