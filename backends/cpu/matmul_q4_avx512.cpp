@@ -73,41 +73,21 @@ void matmul_q4_avx512_g(const QuantMatmulArgs& a) {
   });
 }
 
-template <int G>
-void dequant_rows_g(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16) {
-  const int64_t k = w.cols();
+void dequant_rows(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16) {
   const auto* codes = static_cast<const uint8_t*>(w.data);
   const auto* scales = static_cast<const uint16_t*>(w.scales);
-  for (int64_t r = r0; r < r0 + n; ++r) {
-    const uint8_t* c = codes + r * (k / 2);
-    const uint16_t* s = scales + r * (k / G);
-    if (bf16)
-      dequant_row<G, true>(c, s, w.scale_dtype, k, static_cast<uint16_t*>(dst) + (r - r0) * k);
-    else
-      dequant_row<G, false>(c, s, w.scale_dtype, k, static_cast<float*>(dst) + (r - r0) * k);
-  }
-}
-
-void dequant_rows(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16) {
-  switch (w.group_size) {
-    case 32:
-      return dequant_rows_g<32>(w, r0, n, dst, bf16);
-    case 64:
-      return dequant_rows_g<64>(w, r0, n, dst, bf16);
-    default:
-      return dequant_rows_g<128>(w, r0, n, dst, bf16);
-  }
+  const int64_t k = w.cols();
+  with_group(w.group_size, [&](auto g) {
+    constexpr int G = decltype(g)::value;
+    dequant_rows_with(w, r0, n, dst, bf16, [&](auto to_bf16, int64_t r, auto* out) {
+      dequant_row<G, decltype(to_bf16)::value>(codes + r * (k / 2), scales + r * (k / G),
+                                               w.scale_dtype, k, out);
+    });
+  });
 }
 
 void matmul_q4_avx512(const QuantMatmulArgs& a) {
-  switch (a.group) {
-    case 32:
-      return matmul_q4_avx512_g<32>(a);
-    case 64:
-      return matmul_q4_avx512_g<64>(a);
-    default:
-      return matmul_q4_avx512_g<128>(a);
-  }
+  with_group(a.group, [&](auto g) { matmul_q4_avx512_g<decltype(g)::value>(a); });
 }
 
 }  // namespace

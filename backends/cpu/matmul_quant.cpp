@@ -82,4 +82,25 @@ void dequant_rows_scalar(const Tensor& w, int64_t r0, int64_t n, void* dst, bool
   }
 }
 
+void matmul_dequant_scalar(const QuantMatmulArgs& a, DType type) {
+  Tensor t;
+  t.dtype = type;
+  t.ndim = 2;
+  t.shape = {a.r1, a.k, 0, 0};
+  t.data = a.w;
+  t.scales = a.scales;
+  t.scale_dtype = a.scale_dtype;
+  t.group_size = a.group;
+  t.codebook = a.codebook;
+  for (int64_t r = a.r0; r < a.r1; ++r) {
+    quant::dequantize_row(t, r, a.scratch);
+    for (int tok = 0; tok < a.n_tokens; ++tok) {
+      const float* x = a.x + tok * a.ldx;
+      float s = 0.f;
+      for (int64_t i = 0; i < a.k; ++i) s += a.scratch[i] * x[i];
+      a.y[tok * a.ldy + (r - a.r0)] = s;
+    }
+  }
+}
+
 }  // namespace hearth::cpu::qk

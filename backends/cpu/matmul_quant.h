@@ -43,5 +43,9 @@ void tail_block_dots_lut(const uint8_t* w_chunk, const int8_t* x_chunk, int m, c
 
 // The portable QuantDequantFn (quant::dequantize_row row by row).
 void dequant_rows_scalar(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16);
+// The portable QuantMatmulFn for weights of `type` (Q8 or Q4, with a.codebook when it has one):
+// each row dequantized once into scratch, exactly as the embedding lookup does, then dotted with
+// every token. This is the "dequantize then multiply" the SIMD kernels are checked against.
+void matmul_dequant_scalar(const QuantMatmulArgs& a, DType type);
 
 }  // namespace hearth::cpu::qk

@@ -365,5 +365,33 @@ void matmul_tiles_bf16(const QuantMatmulArgs& a, Deq deq) {
   }
 }
 
+// Calls f(std::integral_constant<int, G>()) for the group size (32, 64 or 128: the loader allows no
+// other), so each kernel is compiled once per group size.
+template <class F>
+inline void with_group(int group, F f) {
+  switch (group) {
+    case 32:
+      return f(std::integral_constant<int, 32>());
+    case 64:
+      return f(std::integral_constant<int, 64>());
+    default:
+      return f(std::integral_constant<int, 128>());
+  }
+}
+
+// A QuantDequantFn from a one-row dequantizer: row(std::true_type or std::false_type, r, out)
+// writes row r to out as bf16 (true) or f32 (false).
+template <class Row>
+inline void dequant_rows_with(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16,
+                              Row row) {
+  const int64_t k = w.cols();
+  for (int64_t r = r0; r < r0 + n; ++r) {
+    if (bf16)
+      row(std::true_type(), r, static_cast<uint16_t*>(dst) + (r - r0) * k);
+    else
+      row(std::false_type(), r, static_cast<float*>(dst) + (r - r0) * k);
+  }
+}
+
 }  // namespace
 }  // namespace hearth::cpu::qk
