@@ -4,41 +4,9 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/json_writer.h"
 
 namespace hearth {
-
-std::string json_escape(const std::string& s) {
-  std::string o;
-  o.reserve(s.size() + 2);
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        o += "\\\"";
-        break;
-      case '\\':
-        o += "\\\\";
-        break;
-      case '\n':
-        o += "\\n";
-        break;
-      case '\r':
-        o += "\\r";
-        break;
-      case '\t':
-        o += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          o += buf;
-        } else {
-          o += char(c);
-        }
-    }
-  }
-  return o;
-}
 
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata) {
@@ -50,7 +18,7 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
     for (auto& [k, v] : metadata) {
       if (!f2) h += ",";
       f2 = false;
-      h += "\"" + json_escape(k) + "\":\"" + json_escape(v) + "\"";
+      h += json_quote(k) + ":" + json_quote(v);
     }
     h += "}";
     first = false;
@@ -59,7 +27,7 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   for (auto& t : tensors) {
     if (!first) h += ",";
     first = false;
-    h += "\"" + json_escape(t.name) + "\":{\"dtype\":\"" + t.dtype + "\",\"shape\":[";
+    h += json_quote(t.name) + ":{\"dtype\":\"" + t.dtype + "\",\"shape\":[";
     for (size_t i = 0; i < t.shape.size(); ++i) h += (i ? "," : "") + std::to_string(t.shape[i]);
     h += "],\"data_offsets\":[" + std::to_string(off) + "," + std::to_string(off + t.nbytes) + "]}";
     off += t.nbytes;

@@ -24,7 +24,4 @@ struct TensorToWrite {
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
-// JSON string escaping shared by writers of small JSON documents.
-std::string json_escape(const std::string& s);
-
 }  // namespace hearth

@@ -13,6 +13,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/json_writer.h"
 #include "models/safetensors_writer.h"
 
 namespace hearth {
@@ -262,8 +263,9 @@ std::string config_json(const StandinSpec& s, const Format& f) {
   kv("head_dim", num(s.head_dim));
   j += "  \"hearth_standin\": {\n    \"heavy_tailed\": " + b(s.heavy_tailed) +
        ",\n    \"key_outlier_channels\": " + num(s.key_outlier_channels) +
-       ",\n    \"outlier_channels\": " + num(s.outlier_channels) + ",\n    \"preset\": \"" +
-       json_escape(s.preset) + "\",\n    \"seed\": " + std::to_string(s.seed) + "\n  },\n";
+       ",\n    \"outlier_channels\": " + num(s.outlier_channels) +
+       ",\n    \"preset\": " + json_quote(s.preset) + ",\n    \"seed\": " + std::to_string(s.seed) +
+       "\n  },\n";
   kv("hidden_act", "\"silu\"");
   kv("hidden_size", num(s.hidden));
   kv("initializer_range", "0.02");
@@ -487,7 +489,7 @@ void write_standin(const std::string& dir, const StandinSpec& spec,
                       "\n  },\n  \"weight_map\": {\n";
     size_t i = 0;
     for (auto& [name, file] : weight_map)
-      idx += "    \"" + json_escape(name) + "\": \"" + file + "\"" +
+      idx += "    " + json_quote(name) + ": " + json_quote(file) +
              (++i < weight_map.size() ? ",\n" : "\n");
     idx += "  }\n}\n";
     write_text(d / "model.safetensors.index.json", idx);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/json_writer.h"
 #include "models/checkpoint.h"
 #include "models/qwen3_config.h"
 #include "models/qwen3_weights.h"
@@ -232,8 +233,8 @@ Qwen3Weights load_and_bind(const std::string& dir) {
 std::string index_json(const std::vector<std::pair<std::string, std::string>>& weight_map) {
   std::string s = "{\"metadata\": {\"total_size\": 0}, \"weight_map\": {";
   for (size_t i = 0; i < weight_map.size(); ++i)
-    s += (i ? ", \"" : "\"") + json_escape(weight_map[i].first) + "\": \"" +
-         json_escape(weight_map[i].second) + "\"";
+    s +=
+        (i ? ", " : "") + json_quote(weight_map[i].first) + ": " + json_quote(weight_map[i].second);
   return s + "}}";
 }
 

@@ -111,11 +111,13 @@ int64_t q_place(int bits, int64_t i, int64_t n, bool* high) {
 }
 
 // Random codes over the whole range and random signed scales of scale type st, with the exact
-// values they stand for (q times an F16/BF16 scale is exact in f32).
+// values they stand for (q times an F16/BF16 scale is exact in f32). With a codebook (Q4 only)
+// the nibble is a level's index and the value is that level times the scale.
 struct QWeights {
   int bits, group;
   DType st;
   int64_t rows, cols;
+  const int8_t* codebook;
   std::vector<uint8_t> codes;
   std::vector<uint16_t> scales;
   std::vector<float> deq;  // [rows, cols]
@@ -129,12 +131,14 @@ struct QWeights {
     t.scales = scales.data();
     t.scale_dtype = st;
     t.group_size = group;
+    t.codebook = codebook;
     return t;
   }
 };
 
-QWeights make_qweights(int bits, int group, DType st, int64_t rows, int64_t cols, uint32_t seed) {
-  QWeights w{bits, group, st, rows, cols, {}, {}, {}};
+QWeights make_qweights(int bits, int group, DType st, int64_t rows, int64_t cols, uint32_t seed,
+                       const int8_t* codebook = nullptr) {
+  QWeights w{bits, group, st, rows, cols, codebook, {}, {}, {}};
   std::mt19937 g(seed);
   const int lo = bits == 8 ? -127 : -8, hi = bits == 8 ? 127 : 7;
   std::uniform_int_distribution<int> code(lo, hi), expo(-3, 3), sign(0, 1);
@@ -148,10 +152,11 @@ QWeights make_qweights(int bits, int group, DType st, int64_t rows, int64_t cols
   w.deq.assign(size_t(rows * cols), 0.f);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t i = 0; i < cols; ++i) {
-      const int q = code(g);
+      const int q = code(g);  // with a codebook, q + 8 is the level's index
+      const int v = codebook ? codebook[q + 8] : q;
       const uint16_t sc = w.scales[size_t((r * cols + i) / group)];
       w.deq[size_t(r * cols + i)] =
-          float(q) * (st == DType::BF16 ? bf16_to_f32(sc) : f16_to_f32(sc));
+          float(v) * (st == DType::BF16 ? bf16_to_f32(sc) : f16_to_f32(sc));
       bool high;
       uint8_t& byte = w.codes[size_t(r * rb + q_place(bits, i, cols, &high))];
       if (bits == 8)
@@ -200,6 +205,7 @@ std::vector<QuantTable> quant_tables() {
       const KernelTable &a = v[v.size() - 2].kt, &b = v.back().kt;
       CHECK((a.matmul_q8 != b.matmul_q8) == dotprod);
       CHECK((a.matmul_q4 != b.matmul_q4) == dotprod);
+      CHECK((a.matmul_q4cb != b.matmul_q4cb) == dotprod);
     }
   }
   return v;

@@ -160,9 +160,10 @@ void fill_matmul_q4cb_avx512(KernelTable& k);
 #endif
 #if defined(__aarch64__)
 void fill_matmul_neon(KernelTable& k);  // attention and vecops stay scalar on NEON for now
-// Q8/Q4 on SDOT when f has neon_dotprod, else on plain NEON.
+// Q8/Q4/Q4-codebook on SDOT when f has neon_dotprod, else on plain NEON.
 void fill_matmul_q8_neon(KernelTable& k, const CpuFeatures& f);
 void fill_matmul_q4_neon(KernelTable& k, const CpuFeatures& f);
+void fill_matmul_q4cb_neon(KernelTable& k, const CpuFeatures& f);
 #endif
 
 // The table for an ISA: scalar first, then each level up to `isa` overrides its slots. Extensions

@@ -13,9 +13,9 @@ namespace {
 using namespace qk;
 
 struct Q4Codes {
-  static constexpr int kBits = 4;
   static constexpr int64_t kChunkBytes = 64;
-  static constexpr float kScale = 1.f / 16;
+  static constexpr int kShift = 4;
+  explicit Q4Codes(const int8_t*) {}
   static void pair(const uint8_t* c, int j, int8x16_t& w0, int8x16_t& w1) {
     const uint8x16_t v = veorq_u8(vld1q_u8(c + 16 * j), vdupq_n_u8(0x88));
     w0 = vreinterpretq_s8_u8(vshlq_n_u8(v, 4));

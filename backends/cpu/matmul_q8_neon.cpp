@@ -12,9 +12,9 @@ namespace {
 using namespace qk;
 
 struct Q8Codes {
-  static constexpr int kBits = 8;
   static constexpr int64_t kChunkBytes = 128;
-  static constexpr float kScale = 1.f;
+  static constexpr int kShift = 0;
+  explicit Q8Codes(const int8_t*) {}
   static void pair(const uint8_t* c, int j, int8x16_t& w0, int8x16_t& w1) {
     w0 = vld1q_s8(reinterpret_cast<const int8_t*>(c) + 16 * j);
     w1 = vld1q_s8(reinterpret_cast<const int8_t*>(c) + 64 + 16 * j);

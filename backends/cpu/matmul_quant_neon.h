@@ -1,7 +1,7 @@
-// NEON pieces shared by matmul_q8_neon.cpp and matmul_q4_neon.cpp (weights as in quant/FORMAT.md:
-// 128-element chunks in slot order, 4-byte lane i of a full chunk in block i mod 4); include only
-// from *_neon.cpp files. Everything is in an anonymous namespace, so no copy of these functions can
-// be shared with another file.
+// NEON pieces shared by matmul_q8_neon.cpp, matmul_q4_neon.cpp and matmul_q4cb_neon.cpp (weights as
+// in quant/FORMAT.md: 128-element chunks in slot order, 4-byte lane i of a full chunk in block i
+// mod 4); include only from *_neon.cpp files. Everything is in an anonymous namespace, so no copy
+// of these functions can be shared with another file.
 //
 // Both the weight codes and the int8 activations are signed, so SDOT (and the plain NEON
 // multiply-widen-pairwise-add that stands in for it) needs no offset correction: one 16-byte
@@ -172,19 +172,21 @@ struct DotSdot {
 };
 #endif
 
-// Codes (Q8 or Q4) provide: kBits; kChunkBytes (bytes per full chunk); kScale, the factor from
-// what pair() yields to the codes q; pair(chunk, j, w0, w1), the weight registers meeting
-// activation bytes 16j .. 16j + 15 of half 0 (w0) and of half 1 (w1) of a full chunk; and
-// code(chunk, m, p, h), the code q at slot p of half h of a chunk of m blocks.
+// Codes (Q8, Q4 or Q4 with a codebook) are built from the codebook pointer (QuantMatmulArgs or
+// Tensor; only the codebook variant reads it, so its table is loaded once per call) and provide:
+// kChunkBytes (bytes per full chunk); kShift, pair() yields the int8 values q << kShift;
+// pair(chunk, j, w0, w1), the weight registers meeting activation bytes 16j .. 16j + 15 of half 0
+// (w0) and of half 1 (w1) of a full chunk; and code(chunk, m, p, h), the value q at slot p of half
+// h of a chunk of m blocks. Every q and activation code is in [-127, 127] (Q4's in [-8, 7]).
 
 // Signed lane dots of a short last chunk (m < 4 blocks: lane i in block i mod m), per block.
 template <class Codes>
-inline void tail_dots(const uint8_t* w, const int8_t* x, int m, int32_t* isum) {
+inline void tail_dots(const Codes& cd, const uint8_t* w, const int8_t* x, int m, int32_t* isum) {
   const int half = 16 * m;
   for (int b = 0; b < m; ++b) isum[b] = 0;
   for (int p = 0; p < half; ++p)
     isum[(p / 4) % m] +=
-        Codes::code(w, m, p, 0) * int32_t(x[p]) + Codes::code(w, m, p, 1) * int32_t(x[half + p]);
+        cd.code(w, m, p, 0) * int32_t(x[p]) + cd.code(w, m, p, 1) * int32_t(x[half + p]);
 }
 
 // What one (row block, token block) pass needs: NR weight rows with their per-block scales, and
@@ -202,8 +204,9 @@ struct Tile {
 // lane's block, one vector of 4 factors. The small loops are unrolled so that the accumulators stay
 // in registers.
 template <class Codes, class Dot, int NR, int NT>
-inline void tile_dots(const Tile<NR, NT>& tl, int64_t k, float (*dot)[NR]) {
+inline void tile_dots(const Codes& cd, const Tile<NR, NT>& tl, int64_t k, float (*dot)[NR]) {
   const int64_t nc = k / kChunk, kc = nc * kChunk;
+  constexpr float kScale = 1.f / float(1 << Codes::kShift);
   float32x4_t acc[NT][NR];
 #pragma GCC unroll 8
   for (int i = 0; i < NT * NR; ++i) acc[i / NR][i % NR] = vdupq_n_f32(0.f);
@@ -223,7 +226,7 @@ inline void tile_dots(const Tile<NR, NT>& tl, int64_t k, float (*dot)[NR]) {
       for (int i = 0; i < NR * NT; ++i) {
         const int r = i / NT, t = i % NT;
         int8x16_t w0, w1;
-        Codes::pair(tl.w[r] + c * Codes::kChunkBytes, j, w0, w1);  // reloads CSE across t
+        cd.pair(tl.w[r] + c * Codes::kChunkBytes, j, w0, w1);  // reloads CSE across t
         Dot::add2(ia[t][r], w0, x0[t], w1, x1[t]);
       }
     }
@@ -235,14 +238,14 @@ inline void tile_dots(const Tile<NR, NT>& tl, int64_t k, float (*dot)[NR]) {
     }
   }
   for (int t = 0; t < NT; ++t)
-    for (int r = 0; r < NR; ++r) dot[t][r] = Codes::kScale * vaddvq_f32(acc[t][r]);
+    for (int r = 0; r < NR; ++r) dot[t][r] = kScale * vaddvq_f32(acc[t][r]);
   if (kc < k) {  // a shorter last chunk of m blocks
     const int m = int((k - kc) / kBlock);
     const int64_t b0 = kc / kBlock;
     for (int r = 0; r < NR; ++r)
       for (int t = 0; t < NT; ++t) {
         int32_t isum[4];
-        tail_dots<Codes>(tl.w[r] + nc * Codes::kChunkBytes, tl.xq[t] + kc, m, isum);
+        tail_dots(cd, tl.w[r] + nc * Codes::kChunkBytes, tl.xq[t] + kc, m, isum);
         for (int b = 0; b < m; ++b)
           dot[t][r] += tl.sw[r][b0 + b] * tl.dx[t][b0 + b] * float(isum[b]);
       }
@@ -257,6 +260,7 @@ inline void matmul_int8(const QuantMatmulArgs& a) {
   const int64_t k = a.k, nb = k / kBlock, ng = k / a.group;
   const int per_group = a.group / int(kBlock);
   const int64_t row_bytes = nb * Codes::kChunkBytes / 4;
+  const Codes cd(a.codebook);
   const auto* codes = static_cast<const uint8_t*>(a.w);
   const auto* scales = static_cast<const uint16_t*>(a.scales);
   auto* xq = reinterpret_cast<int8_t*>(a.scratch);
@@ -278,7 +282,7 @@ inline void matmul_int8(const QuantMatmulArgs& a) {
       for (int i = 0; i < NR; ++i) tl.w[i] = w[i], tl.sw[i] = s[i];
       for (int u = 0; u < NT; ++u) tl.xq[u] = xq + (t + u) * k, tl.dx[u] = dx + (t + u) * nb;
       float dot[NT][NR];
-      tile_dots<Codes, Dot, NR, NT>(tl, k, dot);
+      tile_dots<Codes, Dot, NR, NT>(cd, tl, k, dot);
       for (int u = 0; u < NT; ++u)
         for (int i = 0; i < NR; ++i) a.y[(t0 + t + u) * a.ldy + (r - a.r0) + i] = dot[u][i];
     };
@@ -336,8 +340,8 @@ inline void store16(void* dst, int8x16_t q, float scale) {
 // One row in element order (q times its group's scale, exactly as quant::dequantize_row), as f32
 // or bf16.
 template <class Codes, bool BF16>
-inline void dequant_row(const uint8_t* w, const uint16_t* scales, DType st, int group, int64_t k,
-                        void* dst) {
+inline void dequant_row(const Codes& cd, const uint8_t* w, const uint16_t* scales, DType st,
+                        int group, int64_t k, void* dst) {
   constexpr size_t esz = BF16 ? 2 : 4;
   auto* out = static_cast<uint8_t*>(dst);
   const int64_t kc = k / kChunk * kChunk;
@@ -345,10 +349,10 @@ inline void dequant_row(const uint8_t* w, const uint16_t* scales, DType st, int 
     const uint8_t* c = w + c0 / kChunk * Codes::kChunkBytes;
     int8x16_t h[2][4];
     for (int j = 0; j < 4; ++j) {
-      Codes::pair(c, j, h[0][j], h[1][j]);
-      if constexpr (Codes::kBits == 4) {  // pair() gives 16 q
-        h[0][j] = vshrq_n_s8(h[0][j], 4);
-        h[1][j] = vshrq_n_s8(h[1][j], 4);
+      cd.pair(c, j, h[0][j], h[1][j]);
+      if constexpr (Codes::kShift > 0) {
+        h[0][j] = vshrq_n_s8(h[0][j], Codes::kShift);
+        h[1][j] = vshrq_n_s8(h[1][j], Codes::kShift);
       }
     }
     transpose4x4_32(h[0]);
@@ -367,8 +371,8 @@ inline void dequant_row(const uint8_t* w, const uint16_t* scales, DType st, int 
         for (int qq = 0; qq < 4; ++qq)
           for (int e = 0; e < 4; ++e) {
             const int64_t i = kc + 32 * b + 16 * hh + 4 * qq + e;
-            const float v = float(Codes::code(c, m, 4 * (m * qq + b) + e, hh)) *
-                            scale_f32(st, scales[i / group]);
+            const float v =
+                float(cd.code(c, m, 4 * (m * qq + b) + e, hh)) * scale_f32(st, scales[i / group]);
             if constexpr (BF16)
               static_cast<uint16_t*>(dst)[i] = f32_to_bf16(v);
             else
@@ -384,14 +388,15 @@ void dequant_rows(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16) 
   const auto* codes = static_cast<const uint8_t*>(w.data);
   const auto* scales = static_cast<const uint16_t*>(w.scales);
   const int64_t ng = k / w.group_size;
+  const Codes cd(w.codebook);
   for (int64_t r = r0; r < r0 + n; ++r) {
     const uint8_t* c = codes + r * row_bytes;
     const uint16_t* s = scales + r * ng;
     if (bf16)
-      dequant_row<Codes, true>(c, s, w.scale_dtype, w.group_size, k,
+      dequant_row<Codes, true>(cd, c, s, w.scale_dtype, w.group_size, k,
                                static_cast<uint16_t*>(dst) + (r - r0) * k);
     else
-      dequant_row<Codes, false>(c, s, w.scale_dtype, w.group_size, k,
+      dequant_row<Codes, false>(cd, c, s, w.scale_dtype, w.group_size, k,
                                 static_cast<float*>(dst) + (r - r0) * k);
   }
 }
