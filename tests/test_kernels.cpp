@@ -502,6 +502,8 @@ TEST_SUITE("kernels") {
   }
 
   TEST_CASE("Q8/Q4 matmul and dequant: groups, scale types, short chunks, row ranges, tokens") {
+    // Q4 with a codebook: non-uniform, asymmetric, both extremes of the int8 range and a zero.
+    const int8_t cb[16] = {-127, -91, -66, -46, -31, -19, -10, -4, 0, 5, 12, 22, 35, 52, 75, 105};
     struct Shape {
       int64_t rows, cols;  // cols % 128 / 32: the blocks of the short last chunk
     };
@@ -509,22 +511,26 @@ TEST_SUITE("kernels") {
                             {13, 224}, {7, 32},   {9, 1024}};
     for (const QuantTable& qt : quant_tables()) {
       MESSAGE("Q8/Q4 kernels checked on: ", qt.name);
-      for (int bits : {8, 4})
+      for (int variant : {8, 4, 0})  // 0: Q4 with a codebook
         for (int group : {32, 64, 128})
           for (DType st : {DType::F16, DType::BF16})
             for (Shape sh : shapes) {
               if (sh.cols % group) continue;
               const int64_t k = sh.cols, r0 = 2, r1 = sh.rows - 1;
+              const int bits = variant ? variant : 4;
+              const int8_t* codebook = variant ? nullptr : cb;
               CAPTURE(qt.name);
-              CAPTURE(bits);
+              CAPTURE(variant);
               CAPTURE(group);
               const std::string scale_type = dtype_name(st);
               CAPTURE(scale_type);
               CAPTURE(k);
               const QWeights w = make_qweights(bits, group, st, sh.rows, k,
-                                               uint32_t(bits * 1000 + group * 10 + k));
+                                               uint32_t(variant * 1000 + group * 10 + k), codebook);
               // Dequantized rows [r0, r1): exactly the weights' values, or their bf16 rounding.
-              const QuantDequantFn deq = bits == 8 ? qt.kt.dequant_q8 : qt.kt.dequant_q4;
+              const QuantDequantFn deq = variant == 8   ? qt.kt.dequant_q8
+                                         : variant == 4 ? qt.kt.dequant_q4
+                                                        : qt.kt.dequant_q4cb;
               std::vector<float> f32(size_t((r1 - r0) * k));
               std::vector<uint16_t> b16(size_t((r1 - r0) * k));
               deq(w.view(), r0, r1 - r0, f32.data(), false);
@@ -560,7 +566,10 @@ TEST_SUITE("kernels") {
                 a.scales = w.scales.data();
                 a.scale_dtype = st;
                 a.group = group;
-                (bits == 8 ? qt.kt.matmul_q8 : qt.kt.matmul_q4)(a);
+                a.codebook = codebook;
+                (variant == 8   ? qt.kt.matmul_q8
+                 : variant == 4 ? qt.kt.matmul_q4
+                                : qt.kt.matmul_q4cb)(a);
                 std::vector<float> got;
                 std::vector<double> want;
                 bool bounded = true, int8_ok = true, untouched = true;
