@@ -44,28 +44,14 @@ void dequant_row(const uint8_t* s, const uint16_t* scales, DType st, const int8_
   const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(cb)));
   for (int64_t c0 = 0; c0 < kc; c0 += kChunk) {
     const __m512i v = _mm512_loadu_si512(s + c0 / 2);
-    const __m512i lo = slots_to_blocks(_mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4)));
-    const __m512i hi =
-        slots_to_blocks(_mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4)));
-    for (int b = 0; b < 4; ++b) {
-      const __m512 sc = _mm512_set1_ps(scale_f32(st, scales[(c0 + 32 * b) / G]));
-      const __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lane128(lo, b)));
-      const __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lane128(hi, b)));
-      store32<BF16>(dst, c0 + 32 * b, _mm512_mul_ps(f0, sc), _mm512_mul_ps(f1, sc));
-    }
+    const __m512i lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4));
+    const __m512i hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+    store_chunk_i8<G, BF16>(slots_to_blocks(lo), slots_to_blocks(hi), scales, st, c0, dst);
   }
-  if (kc < k) {  // a shorter last chunk of m blocks
-    const int m = int((k - kc) / kBlock);
-    for (int b = 0; b < m; ++b)
-      for (int h = 0; h < 2; ++h)
-        for (int q = 0; q < 4; ++q)
-          for (int e = 0; e < 4; ++e) {
-            const uint8_t byte = s[kc / 2 + 4 * (m * q + b) + e];
-            const int64_t i = kc + 32 * b + 16 * h + 4 * q + e;
-            store1<BF16>(dst, i,
-                         float(cb[h ? byte >> 4 : byte & 15]) * scale_f32(st, scales[i / G]));
-          }
-  }
+  dequant_tail<G, BF16>(k, scales, st, dst, [&](int h, int p) {
+    const uint8_t byte = s[kc / 2 + p];
+    return cb[h ? byte >> 4 : byte & 15];
+  });
 }
 
 template <int G>

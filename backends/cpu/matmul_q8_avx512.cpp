@@ -33,28 +33,11 @@ struct Q8Codes {
 template <int G, bool BF16>
 void dequant_row(const int8_t* c, const uint16_t* scales, DType st, int64_t k, void* dst) {
   const int64_t kc = k / kChunk * kChunk;
-  for (int64_t c0 = 0; c0 < kc; c0 += kChunk) {
-    const __m512i h0 = slots_to_blocks(_mm512_loadu_si512(c + c0));
-    const __m512i h1 = slots_to_blocks(_mm512_loadu_si512(c + c0 + 64));
-    for (int b = 0; b < 4; ++b) {
-      const __m512 sc = _mm512_set1_ps(scale_f32(st, scales[(c0 + 32 * b) / G]));
-      const __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lane128(h0, b)));
-      const __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lane128(h1, b)));
-      store32<BF16>(dst, c0 + 32 * b, _mm512_mul_ps(f0, sc), _mm512_mul_ps(f1, sc));
-    }
-  }
-  if (kc < k) {  // a shorter last chunk of m blocks
-    const int m = int((k - kc) / kBlock);
-    for (int b = 0; b < m; ++b)
-      for (int h = 0; h < 2; ++h)
-        for (int q = 0; q < 4; ++q)
-          for (int e = 0; e < 4; ++e) {
-            const int64_t i = kc + 32 * b + 16 * h + 4 * q + e;
-            store1<BF16>(
-                dst, i,
-                float(c[kc + 16 * m * h + 4 * (m * q + b) + e]) * scale_f32(st, scales[i / G]));
-          }
-  }
+  for (int64_t c0 = 0; c0 < kc; c0 += kChunk)
+    store_chunk_i8<G, BF16>(slots_to_blocks(_mm512_loadu_si512(c + c0)),
+                            slots_to_blocks(_mm512_loadu_si512(c + c0 + 64)), scales, st, c0, dst);
+  const int m = int((k - kc) / kBlock);
+  dequant_tail<G, BF16>(k, scales, st, dst, [&](int h, int p) { return c[kc + 16 * m * h + p]; });
 }
 
 template <int G>

@@ -365,6 +365,35 @@ void matmul_tiles_bf16(const QuantMatmulArgs& a, Deq deq) {
   }
 }
 
+// Dequantization shared by the Q8, Q4 and Q4-codebook rows. One full chunk: h0 and h1 hold the
+// signed int8 values of its two halves already in block order (slots_to_blocks); each block is
+// scaled by its group's scale and stored at element c0 + 32 b.
+template <int G, bool BF16>
+inline void store_chunk_i8(__m512i h0, __m512i h1, const uint16_t* scales, DType st, int64_t c0,
+                           void* dst) {
+  for (int b = 0; b < 4; ++b) {
+    const __m512 sc = _mm512_set1_ps(scale_f32(st, scales[(c0 + 32 * b) / G]));
+    const __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lane128(h0, b)));
+    const __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lane128(h1, b)));
+    store32<BF16>(dst, c0 + 32 * b, _mm512_mul_ps(f0, sc), _mm512_mul_ps(f1, sc));
+  }
+}
+
+// A row's short last chunk (m < 4 blocks, when k is not a multiple of 128), element by element:
+// value(h, p) is the signed value in slot p of half h (quant/FORMAT.md).
+template <int G, bool BF16, class Value>
+inline void dequant_tail(int64_t k, const uint16_t* scales, DType st, void* dst, Value value) {
+  const int64_t kc = k / kChunk * kChunk;
+  const int m = int((k - kc) / kBlock);
+  for (int b = 0; b < m; ++b)
+    for (int h = 0; h < 2; ++h)
+      for (int q = 0; q < 4; ++q)
+        for (int e = 0; e < 4; ++e) {
+          const int64_t i = kc + 32 * b + 16 * h + 4 * q + e;
+          store1<BF16>(dst, i, float(value(h, 4 * (m * q + b) + e)) * scale_f32(st, scales[i / G]));
+        }
+}
+
 // Calls f(std::integral_constant<int, G>()) for the group size (32, 64 or 128: the loader allows no
 // other), so each kernel is compiled once per group size.
 template <class F>
