@@ -114,12 +114,14 @@ CpuBackend::CpuBackend(const BackendOptions& opt)
     fail("cpu backend: KV cache type ", dtype_name(kv_dtype_), " is not supported");
   if (gemm_kind_ == GemmKind::DnnlBf16 && kernels_.isa != Isa::Avx512)
     fail("cpu backend: GEMM dnnl-bf16 needs AVX512_BF16 (ISA avx512)");
+  const std::string gemm = opt.gemm.empty() ? env_str("HEARTH_GEMM") : opt.gemm;
+  if (!gemm.empty() && gemm != "auto") kernels_.quant_prefill = false;  // the library, as asked
 }
 
 std::string CpuBackend::describe() const {
   return std::string("cpu ") + isa_name(kernels_.isa) + ", " + std::to_string(pool_.size()) +
          " threads, gemm " + gemm_name(gemm_kind_) + " from " + std::to_string(gemm_min_tokens_) +
-         " tokens";
+         " tokens" + (kernels_.quant_prefill ? " (quantized weights: int8 GEMM)" : "");
 }
 
 bool CpuBackend::supports_op(const Graph& g, const Node& n) const {

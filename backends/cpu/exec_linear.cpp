@@ -1,6 +1,8 @@
 // Linear steps: an optional RmsNorm of the input, MatMuls sharing it, and their epilogue. Short
-// steps (decode) run the ISA's matmul kernel with every thread on its own rows of all the parts;
-// long steps (prefill) call the GEMM library on each thread's block of each part.
+// steps (decode), and long ones whose quantized weights the kernels multiply faster than a library
+// (KernelTable::quant_prefill), run the ISA's matmul kernel with every thread on its own rows of
+// all the parts; other long steps (prefill) call the GEMM library on each thread's block of each
+// part.
 #include <algorithm>
 #include <cmath>
 
@@ -198,6 +200,12 @@ void linear_gemm(const StepCtx& c, const LinearStep& s, const float* x, const ui
   }
 }
 
+bool all_quantized(const StepCtx& c, const LinearStep& s) {
+  for (const auto& p : s.parts)
+    if (!weight(c, p).quantized()) return false;
+  return true;
+}
+
 // Q8/Q4 count as bf16 here: gemm_rows dequantizes them straight to bf16 for the bf16 GEMM.
 bool all_bf16(const StepCtx& c, const LinearStep& s) {
   for (const auto& p : s.parts)
@@ -211,7 +219,8 @@ void run_linear_step(const StepCtx& c, const LinearStep& s) {
   const int64_t T = c.rows(s.x);
   if (T == 0) return;  // e.g. the LM head of a prefill chunk whose logits nobody asked for
   const int64_t K = c.tensor(s.x).cols;
-  const bool long_step = c.gemm && T >= c.gemm_min_tokens;
+  const bool long_step =
+      c.gemm && T >= c.gemm_min_tokens && !(c.kt.quant_prefill && all_quantized(c, s));
   const bool bf16 = long_step && c.gemm_kind == GemmKind::DnnlBf16 && all_bf16(c, s);
   const float* x = c.ptr(s.x);
   uint16_t* xb = bf16 ? c.cg.x_bf16.u16() : nullptr;

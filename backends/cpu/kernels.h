@@ -48,11 +48,12 @@ using QuantMatmulFn = void (*)(const QuantMatmulArgs&);
 using QuantDequantFn = void (*)(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16);
 // Per-thread scratch (floats) of the quantized matmuls for steps of up to max_tokens tokens:
 // decode quantizes up to 32 tokens of activations to int8 (about 10 k floats) and keeps block
-// factors for 8 rows and the codes' offset lanes; prefill holds every token's activations in bf16
-// and a tile of 16 rows dequantized to bf16.
+// factors for 8 rows and the codes' offset lanes; prefill holds every token's int8 activations
+// (1.25 bytes per element with their block scales) and a panel of 32 repacked rows (36 bytes per
+// column).
 inline int64_t quant_matmul_scratch_floats(int64_t k, int max_tokens) {
   const int64_t decode = 12 * k + 2048;
-  const int64_t prefill = (int64_t(max_tokens) + 16) * k / 2 + k / 32 + 1024;
+  const int64_t prefill = 9 * k + 5 * int64_t(max_tokens) * k / 16 + 256;
   return decode > prefill ? decode : prefill;
 }
 
@@ -131,6 +132,10 @@ struct KernelTable {
   // Q4 whose nibbles index a codebook (Tensor::codebook) rather than the uniform grid.
   QuantMatmulFn matmul_q4cb = nullptr;
   QuantDequantFn dequant_q4cb = nullptr;
+  // The Q8/Q4 matmuls carry a prefill GEMM faster than dequantizing for the GEMM library (int8
+  // activations on vpdpbusd: 4x the multiply-adds of an f32 FMA), so long steps with quantized
+  // weights stay on them unless a library was asked for by name.
+  bool quant_prefill = false;
 };
 
 // One fill function per kernel file; make_kernel_table calls those of each level up to the ISA.

@@ -3,9 +3,9 @@
 // second half in its high nibble, as q + 8, and 4-byte lane i belongs to block i mod 4. Decode
 // multiplies both nibble planes with the int8 activations (in the same slot order) on vpdpbusd
 // into one integer accumulator that starts from the activations' offset lanes (removing the +8
-// exactly), and scales lanes by one broadcast of the chunk's 4 block factors; prefill dequantizes
-// tiles of rows to bf16 for vdpbf16ps.
-#include "backends/cpu/matmul_quant_avx512.h"
+// exactly), and scales lanes by one broadcast of the chunk's 4 block factors; prefill repacks
+// panels of rows for the int8 GEMM (matmul_quant_gemm_avx512.h).
+#include "backends/cpu/matmul_quant_gemm_avx512.h"
 
 namespace hearth::cpu {
 
@@ -26,6 +26,15 @@ struct Q4Codes {
   }
   static void tail(const uint8_t* c, const int8_t* x, int m, int32_t* isum) {
     tail_block_dots(kBits, c, x, m, isum);
+  }
+  static void gather(const uint8_t* row0, __m512i offs, __mmask16 valid, int64_t chunk_byte, int,
+                     int L, __m512i* h0, __m512i* h1) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i v = _mm512_mask_i32gather_epi32(
+        _mm512_setzero_si512(), valid,
+        _mm512_add_epi32(offs, _mm512_set1_epi32(int32_t(chunk_byte + 4 * L))), row0, 1);
+    *h0 = _mm512_and_si512(v, m4);
+    *h1 = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
   }
 };
 
@@ -49,12 +58,7 @@ void dequant_row(const uint8_t* s, const uint16_t* scales, DType st, int64_t k, 
 template <int G>
 void matmul_q4_avx512_g(const QuantMatmulArgs& a) {
   if (a.n_tokens < kPrefillTokens) return decode_quant<Q4Codes, G>(a);
-  const auto* codes = static_cast<const uint8_t*>(a.w);
-  const auto* scales = static_cast<const uint16_t*>(a.scales);
-  matmul_tiles_bf16(a, [&](int64_t row, uint16_t* dst) {
-    dequant_row<G, true>(codes + row * (a.k / 2), scales + row * (a.k / G), a.scale_dtype, a.k,
-                         dst);
-  });
+  gemm_quant<Q4Codes, G>(a);
 }
 
 void dequant_rows(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16) {
@@ -78,6 +82,7 @@ void matmul_q4_avx512(const QuantMatmulArgs& a) {
 
 void fill_matmul_q4_avx512(KernelTable& k) {
   k.matmul_q4 = matmul_q4_avx512;
+  k.quant_prefill = true;
   k.dequant_q4 = dequant_rows;
 }
 

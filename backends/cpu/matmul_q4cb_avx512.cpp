@@ -4,8 +4,8 @@
 // int8 levels. Decode looks both nibble planes up with vpshufb in a table of level + 128, the
 // unsigned operand of vpdpbusd against the int8 activations (same slot order), into one integer
 // accumulator that starts from the activations' offset lanes (removing the +128 exactly, as Q8
-// does); prefill looks levels up the same way and dequantizes tiles of rows to bf16 for vdpbf16ps.
-#include "backends/cpu/matmul_quant_avx512.h"
+// does); prefill looks levels up the same way into panels for the int8 GEMM.
+#include "backends/cpu/matmul_quant_gemm_avx512.h"
 
 namespace hearth::cpu {
 
@@ -33,6 +33,15 @@ struct Q4CbCodes {
   void tail(const uint8_t* c, const int8_t* x, int m, int32_t* isum) const {
     tail_block_dots_lut(c, x, m, lut_u, isum);
   }
+  void gather(const uint8_t* row0, __m512i offs, __mmask16 valid, int64_t chunk_byte, int, int L,
+              __m512i* h0, __m512i* h1) const {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i v = _mm512_mask_i32gather_epi32(
+        _mm512_setzero_si512(), valid,
+        _mm512_add_epi32(offs, _mm512_set1_epi32(int32_t(chunk_byte + 4 * L))), row0, 1);
+    *h0 = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4));
+    *h1 = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+  }
 };
 
 // One row in element order, as bf16 or f32: codebook[nibble] times its group's scale.
@@ -56,13 +65,9 @@ void dequant_row(const uint8_t* s, const uint16_t* scales, DType st, const int8_
 
 template <int G>
 void matmul_q4cb_avx512_g(const QuantMatmulArgs& a) {
-  if (a.n_tokens < kPrefillTokens) return decode_quant<Q4CbCodes, G>(a, Q4CbCodes(a.codebook));
-  const auto* codes = static_cast<const uint8_t*>(a.w);
-  const auto* scales = static_cast<const uint16_t*>(a.scales);
-  matmul_tiles_bf16(a, [&](int64_t row, uint16_t* dst) {
-    dequant_row<G, true>(codes + row * (a.k / 2), scales + row * (a.k / G), a.scale_dtype,
-                         a.codebook, a.k, dst);
-  });
+  const Q4CbCodes cd(a.codebook);
+  if (a.n_tokens < kPrefillTokens) return decode_quant<Q4CbCodes, G>(a, cd);
+  gemm_quant<Q4CbCodes, G>(a, cd);
 }
 
 void dequant_rows(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16) {
@@ -86,6 +91,7 @@ void matmul_q4cb_avx512(const QuantMatmulArgs& a) {
 
 void fill_matmul_q4cb_avx512(KernelTable& k) {
   k.matmul_q4cb = matmul_q4cb_avx512;
+  k.quant_prefill = true;
   k.dequant_q4cb = dequant_rows;
 }
 

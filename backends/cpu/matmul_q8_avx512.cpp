@@ -3,9 +3,9 @@
 // each code's sign bit to get q + 128 as the unsigned operand of vpdpbusd against int8 activations
 // in the same slot order, both halves into one integer accumulator, scales lanes by one broadcast
 // of the chunk's 4 block factors; the +128 is removed exactly by starting each chunk's integer dot
-// from the activations' offset lanes (matmul_quant_avx512.h). Prefill dequantizes tiles of rows to
-// bf16 for vdpbf16ps.
-#include "backends/cpu/matmul_quant_avx512.h"
+// from the activations' offset lanes (matmul_quant_avx512.h). Prefill repacks panels of rows for
+// the int8 GEMM (matmul_quant_gemm_avx512.h).
+#include "backends/cpu/matmul_quant_gemm_avx512.h"
 
 namespace hearth::cpu {
 
@@ -27,6 +27,14 @@ struct Q8Codes {
   static void tail(const uint8_t* c, const int8_t* x, int m, int32_t* isum) {
     tail_block_dots(kBits, c, x, m, isum);
   }
+  static void gather(const uint8_t* row0, __m512i offs, __mmask16 valid, int64_t chunk_byte, int m,
+                     int L, __m512i* h0, __m512i* h1) {
+    const __m512i flip = _mm512_set1_epi8(char(0x80));
+    const __m512i at = _mm512_add_epi32(offs, _mm512_set1_epi32(int32_t(chunk_byte + 4 * L)));
+    const __m512i z = _mm512_setzero_si512();
+    *h0 = _mm512_xor_si512(_mm512_mask_i32gather_epi32(z, valid, at, row0, 1), flip);
+    *h1 = _mm512_xor_si512(_mm512_mask_i32gather_epi32(z, valid, at, row0 + 16 * m, 1), flip);
+  }
 };
 
 // One row in element order, as bf16 or f32.
@@ -43,11 +51,7 @@ void dequant_row(const int8_t* c, const uint16_t* scales, DType st, int64_t k, v
 template <int G>
 void matmul_q8_avx512_g(const QuantMatmulArgs& a) {
   if (a.n_tokens < kPrefillTokens) return decode_quant<Q8Codes, G>(a);
-  const auto* codes = static_cast<const int8_t*>(a.w);
-  const auto* scales = static_cast<const uint16_t*>(a.scales);
-  matmul_tiles_bf16(a, [&](int64_t row, uint16_t* dst) {
-    dequant_row<G, true>(codes + row * a.k, scales + row * (a.k / G), a.scale_dtype, a.k, dst);
-  });
+  gemm_quant<Q8Codes, G>(a);
 }
 
 void dequant_rows(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16) {
@@ -71,6 +75,7 @@ void matmul_q8_avx512(const QuantMatmulArgs& a) {
 
 void fill_matmul_q8_avx512(KernelTable& k) {
   k.matmul_q8 = matmul_q8_avx512;
+  k.quant_prefill = true;
   k.dequant_q8 = dequant_rows;
 }
 

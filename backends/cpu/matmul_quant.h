@@ -4,8 +4,8 @@
 // and stored in the weights' slot order, so byte j of an activation chunk meets byte j of a Q8
 // chunk (or nibble j of a Q4 chunk). Every 4-byte lane of a vpdpbusd / maddubs result then sums
 // elements of one block, block (lane mod 4), and is scaled by (activation scale * weight scale)
-// with one 4-float broadcast. Prefill (many tokens): each tile of rows is dequantized to bf16 once
-// and reused by every token.
+// with one 4-float broadcast. Prefill (many tokens) on AVX-512: the same int8 activations, in
+// element order, against panels of rows repacked once and reused by every token.
 //
 // Only plain declarations here: this header is included by files built for different ISAs, and an
 // inline function compiled with AVX-512 in one of them could be the copy the linker keeps.
@@ -19,8 +19,7 @@ namespace hearth::cpu::qk {
 constexpr int64_t kBlock = 32;     // activation block = smallest weight group
 constexpr int64_t kChunk = 128;    // 4 blocks: the unit of the slot order
 constexpr int kTokenTile = 32;     // tokens quantized together on the int8 path
-constexpr int kRowTile = 16;       // weight rows dequantized together for prefill
-constexpr int kPrefillTokens = 8;  // from this many tokens on, AVX-512 takes the bf16 tile path
+constexpr int kPrefillTokens = 8;  // from this many tokens on, AVX-512 takes the int8 GEMM path
 
 // Activations of one token tile: codes [n][k] in slot order, block scales and block code sums
 // [n][k / 32] in block order.

@@ -281,14 +281,6 @@ inline uint16_t to_bf16_bits(float f) {
   return uint16_t(u >> 16);
 }
 
-// Rounds n floats (n a multiple of 32) to bf16.
-inline void to_bf16_avx512(const float* x, int64_t n, uint16_t* out) {
-  for (int64_t i = 0; i < n; i += 32) {
-    const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
-    _mm512_storeu_si512(out + i, reinterpret_cast<const __m512i&>(v));
-  }
-}
-
 // Stores 32 floats (lo: elements 0-15, hi: 16-31) as bf16.
 inline void store_bf16x32(uint16_t* dst, __m512 lo, __m512 hi) {
   const __m512bh v = _mm512_cvtne2ps_pbh(hi, lo);
@@ -311,58 +303,6 @@ inline void store1(void* dst, int64_t e, float v) {
     static_cast<uint16_t*>(dst)[e] = to_bf16_bits(v);
   else
     static_cast<float*>(dst)[e] = v;
-}
-
-// y[t][r] for NR bf16 weight rows and NT bf16 token rows, all of length k (a multiple of 32).
-template <int NR, int NT>
-inline void dot_tile_bf16(const uint16_t* w, const uint16_t* x, int64_t k, float* y, int64_t ldy) {
-  __m512 acc[NR][NT];
-  for (int i = 0; i < NR; ++i)
-    for (int t = 0; t < NT; ++t) acc[i][t] = _mm512_setzero_ps();
-  for (int64_t e = 0; e < k; e += 32) {
-    __m512bh xv[NT];
-    for (int t = 0; t < NT; ++t) {
-      const __m512i v = _mm512_loadu_si512(x + t * k + e);
-      xv[t] = reinterpret_cast<const __m512bh&>(v);
-    }
-    for (int i = 0; i < NR; ++i) {
-      const __m512i v = _mm512_loadu_si512(w + i * k + e);
-      const __m512bh wv = reinterpret_cast<const __m512bh&>(v);
-      for (int t = 0; t < NT; ++t) acc[i][t] = _mm512_dpbf16_ps(acc[i][t], wv, xv[t]);
-    }
-  }
-  for (int i = 0; i < NR; ++i)
-    for (int t = 0; t < NT; ++t) y[t * ldy + i] = hsum(acc[i][t]);
-}
-
-// The prefill path: every token's activations are rounded to bf16 once, then each tile of weight
-// rows is dequantized to bf16 once (by `deq(row, dst)`) and dotted with every token on vdpbf16ps.
-// Scratch: [n_tokens, k] then [kRowTile, k] bf16 (see quant_matmul_scratch_floats).
-template <typename Deq>
-void matmul_tiles_bf16(const QuantMatmulArgs& a, Deq deq) {
-  const int64_t k = a.k;
-  const int nt = a.n_tokens;
-  auto* xb = reinterpret_cast<uint16_t*>(a.scratch);
-  uint16_t* wb = xb + nt * k;
-  for (int t = 0; t < nt && !a.reuse_x; ++t) to_bf16_avx512(a.x + t * a.ldx, k, xb + t * k);
-  for (int64_t r0 = a.r0; r0 < a.r1; r0 += kRowTile) {
-    const int nr = int(min64(kRowTile, a.r1 - r0));
-    for (int i = 0; i < nr; ++i) deq(r0 + i, wb + i * k);
-    float* y = a.y + (r0 - a.r0);
-    int i = 0;
-    for (; i + 4 <= nr; i += 4) {
-      int t = 0;
-      for (; t + 4 <= nt; t += 4)
-        dot_tile_bf16<4, 4>(wb + i * k, xb + t * k, k, y + t * a.ldy + i, a.ldy);
-      for (; t < nt; ++t) dot_tile_bf16<4, 1>(wb + i * k, xb + t * k, k, y + t * a.ldy + i, a.ldy);
-    }
-    for (; i < nr; ++i) {
-      int t = 0;
-      for (; t + 4 <= nt; t += 4)
-        dot_tile_bf16<1, 4>(wb + i * k, xb + t * k, k, y + t * a.ldy + i, a.ldy);
-      for (; t < nt; ++t) dot_tile_bf16<1, 1>(wb + i * k, xb + t * k, k, y + t * a.ldy + i, a.ldy);
-    }
-  }
 }
 
 // Dequantization shared by the Q8, Q4 and Q4-codebook rows. One full chunk: h0 and h1 hold the
