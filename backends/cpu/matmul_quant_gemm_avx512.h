@@ -53,7 +53,7 @@ inline void quantize_act_blocks_avx512(const float* x, int64_t k, int offset_log
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b), _mm512_cvtepi32_epi8(i0));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b + 16), _mm512_cvtepi32_epi8(i1));
     d[b] = amax / 127.f;
-    corr[b] = -(_mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1)) << offset_log2);
+    corr[b] = -_mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1)) * (1 << offset_log2);
   }
 }
 
