@@ -135,30 +135,21 @@ inline void gemm_tile(const GemmActs& g, int64_t k, int t0, float* y, int64_t ld
       _mm512_mask_storeu_ps(y + t * ldy + 16 * v, first_n(n - 16 * v), out[t][v]);
 }
 
+// The last `left` (< kTileTokens) tokens as one tile of exactly that many.
+template <int NV, int NT = kTileTokens - 1>
+inline void gemm_tail(const GemmActs& g, int64_t k, int t, int left, float* y, int64_t ldy, int n) {
+  if constexpr (NT > 0) {
+    if (left == NT) return gemm_tile<NV, NT>(g, k, t, y, ldy, n);
+    gemm_tail<NV, NT - 1>(g, k, t, left, y, ldy, n);
+  }
+}
+
 template <int NV>
 inline void gemm_tokens(const GemmActs& g, int64_t k, int n_tokens, float* y, int64_t ldy, int n) {
   int t = 0;
   for (; t + kTileTokens <= n_tokens; t += kTileTokens)
     gemm_tile<NV, kTileTokens>(g, k, t, y + t * ldy, ldy, n);
-  float* yt = y + t * ldy;
-  switch (n_tokens - t) {
-    case 7:
-      return gemm_tile<NV, 7>(g, k, t, yt, ldy, n);
-    case 6:
-      return gemm_tile<NV, 6>(g, k, t, yt, ldy, n);
-    case 5:
-      return gemm_tile<NV, 5>(g, k, t, yt, ldy, n);
-    case 4:
-      return gemm_tile<NV, 4>(g, k, t, yt, ldy, n);
-    case 3:
-      return gemm_tile<NV, 3>(g, k, t, yt, ldy, n);
-    case 2:
-      return gemm_tile<NV, 2>(g, k, t, yt, ldy, n);
-    case 1:
-      return gemm_tile<NV, 1>(g, k, t, yt, ldy, n);
-    default:
-      return;
-  }
+  gemm_tail<NV>(g, k, t, n_tokens - t, y + t * ldy, ldy, n);
 }
 
 // The prefill QuantMatmulFn body: rows [r0, r1) for every token. Scratch: see carve_gemm_acts
