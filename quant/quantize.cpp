@@ -47,15 +47,6 @@ inline void round_codes(const float* w, int64_t n, float d, int lo, int hi, int8
   }
 }
 
-inline float weighted_err(const float* w, const float* h, int64_t n, float d, const int8_t* q) {
-  float e = 0.f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float r = w[i] - d * float(q[i]);
-    e += (h ? h[i] : 1.f) * r * r;
-  }
-  return e;
-}
-
 // Codes for n weights against scale d and a codebook: the nearest level's index - 8 (ties go to
 // the lower level). Levels are increasing, so the index is the count of midpoints below w / d.
 inline void codebook_codes(const float* w, int64_t n, float d, const float* mid, int8_t* q) {
@@ -75,38 +66,47 @@ inline void codebook_codes(const float* w, int64_t n, float d, const float* mid,
   }
 }
 
-inline float codebook_err(const float* w, const float* h, int64_t n, float d, const float* lv,
-                          const int8_t* q) {
-  float e = 0.f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float r = w[i] - d * lv[q[i] + 8];
-    e += (h ? h[i] : 1.f) * r * r;
-  }
-  return e;
-}
+// The values a group's codes stand for: the integers lo..hi, or the 16 levels of a codebook
+// (indexed by code + 8).
+struct Grid {
+  int lo = 0, hi = 0;
+  const float* lv = nullptr;  // the codebook's levels; null: the uniform grid
+  float mid[15] = {};         // midpoints between successive levels
 
-// The codebook counterpart of quantize_group below: the same RTN rule (the largest-magnitude
-// weight onto the extreme level of largest magnitude) and the same clipping search, with both
-// extremes tried since the codebook need not be symmetric.
-void quantize_group_codebook(const float* w, const float* h, int64_t n, const Scheme& s, Method m,
-                             const int8_t* cb, int8_t* q, uint16_t* scale) {
-  float lv[16], mid[15];
-  for (int i = 0; i < 16; ++i) lv[i] = float(cb[i]);
-  for (int i = 0; i < 15; ++i) mid[i] = 0.5f * (lv[i] + lv[i + 1]);
-  float amax = 0.f, signed_max = 0.f;
-  for (int64_t i = 0; i < n; ++i)
-    if (std::fabs(w[i]) > amax) {
-      amax = std::fabs(w[i]);
-      signed_max = w[i];
+  explicit Grid(int bits) : lo(qmin(bits)), hi(qmax(bits)) {}
+  explicit Grid(const float* levels) : lv(levels) {
+    for (int i = 0; i < 15; ++i) mid[i] = 0.5f * (lv[i] + lv[i + 1]);
+  }
+  float level(int8_t q) const { return lv ? lv[q + 8] : float(q); }
+  void codes(const float* w, int64_t n, float d, int8_t* q) const {
+    if (lv)
+      codebook_codes(w, n, d, mid, q);
+    else
+      round_codes(w, n, d, lo, hi, q);
+  }
+  // Squared error of the group as quantized, weighted by h (the calibration's importance) if given.
+  float err(const float* w, const float* h, int64_t n, float d, const int8_t* q) const {
+    float e = 0.f;
+    for (int64_t i = 0; i < n; ++i) {
+      const float r = w[i] - d * level(q[i]);
+      e += (h ? h[i] : 1.f) * r * r;
     }
-  const float far = std::fabs(lv[0]) >= std::fabs(lv[15]) ? lv[0] : lv[15];
-  const float near = far == lv[0] ? lv[15] : lv[0];
-  const float base = signed_max / far;
+    return e;
+  }
+};
+
+// One group's codes and stored scale. RTN stores `base`. Otherwise a clipping search: shrinking the
+// scale from base (and from alt, unless 0) trades clipping error on the largest weights for finer
+// steps on all the others; then, given the chosen codes, the error-minimising scale has a closed
+// form: re-round and keep it if it helps (two rounds are enough to settle).
+void fit_group(const float* w, const float* h, int64_t n, const Scheme& s, Method m,
+               const Grid& grid, float amax, float base, float alt, int steps, float span,
+               int8_t* q, uint16_t* scale) {
   auto stored_of = [&](float d) { return scale_from_f32(s.scale_dtype, d); };
   auto value_of = [&](uint16_t st) { return scale_to_f32(s.scale_dtype, st); };
   if (m == Method::Rtn || amax == 0.f) {
     *scale = stored_of(base);
-    codebook_codes(w, n, value_of(*scale), mid, q);
+    grid.codes(w, n, value_of(*scale), q);
     return;
   }
   int8_t tmp[128];
@@ -115,25 +115,23 @@ void quantize_group_codebook(const float* w, const float* h, int64_t n, const Sc
     const uint16_t st = stored_of(d);
     const float dv = value_of(st);
     if (!std::isfinite(dv)) return;
-    codebook_codes(w, n, dv, mid, tmp);
-    const float e = codebook_err(w, h, n, dv, lv, tmp);
+    grid.codes(w, n, dv, tmp);
+    const float e = grid.err(w, h, n, dv, tmp);
     if (e < best.err) {
       best.err = e;
       best.stored = st;
     }
   };
-  const int steps = 20;
-  const float span = 0.5f;
   for (int i = 0; i <= steps; ++i) {
     const float c = 1.f - span * float(i) / float(steps);
     consider(base * c);
-    if (near != 0.f) consider(signed_max / near * c);
+    if (alt != 0.f) consider(alt * c);
   }
   for (int it = 0; it < 2; ++it) {
-    codebook_codes(w, n, value_of(best.stored), mid, tmp);
+    grid.codes(w, n, value_of(best.stored), tmp);
     double num = 0, den = 0;
     for (int64_t i = 0; i < n; ++i) {
-      const double hw = h ? h[i] : 1.0, l = lv[tmp[i] + 8];
+      const double hw = h ? h[i] : 1.0, l = grid.level(tmp[i]);
       num += hw * w[i] * l;
       den += hw * l * l;
     }
@@ -141,66 +139,44 @@ void quantize_group_codebook(const float* w, const float* h, int64_t n, const Sc
     consider(float(num / den));
   }
   *scale = best.stored;
-  codebook_codes(w, n, value_of(best.stored), mid, q);
+  grid.codes(w, n, value_of(best.stored), q);
+}
+
+// The largest |w| and the signed weight that has it (the first, on ties).
+void extremes(const float* w, int64_t n, float* amax, float* signed_max) {
+  *amax = 0.f, *signed_max = 0.f;
+  for (int64_t i = 0; i < n; ++i)
+    if (std::fabs(w[i]) > *amax) {
+      *amax = std::fabs(w[i]);
+      *signed_max = w[i];
+    }
+}
+
+// The codebook counterpart of quantize_group below: the same RTN rule (the largest-magnitude
+// weight onto the extreme level of largest magnitude) and the same clipping search, with both
+// extremes tried since the codebook need not be symmetric.
+void quantize_group_codebook(const float* w, const float* h, int64_t n, const Scheme& s, Method m,
+                             const int8_t* cb, int8_t* q, uint16_t* scale) {
+  float lv[16];
+  for (int i = 0; i < 16; ++i) lv[i] = float(cb[i]);
+  float amax, signed_max;
+  extremes(w, n, &amax, &signed_max);
+  const float far = std::fabs(lv[0]) >= std::fabs(lv[15]) ? lv[0] : lv[15];
+  const float near = far == lv[0] ? lv[15] : lv[0];
+  fit_group(w, h, n, s, m, Grid(lv), amax, signed_max / far, near != 0.f ? signed_max / near : 0.f,
+            20, 0.5f, q, scale);
 }
 
 void quantize_group(const float* w, const float* h, int64_t n, const Scheme& s, Method m, int8_t* q,
                     uint16_t* scale) {
-  const int lo = qmin(s.bits), hi = qmax(s.bits);
-  float amax = 0.f, signed_max = 0.f;
-  for (int64_t i = 0; i < n; ++i)
-    if (std::fabs(w[i]) > amax) {
-      amax = std::fabs(w[i]);
-      signed_max = w[i];
-    }
-  // Q4 maps the largest-magnitude weight onto -8, using all 16 levels; Q8 stays symmetric.
-  const float base = s.bits == 4 ? signed_max / -8.f : amax / 127.f;
-  auto stored_of = [&](float d) { return scale_from_f32(s.scale_dtype, d); };
-  auto value_of = [&](uint16_t st) { return scale_to_f32(s.scale_dtype, st); };
-
-  if (m == Method::Rtn || amax == 0.f) {
-    *scale = stored_of(base);
-    round_codes(w, n, value_of(*scale), lo, hi, q);
-    return;
-  }
-  int8_t tmp[128];
-  Fit best;
-  auto consider = [&](float d) {
-    const uint16_t st = stored_of(d);
-    const float dv = value_of(st);
-    if (!std::isfinite(dv)) return;
-    round_codes(w, n, dv, lo, hi, tmp);
-    const float e = weighted_err(w, h, n, dv, tmp);
-    if (e < best.err) {
-      best.err = e;
-      best.stored = st;
-    }
-  };
-  // Clipping grid: shrinking the scale trades clipping error on the largest weights for finer
-  // steps on all the others. For 4 bits, the symmetric amax / 7 grid is tried as well.
-  const int steps = s.bits == 4 ? 20 : 8;
-  const float span = s.bits == 4 ? 0.5f : 0.12f;
-  for (int i = 0; i <= steps; ++i) {
-    const float c = 1.f - span * float(i) / float(steps);
-    consider(base * c);
-    if (s.bits == 4) consider(amax / 7.f * c);
-  }
-  // Given the chosen codes, the error-minimising scale has a closed form; re-round and keep it if
-  // it helps (two rounds are enough to settle).
-  for (int it = 0; it < 2; ++it) {
-    const float d = value_of(best.stored);
-    round_codes(w, n, d, lo, hi, tmp);
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const double hw = h ? h[i] : 1.0;
-      num += hw * w[i] * tmp[i];
-      den += hw * double(tmp[i]) * tmp[i];
-    }
-    if (den <= 0) break;
-    consider(float(num / den));
-  }
-  *scale = best.stored;
-  round_codes(w, n, value_of(best.stored), lo, hi, q);
+  float amax, signed_max;
+  extremes(w, n, &amax, &signed_max);
+  // Q4 maps the largest-magnitude weight onto -8, using all 16 levels, and tries the symmetric
+  // amax / 7 grid as well; Q8 stays symmetric.
+  if (s.bits == 4)
+    fit_group(w, h, n, s, m, Grid(4), amax, signed_max / -8.f, amax / 7.f, 20, 0.5f, q, scale);
+  else
+    fit_group(w, h, n, s, m, Grid(s.bits), amax, amax / 127.f, 0.f, 8, 0.12f, q, scale);
 }
 
 }  // namespace

@@ -11,53 +11,28 @@ namespace {
 
 using namespace qk;
 
-void matmul_q4_avx2(const QuantMatmulArgs& a) {
-  const int64_t k = a.k, nb = k / kBlock, ng = k / a.group, nc = k / kChunk, kc = nc * kChunk;
-  const int per_group = a.group / int(kBlock);
-  ActTile at;
-  float* sw = carve_act_tile(a.scratch, k, &at);
-  float* P = sw + (ng + 15) / 16 * 16;
-  const auto* codes = static_cast<const uint8_t*>(a.w);
-  const auto* scales = static_cast<const uint16_t*>(a.scales);
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  const __m256i ones = _mm256_set1_epi16(1);
-  auto ld = [](const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); };
-  for (int t0 = 0; t0 < a.n_tokens; t0 += kTokenTile) {
-    const int nt = int(min64(kTokenTile, a.n_tokens - t0));
-    for (int t = 0; t < nt; ++t)
-      quantize_act_scalar(a.x + (t0 + t) * a.ldx, k, at.q + t * k, at.d + t * nb, at.s + t * nb);
-    for (int64_t r = a.r0; r < a.r1; ++r) {
-      const uint8_t* w = codes + r * (k / 2);
-      for (int64_t g = 0; g < ng; ++g) sw[g] = scale_f32(a.scale_dtype, scales[r * ng + g]);
-      for (int t = 0; t < nt; ++t) {
-        const int8_t* xq = at.q + t * k;
-        const float corr = block_products(at.d + t * nb, at.s + t * nb, sw, nb, per_group, P);
-        __m256 acc = _mm256_setzero_ps();
-        for (int64_t j = 0; j < nc; ++j) {
-          const uint8_t* c = w + j * 64;
-          const int8_t* x = xq + j * kChunk;
-          const __m256i v0 = ld(c), v1 = ld(c + 32);
-          const __m256i lo0 = _mm256_and_si256(v0, m4), lo1 = _mm256_and_si256(v1, m4);
-          const __m256i hi0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4);
-          const __m256i hi1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
-          __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo0, ld(x)),
-                                         _mm256_maddubs_epi16(lo1, ld(x + 32)));
-          s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(hi0, ld(x + 64)));
-          s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(hi1, ld(x + 96)));
-          const __m256 f = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(P + 4 * j));
-          acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s16, ones)), f, acc);
-        }
-        float dot = hsum8(acc);
-        if (kc < k) {  // a shorter last chunk
-          const int m = int((k - kc) / kBlock);
-          int32_t isum[4];
-          tail_block_dots(4, w + kc / 2, xq + kc, m, isum);
-          for (int b = 0; b < m; ++b) dot += P[kc / kBlock + b] * float(isum[b]);
-        }
-        a.y[(t0 + t) * a.ldy + (r - a.r0)] = dot - 8.f * corr;
-      }
-    }
+struct Q4Codes {
+  static constexpr int64_t kChunkBytes = 64;
+  static constexpr int kVecOffset = 8, kTailOffset = 8;  // nibbles hold q + 8
+  static __m256i dot(const uint8_t* c, const int8_t* x) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i v0 = load256(c), v1 = load256(c + 32);
+    const __m256i lo0 = _mm256_and_si256(v0, m4), lo1 = _mm256_and_si256(v1, m4);
+    const __m256i hi0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4);
+    const __m256i hi1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
+    __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo0, load256(x)),
+                                   _mm256_maddubs_epi16(lo1, load256(x + 32)));
+    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(hi0, load256(x + 64)));
+    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(hi1, load256(x + 96)));
+    return _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
   }
+  static void tail(const uint8_t* c, const int8_t* x, int m, int32_t* isum) {
+    tail_block_dots(4, c, x, m, isum);
+  }
+};
+
+void matmul_q4_avx2(const QuantMatmulArgs& a) {
+  matmul_quant_avx2(a, Q4Codes());
 }
 
 }  // namespace

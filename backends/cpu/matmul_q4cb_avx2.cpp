@@ -14,62 +14,38 @@ namespace {
 
 using namespace qk;
 
-void matmul_q4cb_avx2(const QuantMatmulArgs& a) {
-  const int64_t k = a.k, nb = k / kBlock, ng = k / a.group, nc = k / kChunk, kc = nc * kChunk;
-  const int per_group = a.group / int(kBlock);
-  ActTile at;
-  float* sw = carve_act_tile(a.scratch, k, &at);
-  float* P = sw + (ng + 15) / 16 * 16;
-  const auto* codes = static_cast<const uint8_t*>(a.w);
-  const auto* scales = static_cast<const uint16_t*>(a.scales);
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  const __m256i lut =
-      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.codebook)));
+struct Q4CbCodes {
+  static constexpr int64_t kChunkBytes = 64;
+  // The vector dots are exact signed ones; the tail's use level + 128.
+  static constexpr int kVecOffset = 0, kTailOffset = 128;
+  __m256i lut;
   uint8_t lut_u[16];  // levels + 128, for the short last chunk
-  for (int i = 0; i < 16; ++i) lut_u[i] = uint8_t(a.codebook[i] + 128);
-  auto ld = [](const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); };
+  explicit Q4CbCodes(const int8_t* codebook) {
+    lut = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codebook)));
+    for (int i = 0; i < 16; ++i) lut_u[i] = uint8_t(codebook[i] + 128);
+  }
   // Lane dots of 32 nibbles (as levels) with 32 activations; |level|, |x| <= 127 keep maddubs's
   // pair sums below 2^15.
-  auto dot32 = [&](__m256i nib, const int8_t* x) {
+  __m256i dot32(__m256i nib, const int8_t* x) const {
     const __m256i lv = _mm256_shuffle_epi8(lut, nib);
-    return dot_u8s8(_mm256_abs_epi8(lv), _mm256_sign_epi8(ld(x), lv));
-  };
-  for (int t0 = 0; t0 < a.n_tokens; t0 += kTokenTile) {
-    const int nt = int(min64(kTokenTile, a.n_tokens - t0));
-    for (int t = 0; t < nt; ++t)
-      quantize_act_scalar(a.x + (t0 + t) * a.ldx, k, at.q + t * k, at.d + t * nb, at.s + t * nb);
-    for (int64_t r = a.r0; r < a.r1; ++r) {
-      const uint8_t* w = codes + r * (k / 2);
-      for (int64_t g = 0; g < ng; ++g) sw[g] = scale_f32(a.scale_dtype, scales[r * ng + g]);
-      for (int t = 0; t < nt; ++t) {
-        const int8_t* xq = at.q + t * k;
-        block_products(at.d + t * nb, at.s + t * nb, sw, nb, per_group, P);
-        __m256 acc = _mm256_setzero_ps();
-        for (int64_t j = 0; j < nc; ++j) {
-          const uint8_t* c = w + j * 64;
-          const int8_t* x = xq + j * kChunk;
-          const __m256i v0 = ld(c), v1 = ld(c + 32);
-          const __m256i lo0 = _mm256_and_si256(v0, m4), lo1 = _mm256_and_si256(v1, m4);
-          const __m256i hi0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4);
-          const __m256i hi1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
-          const __m256i s =
-              _mm256_add_epi32(_mm256_add_epi32(dot32(lo0, x), dot32(lo1, x + 32)),
-                               _mm256_add_epi32(dot32(hi0, x + 64), dot32(hi1, x + 96)));
-          const __m256 f = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(P + 4 * j));
-          acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), f, acc);
-        }
-        float dot = hsum8(acc);
-        if (kc < k) {  // a shorter last chunk: its dots use level + 128, so the offset goes too
-          const int m = int((k - kc) / kBlock);
-          int32_t isum[4];
-          tail_block_dots_lut(w + kc / 2, xq + kc, m, lut_u, isum);
-          for (int b = 0; b < m; ++b)
-            dot += P[kc / kBlock + b] * (float(isum[b]) - 128.f * at.s[t * nb + kc / kBlock + b]);
-        }
-        a.y[(t0 + t) * a.ldy + (r - a.r0)] = dot;
-      }
-    }
+    return dot_u8s8(_mm256_abs_epi8(lv), _mm256_sign_epi8(load256(x), lv));
   }
+  __m256i dot(const uint8_t* c, const int8_t* x) const {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i v0 = load256(c), v1 = load256(c + 32);
+    const __m256i lo0 = _mm256_and_si256(v0, m4), lo1 = _mm256_and_si256(v1, m4);
+    const __m256i hi0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4);
+    const __m256i hi1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
+    return _mm256_add_epi32(_mm256_add_epi32(dot32(lo0, x), dot32(lo1, x + 32)),
+                            _mm256_add_epi32(dot32(hi0, x + 64), dot32(hi1, x + 96)));
+  }
+  void tail(const uint8_t* c, const int8_t* x, int m, int32_t* isum) const {
+    tail_block_dots_lut(c, x, m, lut_u, isum);
+  }
+};
+
+void matmul_q4cb_avx2(const QuantMatmulArgs& a) {
+  matmul_quant_avx2(a, Q4CbCodes(a.codebook));
 }
 
 // 16 floats to dst at element e, as f32 or as bf16 (round to nearest even; the values are finite).
@@ -98,13 +74,12 @@ void dequant_rows(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16) 
   const __m256i lut =
       _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.codebook)));
   const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  auto ld = [](const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); };
   for (int64_t r = r0; r < r0 + n; ++r) {
     const uint8_t* c = codes + r * (k / 2);
     const uint16_t* sc = scales + r * (k / g);
     const int64_t e0 = (r - r0) * k;  // this row's first element in dst
     for (int64_t c0 = 0; c0 < kc; c0 += kChunk) {
-      const __m256i v0 = ld(c + c0 / 2), v1 = ld(c + c0 / 2 + 32);  // lanes 0-7, 8-15
+      const __m256i v0 = load256(c + c0 / 2), v1 = load256(c + c0 / 2 + 32);  // lanes 0-7, 8-15
       for (int h = 0; h < 2; ++h) {
         const __m256i n0 =
             h ? _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4) : _mm256_and_si256(v0, m4);

@@ -71,16 +71,12 @@ void matmul_q4cb_avx512_g(const QuantMatmulArgs& a) {
 }
 
 void dequant_rows(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16) {
-  const auto* codes = static_cast<const uint8_t*>(w.data);
-  const auto* scales = static_cast<const uint16_t*>(w.scales);
-  const int64_t k = w.cols();
-  with_group(w.group_size, [&](auto g) {
-    constexpr int G = decltype(g)::value;
-    dequant_rows_with(w, r0, n, dst, bf16, [&](auto to_bf16, int64_t r, auto* out) {
-      dequant_row<G, decltype(to_bf16)::value>(codes + r * (k / 2), scales + r * (k / G),
-                                               w.scale_dtype, w.codebook, k, out);
-    });
-  });
+  dequant_rows_with<Q4CbCodes::kChunkBytes>(
+      w, r0, n, dst, bf16,
+      [&](auto g, auto to_bf16, const uint8_t* c, const uint16_t* s, auto* out) {
+        dequant_row<decltype(g)::value, decltype(to_bf16)::value>(c, s, w.scale_dtype, w.codebook,
+                                                                  w.cols(), out);
+      });
 }
 
 void matmul_q4cb_avx512(const QuantMatmulArgs& a) {

@@ -39,13 +39,14 @@ struct Q8Codes {
 
 // One row in element order, as bf16 or f32.
 template <int G, bool BF16>
-void dequant_row(const int8_t* c, const uint16_t* scales, DType st, int64_t k, void* dst) {
+void dequant_row(const uint8_t* c, const uint16_t* scales, DType st, int64_t k, void* dst) {
   const int64_t kc = k / kChunk * kChunk;
   for (int64_t c0 = 0; c0 < kc; c0 += kChunk)
     store_chunk_i8<G, BF16>(slots_to_blocks(_mm512_loadu_si512(c + c0)),
                             slots_to_blocks(_mm512_loadu_si512(c + c0 + 64)), scales, st, c0, dst);
   const int m = int((k - kc) / kBlock);
-  dequant_tail<G, BF16>(k, scales, st, dst, [&](int h, int p) { return c[kc + 16 * m * h + p]; });
+  dequant_tail<G, BF16>(k, scales, st, dst,
+                        [&](int h, int p) { return int8_t(c[kc + 16 * m * h + p]); });
 }
 
 template <int G>
@@ -55,16 +56,12 @@ void matmul_q8_avx512_g(const QuantMatmulArgs& a) {
 }
 
 void dequant_rows(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16) {
-  const auto* codes = static_cast<const int8_t*>(w.data);
-  const auto* scales = static_cast<const uint16_t*>(w.scales);
-  const int64_t k = w.cols();
-  with_group(w.group_size, [&](auto g) {
-    constexpr int G = decltype(g)::value;
-    dequant_rows_with(w, r0, n, dst, bf16, [&](auto to_bf16, int64_t r, auto* out) {
-      dequant_row<G, decltype(to_bf16)::value>(codes + r * k, scales + r * (k / G), w.scale_dtype,
-                                               k, out);
-    });
-  });
+  dequant_rows_with<Q8Codes::kChunkBytes>(
+      w, r0, n, dst, bf16,
+      [&](auto g, auto to_bf16, const uint8_t* c, const uint16_t* s, auto* out) {
+        dequant_row<decltype(g)::value, decltype(to_bf16)::value>(c, s, w.scale_dtype, w.cols(),
+                                                                  out);
+      });
 }
 
 void matmul_q8_avx512(const QuantMatmulArgs& a) {

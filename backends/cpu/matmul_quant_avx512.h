@@ -348,18 +348,26 @@ inline void with_group(int group, F f) {
   }
 }
 
-// A QuantDequantFn from a one-row dequantizer: row(std::true_type or std::false_type, r, out)
-// writes row r to out as bf16 (true) or f32 (false).
-template <class Row>
+// A QuantDequantFn from a one-row dequantizer: row(g, to_bf16, codes, scales, out) writes the row
+// whose codes (kChunkBytes per 128 elements) and F16/BF16 scales start there to out, as bf16
+// (to_bf16 a std::true_type) or f32 (std::false_type), with g a std::integral_constant of the group
+// size.
+template <int64_t kChunkBytes, class Row>
 inline void dequant_rows_with(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16,
                               Row row) {
   const int64_t k = w.cols();
-  for (int64_t r = r0; r < r0 + n; ++r) {
-    if (bf16)
-      row(std::true_type(), r, static_cast<uint16_t*>(dst) + (r - r0) * k);
-    else
-      row(std::false_type(), r, static_cast<float*>(dst) + (r - r0) * k);
-  }
+  const auto* codes = static_cast<const uint8_t*>(w.data);
+  const auto* scales = static_cast<const uint16_t*>(w.scales);
+  with_group(w.group_size, [&](auto g) {
+    for (int64_t r = r0; r < r0 + n; ++r) {
+      const uint8_t* c = codes + r * (k * kChunkBytes / kChunk);
+      const uint16_t* s = scales + r * (k / decltype(g)::value);
+      if (bf16)
+        row(g, std::true_type(), c, s, static_cast<uint16_t*>(dst) + (r - r0) * k);
+      else
+        row(g, std::false_type(), c, s, static_cast<float*>(dst) + (r - r0) * k);
+    }
+  });
 }
 
 }  // namespace
