@@ -69,6 +69,11 @@ void step_io(const Graph& g, const Step& s, std::vector<int>& reads, std::vector
   }
 }
 
+// The GEMM the user named: the option, else HEARTH_GEMM; empty for none.
+std::string requested_gemm(const BackendOptions& opt) {
+  return opt.gemm.empty() ? env_str("HEARTH_GEMM") : opt.gemm;
+}
+
 }  // namespace
 
 void Buffer::alloc(size_t n, const char* what) {
@@ -104,7 +109,7 @@ CpuBackend::CpuBackend(const BackendOptions& opt)
     : kernels_(make_kernel_table(choose_isa(detect_cpu_features(), opt.isa))),
       pool_(opt.threads > 0 ? opt.threads : default_thread_count()),
       kv_dtype_(opt.kv_dtype),
-      gemm_kind_(choose_gemm(opt.gemm.empty() ? env_str("HEARTH_GEMM") : opt.gemm)),
+      gemm_kind_(choose_gemm(requested_gemm(opt))),
       gemm_(make_gemm(gemm_kind_, pool_.size())),
       gemm_min_tokens_(opt.gemm_min_tokens > 0
                            ? opt.gemm_min_tokens
@@ -114,7 +119,7 @@ CpuBackend::CpuBackend(const BackendOptions& opt)
     fail("cpu backend: KV cache type ", dtype_name(kv_dtype_), " is not supported");
   if (gemm_kind_ == GemmKind::DnnlBf16 && kernels_.isa != Isa::Avx512)
     fail("cpu backend: GEMM dnnl-bf16 needs AVX512_BF16 (ISA avx512)");
-  const std::string gemm = opt.gemm.empty() ? env_str("HEARTH_GEMM") : opt.gemm;
+  const std::string gemm = requested_gemm(opt);
   if (!gemm.empty() && gemm != "auto") kernels_.quant_prefill = false;  // the library, as asked
 }
 
