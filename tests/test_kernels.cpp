@@ -442,6 +442,14 @@ TEST_SUITE("kernels") {
       double flops = 0;
       CHECK(std::isfinite(kt.fma_loop(1000, &flops)));
       CHECK(flops > 0);
+      // The int8 peak loop exists where an int8 GEMM does; its chains start at 0..15 and each
+      // step adds 4 products of 3 and -2 to every lane.
+      CHECK((kt.dot_i8_loop != nullptr) == kt.quant_prefill);
+      if (kt.dot_i8_loop) {
+        double ops = 0;
+        CHECK(kt.dot_i8_loop(1000, &ops) == float(16 * 120 - 256 * 24 * 1000));
+        CHECK(ops == 1000.0 * 16 * 64 * 2);
+      }
     }
   }
 

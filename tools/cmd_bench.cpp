@@ -1,5 +1,5 @@
 // hearth bench: prefill and decode speed of a model next to the machine's own limits (memory read
-// bandwidth and f32 FMA peak), measured in the same run with the same thread count.
+// bandwidth, f32 FMA and int8 dot peaks), measured in the same run with the same thread count.
 //
 // After a warm-up (one full prefill and a short decode, which also pages the weights in and builds
 // every GEMM primitive), each of --reps rounds runs a prefill of --prompt random tokens into an
@@ -15,13 +15,15 @@
 //                              row
 //   peak_gflops                the same threads running independent f32 FMAs from registers
 //   prefill_peak_fraction      prefill_gflops / peak_gflops
+//   peak_int8_gops             the same with int8 dot products (vpdpbusd), 0 where the ISA's
+//                              kernels have none; INT8/INT4 weights' prefill runs on them
+//   prefill_int8_peak_fraction prefill_gflops / peak_int8_gops (0 without)
 //   decode_tokens_per_s        greedy decode tokens per second (LM head fused with the argmax)
-//   decode_weight_bytes        weight bytes read per decoded token
-//   (Qwen3Model::decode_weight_bytes) decode_kv_bytes_per_token  KV cache bytes read per decoded
-//   token, averaged over the decode decode_bytes_per_token     decode_weight_bytes +
-//   decode_kv_bytes_per_token mem_bw_gbs                 memory read bandwidth, GB/s (1e9 bytes):
-//   the best probe of the run, each
-//                              a vector read-only sum over 1 GiB split over the same thread count
+//   decode_weight_bytes        weight bytes read per decoded token (decode_weight_bytes())
+//   decode_kv_bytes_per_token  KV cache bytes read per decoded token, averaged over the decode
+//   decode_bytes_per_token     decode_weight_bytes + decode_kv_bytes_per_token
+//   mem_bw_gbs                 memory read bandwidth, GB/s (1e9 bytes): the best probe of the
+//                              run, each a vector read-only sum over 1 GiB split over the threads
 //   mem_bw_runs                every probe
 //   decode_bw_fraction         decode_bytes_per_token * decode_tokens_per_s / (mem_bw_gbs * 1e9)
 //   prefill_cpu_share          CPU time / (wall time * threads) while prefilling, and the same
@@ -87,6 +89,7 @@ class Progress {
 struct Probe {
   double bw_gbs = 0;
   double peak_gflops = 0;
+  double peak_int8_gops = 0;  // 0 where no int8 dot kernel exists
 };
 
 // Memory read bandwidth and FMA peak with n threads, in a forked child so that its 1 GiB buffer
@@ -119,20 +122,26 @@ Probe probe_machine(int n_threads, bool with_peak) {
         p.bw_gbs = std::max(p.bw_gbs, double(per) * 4 * n_threads / seconds_since(t0) / 1e9);
       }
     }
-    if (with_peak) {
-      std::vector<double> flops(static_cast<size_t>(n_threads));
+    // The best of three runs of n_threads copies of a register-only loop, in G ops/s.
+    auto peak_of = [&](cpu::FmaLoopFn loop) {
+      double best = 0;
+      std::vector<double> ops(static_cast<size_t>(n_threads));
       std::vector<float> sink(static_cast<size_t>(n_threads));
       for (int pass = 0; pass < 3; ++pass) {
         const auto t0 = Clock::now();
         std::vector<std::thread> th;
         for (int t = 0; t < n_threads; ++t)
-          th.emplace_back(
-              [&, t] { sink[size_t(t)] = table.fma_loop(20'000'000, &flops[size_t(t)]); });
+          th.emplace_back([&, t] { sink[size_t(t)] = loop(20'000'000, &ops[size_t(t)]); });
         for (auto& t : th) t.join();
         double total = 0;
-        for (double f : flops) total += f;
-        p.peak_gflops = std::max(p.peak_gflops, total / seconds_since(t0) / 1e9);
+        for (double f : ops) total += f;
+        best = std::max(best, total / seconds_since(t0) / 1e9);
       }
+      return best;
+    };
+    if (with_peak) {
+      p.peak_gflops = peak_of(table.fma_loop);
+      if (table.dot_i8_loop) p.peak_int8_gops = peak_of(table.dot_i8_loop);
     }
     (void)!write(fds[1], &p, sizeof p);
     _exit(0);
@@ -254,12 +263,13 @@ int cmd_bench(int argc, char** argv) {
   }
 
   std::vector<double> prefill_tps, decode_tps, bw;
-  double peak = 0;
+  double peak = 0, peak_i8 = 0;
   for (int r = 0; r < reps; ++r) {
     progress.say("probe " + std::to_string(r + 1) + "/" + std::to_string(reps));
     const Probe p = probe_machine(threads, r == 0);
     bw.push_back(p.bw_gbs);
     peak = std::max(peak, p.peak_gflops);
+    peak_i8 = std::max(peak_i8, p.peak_int8_gops);
     progress.say("prefill " + std::to_string(r + 1) + "/" + std::to_string(reps));
     prefill_tps.push_back(prompt / prefill_once());
     progress.say("decode " + std::to_string(r + 1) + "/" + std::to_string(reps));
@@ -296,6 +306,8 @@ int cmd_bench(int argc, char** argv) {
   w.key("prefill_runs").array(prefill_tps);
   w.field("prefill_gflops", pf_gflops).field("peak_gflops", peak);
   w.field("prefill_peak_fraction", peak > 0 ? pf_gflops / peak : 0.0);
+  w.field("peak_int8_gops", peak_i8);
+  w.field("prefill_int8_peak_fraction", peak_i8 > 0 ? pf_gflops / peak_i8 : 0.0);
   w.field("decode_tokens_per_s", dc);
   w.key("decode_runs").array(decode_tps);
   w.field("decode_weight_bytes", weight_bytes).field("decode_kv_bytes_per_token", kv_bytes);
@@ -314,8 +326,12 @@ int cmd_bench(int argc, char** argv) {
   }
   std::printf("%s, %s, %s\n", model->dir().c_str(), model->weight_dtypes().c_str(),
               runner.backend().describe().c_str());
-  std::printf("prefill %d: %8.1f tokens/s  %6.1f GFLOP/s (%.0f%% of %.0f measured FMA peak)\n",
-              prompt, pf, pf_gflops, peak > 0 ? 100 * pf_gflops / peak : 0.0, peak);
+  std::printf("prefill %d: %8.1f tokens/s  %6.1f GFLOP/s (%.0f%% of %.0f measured FMA peak", prompt,
+              pf, pf_gflops, peak > 0 ? 100 * pf_gflops / peak : 0.0, peak);
+  // INT8/INT4 weights multiply int8 activations where the kernels have an int8 GEMM.
+  if (peak_i8 > 0 && model->weight_dtypes().find('Q') != std::string::npos)
+    std::printf("; %.0f%% of %.0f int8 dot peak", 100 * pf_gflops / peak_i8, peak_i8);
+  std::printf(")\n");
   std::printf("decode %d:  %8.2f tokens/s  %6.1f MB/token, %.1f GB/s = %.0f%% of %.1f GB/s read\n",
               gen, dc, bytes / 1e6, bytes * dc / 1e9, 100 * bytes * dc / (best_bw * 1e9), best_bw);
   std::printf("peak RSS %.0f MiB, %.0f MiB in huge pages, load %.0f ms\n", peak_rss_mb(),

@@ -38,8 +38,9 @@ commands:
             16-entry codebook fitted to the model instead of the uniform grid (same size)
   bench     --model DIR [--threads N] [--prompt 512] [--gen 128] [--reps 2] [--gemm G] [--hugepages] [--json]
             prefill and greedy-decode tokens/s beside the machine's memory read bandwidth and
-            FMA peak measured in the same run; JSON fields: prefill_tokens_per_s, prefill_gflops,
-            peak_gflops, prefill_peak_fraction, decode_tokens_per_s, decode_bytes_per_token
+            FMA (and int8 dot) peaks measured in the same run; JSON fields: prefill_tokens_per_s,
+            prefill_gflops, peak_gflops, prefill_peak_fraction, peak_int8_gops,
+            prefill_int8_peak_fraction, decode_tokens_per_s, decode_bytes_per_token
             (= decode_weight_bytes + decode_kv_bytes_per_token), mem_bw_gbs, decode_bw_fraction,
             prefill_cpu_share, decode_cpu_share (below 1: a busy machine), peak_rss_mb,
             weights_hugepage_mb; all in tools/cmd_bench.cpp

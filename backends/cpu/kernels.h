@@ -127,6 +127,9 @@ struct KernelTable {
   ToBf16Fn to_bf16 = nullptr;
   ReadSumFn read_sum = nullptr;
   FmaLoopFn fma_loop = nullptr;
+  // The same for int8 dot products (ops: 2 per multiply-add), where an int8 GEMM uses them
+  // (quant_prefill); null elsewhere.
+  FmaLoopFn dot_i8_loop = nullptr;
   QuantMatmulFn matmul_q8 = nullptr, matmul_q4 = nullptr;
   QuantDequantFn dequant_q8 = nullptr, dequant_q4 = nullptr;
   // Q4 whose nibbles index a codebook (Tensor::codebook) rather than the uniform grid.

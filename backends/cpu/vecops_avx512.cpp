@@ -123,6 +123,21 @@ float fma_loop_avx512(int64_t iters, double* flops) {
   return hsum16(s);
 }
 
+// The int8 GEMM's instruction: vpdpbusd, 64 multiply-adds each, sixteen chains.
+float dot_i8_loop_avx512(int64_t iters, double* ops) {
+  __m512i acc[16];
+  for (int j = 0; j < 16; ++j) acc[j] = _mm512_set1_epi32(j);
+  const __m512i u = _mm512_set1_epi8(3), s = _mm512_set1_epi8(-2);
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) acc[j] = _mm512_dpbusd_epi32(acc[j], u, s);
+  }
+  __m512i t = acc[0];
+  for (int j = 1; j < 16; ++j) t = _mm512_add_epi32(t, acc[j]);
+  *ops = double(iters) * 16 * 64 * 2;
+  return float(_mm512_reduce_add_epi32(t));
+}
+
 }  // namespace
 
 void fill_vecops_avx512(KernelTable& k) {
@@ -133,6 +148,7 @@ void fill_vecops_avx512(KernelTable& k) {
   k.to_bf16 = to_bf16_avx512;
   k.read_sum = read_sum_avx512;
   k.fma_loop = fma_loop_avx512;
+  k.dot_i8_loop = dot_i8_loop_avx512;
 }
 
 }  // namespace hearth::cpu
