@@ -41,6 +41,7 @@ struct CpuCompiled : CompiledGraph {
   Buffer arena;
   Buffer normed;  // [max_tokens, max norm width]: a long step's normalised input, shared
   Buffer x_bf16;  // [max_tokens, max k]: a long step's input rounded for a bf16 GEMM, shared
+  Buffer x_i8;    // a long step's input quantized for the kernels' int8 GEMM, shared (ActsI8)
 
   // Per thread, `per_thread` floats each, carved as below.
   Buffer scratch;
@@ -65,6 +66,24 @@ struct CpuCompiled : CompiledGraph {
   std::vector<float*> ptr;  // per tensor, set at the start of each run
 
   float* thread_scratch(int tid) const { return scratch.f() + size_t(tid) * per_thread; }
+};
+
+// A long step's input quantized by KernelTable::quant_act into CpuCompiled::x_i8: codes [T][k],
+// then block scales and code sums [T][k / 32].
+struct ActsI8 {
+  int8_t* q = nullptr;
+  float* d = nullptr;
+  int32_t* sum = nullptr;
+  static size_t q_bytes(int64_t T, int64_t k) { return size_t((T * k + 63) / 64 * 64); }
+  static size_t d_floats(int64_t T, int64_t k) { return size_t((T * k / 32 + 15) / 16 * 16); }
+  static size_t bytes(int64_t T, int64_t k) { return q_bytes(T, k) + 2 * d_floats(T, k) * 4; }
+  static ActsI8 in(const Buffer& b, int64_t T, int64_t k) {
+    ActsI8 a;
+    a.q = reinterpret_cast<int8_t*>(b.p.get());
+    a.d = reinterpret_cast<float*>(b.p.get() + q_bytes(T, k));
+    a.sum = reinterpret_cast<int32_t*>(a.d + d_floats(T, k));
+    return a;
+  }
 };
 
 // What a step runner sees: the compiled graph, this step's inputs, and the calling thread.

@@ -264,6 +264,8 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
   if (max_norm > 0) cg->normed.alloc(max_rows * size_t(max_norm) * 4, "normalised activations");
   if (gemm_kind_ == GemmKind::DnnlBf16)
     cg->x_bf16.alloc(max_rows * size_t(max_k) * 2, "bf16 input");
+  if (kernels_.quant_prefill && max_qmm > 0)
+    cg->x_i8.alloc(ActsI8::bytes(int64_t(max_rows), max_k), "int8 input");
   const size_t block = size_t(std::max(kBlockRows, gemm_ ? kGemmBlockRows : kBlockRows));
   auto round16 = [](size_t n) { return (n + 15) / 16 * 16; };
   cg->tmp_floats = round16(block * max_rows);

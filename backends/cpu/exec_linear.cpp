@@ -52,7 +52,8 @@ bool same_quant_kernel(const Tensor& a, const Tensor& b) {
 // Rows [r0, r1) of w; the caller goes on to read rows up to prefetch_r1 next. reuse_x: this
 // thread's previous call had the same x and a weight of the same quantized kernel.
 void matmul_rows(const StepCtx& c, const Tensor& w, const float* x, int64_t T, int64_t r0,
-                 int64_t r1, float* y, int64_t ldy, int64_t prefetch_r1 = 0, bool reuse_x = false) {
+                 int64_t r1, float* y, int64_t ldy, int64_t prefetch_r1 = 0, bool reuse_x = false,
+                 const ActsI8* xi8 = nullptr) {
   MatmulArgs a{w.data, w.cols(), x, w.cols(), int(T), y, ldy, r0, r1, c.scratch() + c.cg.off_mm};
   a.prefetch_r1 = prefetch_r1;
   if (w.quantized()) {  // Q8/Q4 kernels handle decode and prefill themselves
@@ -63,13 +64,15 @@ void matmul_rows(const StepCtx& c, const Tensor& w, const float* x, int64_t T, i
     q.group = w.group_size;
     q.codebook = w.codebook;
     q.reuse_x = reuse_x;
+    if (xi8) q.xq = xi8->q, q.xd = xi8->d, q.xsum = xi8->sum;
     (w.dtype == DType::Q8 ? c.kt.matmul_q8 : w.codebook ? c.kt.matmul_q4cb : c.kt.matmul_q4)(q);
     return;
   }
   c.kt.matmul[type_slot(w.dtype)](a);
 }
 
-void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_t T) {
+void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_t T,
+                   const ActsI8* xi8) {
   float* tmp_a = c.scratch() + c.cg.off_tmp;
   float* tmp_b = tmp_a + c.cg.tmp_floats;
   int64_t b, e;
@@ -83,8 +86,8 @@ void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_
     const bool same = same_quant_kernel(wa, wb);
     for (int64_t r = b; r < e; r += kBlockRows) {
       const int64_t r1 = std::min(e, r + kBlockRows);
-      matmul_rows(c, wa, x, T, r, r1, tmp_a, kBlockRows, e, same && r > b);
-      matmul_rows(c, wb, x, T, r, r1, tmp_b, kBlockRows, e, same);
+      matmul_rows(c, wa, x, T, r, r1, tmp_a, kBlockRows, e, same && r > b, xi8);
+      matmul_rows(c, wb, x, T, r, r1, tmp_b, kBlockRows, e, same, xi8);
       silu_mul_block(c, tmp_a, tmp_b, kBlockRows, out + r, N, T, r1 - r);
     }
     return;
@@ -106,7 +109,7 @@ void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_
     if (argmax) {
       for (int64_t r = lo; r < hi; r += kBlockRows) {
         const int64_t r1 = std::min(hi, r + kBlockRows);
-        matmul_rows(c, w, x, T, r, r1, tmp_a, kBlockRows, hi, reuse || r > lo);
+        matmul_rows(c, w, x, T, r, r1, tmp_a, kBlockRows, hi, reuse || r > lo, xi8);
         argmax_update(c, tmp_a, kBlockRows, T, r, r1 - r);
       }
       continue;
@@ -114,7 +117,7 @@ void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_
     const int out_id = s.epi == Epi::AddResidual ? s.out : p.out;
     float* out = c.ptr(out_id);
     const int64_t ld = c.tensor(out_id).cols;
-    matmul_rows(c, w, x, T, lo, hi, out + lo, ld, 0, reuse);
+    matmul_rows(c, w, x, T, lo, hi, out + lo, ld, 0, reuse, xi8);
     if (s.epi == Epi::AddResidual) add_residual(c.ptr(s.residual), out, ld, T, lo, hi);
   }
 }
@@ -222,15 +225,19 @@ void run_linear_step(const StepCtx& c, const LinearStep& s) {
   const bool long_step =
       c.gemm && T >= c.gemm_min_tokens && !(c.kt.quant_prefill && all_quantized(c, s));
   const bool bf16 = long_step && c.gemm_kind == GemmKind::DnnlBf16 && all_bf16(c, s);
+  // Many tokens through the kernels' int8 GEMM: the input is quantized once, shared.
+  const bool i8 =
+      !long_step && c.kt.quant_prefill && T >= kQuantGemmMinTokens && all_quantized(c, s);
   const float* x = c.ptr(s.x);
   uint16_t* xb = bf16 ? c.cg.x_bf16.u16() : nullptr;
+  const ActsI8 xi8 = i8 ? ActsI8::in(c.cg.x_i8, T, K) : ActsI8();
   if (s.norm_w >= 0 && T <= kPrivateNormTokens && !bf16) {
     // A few rows: every thread normalises them itself, which costs less than a barrier.
     float* xn = c.scratch() + c.cg.off_xn;
     for (int64_t t = 0; t < T; ++t)
       c.kt.rms_norm(x + t * K, c.cg.norm_w[size_t(s.norm_w)], K, s.eps, xn + t * K);
     x = xn;
-  } else if (s.norm_w >= 0 || bf16) {
+  } else if (s.norm_w >= 0 || bf16 || i8) {
     // Many rows: each thread prepares its share of one shared copy.
     int64_t b, e;
     ThreadPool::split(T, c.tid, c.nth, 1, &b, &e);
@@ -240,6 +247,8 @@ void run_linear_step(const StepCtx& c, const LinearStep& s) {
       x = c.cg.normed.f();
     }
     if (bf16) c.kt.to_bf16(x + b * K, xb + b * K, (e - b) * K);
+    for (int64_t t = b; t < e && i8; ++t)
+      c.kt.quant_act(x + t * K, K, xi8.q + t * K, xi8.d + t * (K / 32), xi8.sum + t * (K / 32));
     c.barrier.wait();
   }
   if (c.in.observe_matmul && c.tid == 0)  // calibration; x is only read while the step runs
@@ -247,7 +256,7 @@ void run_linear_step(const StepCtx& c, const LinearStep& s) {
   if (long_step)
     linear_gemm(c, s, x, xb, T);
   else
-    linear_native(c, s, x, T);
+    linear_native(c, s, x, T, i8 ? &xi8 : nullptr);
 }
 
 }  // namespace hearth::cpu

@@ -41,8 +41,20 @@ struct QuantMatmulArgs : MatmulArgs {
   // that call derived from x (int8 or bf16 activations, offset lanes) may be reused. Quantizing
   // the activations again for every 64-row block cost about a tenth of a 0.6B INT4 decode.
   bool reuse_x = false;
+  // Many tokens: x already quantized by quant_act (every token's int8 codes [n_tokens][k] in
+  // element order, block scales and code sums [n_tokens][k / 32]), shared by the threads of a step.
+  // Null: the kernel quantizes x itself.
+  const int8_t* xq = nullptr;
+  const float* xd = nullptr;
+  const int32_t* xsum = nullptr;
 };
 using QuantMatmulFn = void (*)(const QuantMatmulArgs&);
+// From this many tokens on, kernels with KernelTable::quant_prefill take their int8 GEMM path,
+// which reads QuantMatmulArgs::xq when given.
+constexpr int kQuantGemmMinTokens = 8;
+// One token's activations to int8 per 32-element block for the kernels' prefill GEMM: codes in
+// element order (x * 127 / amax rounded to nearest even), block scales amax / 127, code sums.
+using QuantActFn = void (*)(const float* x, int64_t k, int8_t* q, float* d, int32_t* sum);
 // Rows [r0, r0 + n) of a Q8/Q4 weight w (k = w.cols()) dequantized into dst [n, k] in element
 // order, as f32, or as bf16 bits when bf16: the library GEMMs take these for prefill.
 using QuantDequantFn = void (*)(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16);
@@ -139,6 +151,7 @@ struct KernelTable {
   // activations on vpdpbusd: 4x the multiply-adds of an f32 FMA), so long steps with quantized
   // weights stay on them unless a library was asked for by name.
   bool quant_prefill = false;
+  QuantActFn quant_act = nullptr;  // with quant_prefill
 };
 
 // One fill function per kernel file; make_kernel_table calls those of each level up to the ISA.

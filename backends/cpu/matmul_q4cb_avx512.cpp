@@ -87,7 +87,7 @@ void matmul_q4cb_avx512(const QuantMatmulArgs& a) {
 
 void fill_matmul_q4cb_avx512(KernelTable& k) {
   k.matmul_q4cb = matmul_q4cb_avx512;
-  k.quant_prefill = true;
+  fill_quant_prefill(k);
   k.dequant_q4cb = dequant_rows;
 }
 

@@ -72,7 +72,7 @@ void matmul_q8_avx512(const QuantMatmulArgs& a) {
 
 void fill_matmul_q8_avx512(KernelTable& k) {
   k.matmul_q8 = matmul_q8_avx512;
-  k.quant_prefill = true;
+  fill_quant_prefill(k);
   k.dequant_q8 = dequant_rows;
 }
 

@@ -16,10 +16,10 @@
 
 namespace hearth::cpu::qk {
 
-constexpr int64_t kBlock = 32;     // activation block = smallest weight group
-constexpr int64_t kChunk = 128;    // 4 blocks: the unit of the slot order
-constexpr int kTokenTile = 32;     // tokens quantized together on the int8 path
-constexpr int kPrefillTokens = 8;  // from this many tokens on, AVX-512 takes the int8 GEMM path
+constexpr int64_t kBlock = 32;                       // activation block = smallest weight group
+constexpr int64_t kChunk = 128;                      // 4 blocks: the unit of the slot order
+constexpr int kTokenTile = 32;                       // tokens quantized together on the int8 path
+constexpr int kPrefillTokens = kQuantGemmMinTokens;  // AVX-512's int8 GEMM path from here on
 
 // Activations of one token tile: codes [n][k] in slot order, block scales and block code sums
 // [n][k / 32] in block order.

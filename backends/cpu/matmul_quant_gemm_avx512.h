@@ -16,34 +16,22 @@ namespace {
 constexpr int kPanelRows = 32;  // weight rows repacked together: two 16-lane vectors
 constexpr int kTileTokens = 8;  // tokens per register tile: best of 3-8 tokens x 16-64 rows here
 
-// The activations of every token of the step, in the scratch: codes [T][k] in element order,
-// block scales and block corrections [T][k / 32]. corr = -(offset x the block's code sum), which
-// starts each block's integer dot so the codes' unsigned offset cancels exactly.
+// The activations of every token of the step: codes [T][k] in element order, block scales and
+// block code sums [T][k / 32] (the caller's shared ones, QuantMatmulArgs::xq, or quantized into
+// the scratch), and this thread's panel in the scratch.
 struct GemmActs {
-  int8_t* q;
-  float* d;
-  int32_t* corr;
+  const int8_t* q;
+  const float* d;
+  const int32_t* sum;
   uint32_t* panel;  // [k / 4][kPanelRows] repacked codes
   float* scales;    // [k / 32][kPanelRows] f32 weight scale of each (block, row)
+  int offset_log2;  // of the weights' unsigned codes (Codes::kOffsetLog2)
 };
 
-inline GemmActs carve_gemm_acts(float* scratch, int64_t k, int n_tokens) {
-  const int64_t nb = k / kBlock;
-  auto round64 = [](int64_t bytes) { return (bytes + 63) / 64 * 64; };
-  auto* p = reinterpret_cast<char*>(scratch);
-  GemmActs g;
-  g.panel = reinterpret_cast<uint32_t*>(p), p += round64(kPanelRows * k);
-  g.scales = reinterpret_cast<float*>(p), p += round64(kPanelRows * nb * 4);
-  g.d = reinterpret_cast<float*>(p), p += round64(n_tokens * nb * 4);
-  g.corr = reinterpret_cast<int32_t*>(p), p += round64(n_tokens * nb * 4);
-  g.q = reinterpret_cast<int8_t*>(p);
-  return g;
-}
-
-// One token: codes as quantize_act_scalar rounds them (amax / 127 per block, nearest even), kept in
-// element order.
-inline void quantize_act_blocks_avx512(const float* x, int64_t k, int offset_log2, int8_t* q,
-                                       float* d, int32_t* corr) {
+// The QuantActFn: as quantize_act_scalar rounds (amax / 127 per block, nearest even), in element
+// order.
+inline void quantize_act_blocks_avx512(const float* x, int64_t k, int8_t* q, float* d,
+                                       int32_t* sum) {
   for (int64_t b = 0; b < k / kBlock; ++b) {
     const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
     const float amax = hmax(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
@@ -53,8 +41,39 @@ inline void quantize_act_blocks_avx512(const float* x, int64_t k, int offset_log
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b), _mm512_cvtepi32_epi8(i0));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b + 16), _mm512_cvtepi32_epi8(i1));
     d[b] = amax / 127.f;
-    corr[b] = -_mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1)) * (1 << offset_log2);
+    sum[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
   }
+}
+
+// What every Q8/Q4 AVX-512 fill function sets: the int8 prefill GEMM and its activations.
+inline void fill_quant_prefill(KernelTable& k) {
+  k.quant_prefill = true;
+  k.quant_act = quantize_act_blocks_avx512;
+}
+
+// The panel in the scratch, and the activations: the caller's shared ones, else quantized here
+// after the panel (unless reuse_x: this thread's previous call left them there).
+inline GemmActs gemm_acts(const QuantMatmulArgs& a, int offset_log2) {
+  const int64_t k = a.k, nb = k / kBlock;
+  auto round64 = [](int64_t bytes) { return (bytes + 63) / 64 * 64; };
+  auto* p = reinterpret_cast<char*>(a.scratch);
+  GemmActs g;
+  g.offset_log2 = offset_log2;
+  g.panel = reinterpret_cast<uint32_t*>(p), p += round64(kPanelRows * k);
+  g.scales = reinterpret_cast<float*>(p), p += round64(kPanelRows * nb * 4);
+  if (a.xq) {
+    g.q = a.xq, g.d = a.xd, g.sum = a.xsum;
+    return g;
+  }
+  auto* d = reinterpret_cast<float*>(p);
+  p += round64(a.n_tokens * nb * 4);
+  auto* sum = reinterpret_cast<int32_t*>(p);
+  p += round64(a.n_tokens * nb * 4);
+  auto* q = reinterpret_cast<int8_t*>(p);
+  for (int t = 0; t < a.n_tokens && !a.reuse_x; ++t)
+    quantize_act_blocks_avx512(a.x + t * a.ldx, k, q + t * k, d + t * nb, sum + t * nb);
+  g.q = q, g.d = d, g.sum = sum;
+  return g;
 }
 
 // Repacks rows [0, n) (n <= 32) of codes into the panel and their scales into g.scales. A chunk's
@@ -98,7 +117,9 @@ void pack_panel(const Codes& cd, const uint8_t* codes, int64_t row_bytes, const 
   }
 }
 
-// y[t][16 v + i] for NV vectors of 16 panel rows and NT tokens over the whole of k.
+// y[t][16 v + i] for NV vectors of 16 panel rows and NT tokens over the whole of k. The codes carry
+// the unsigned offset 2^g.offset_log2, cancelled exactly by starting each block's integer dot at
+// -(offset x the block's activation code sum).
 template <int NV, int NT>
 inline void gemm_tile(const GemmActs& g, int64_t k, int t0, float* y, int64_t ldy, int n) {
   const int64_t nb = k / kBlock;
@@ -106,12 +127,13 @@ inline void gemm_tile(const GemmActs& g, int64_t k, int t0, float* y, int64_t ld
   for (int t = 0; t < NT; ++t)
     for (int v = 0; v < NV; ++v) out[t][v] = _mm512_setzero_ps();
   const int8_t* xq = g.q + t0 * k;
-  const int32_t* corr = g.corr + t0 * nb;
+  const int32_t* sum = g.sum + t0 * nb;
   const float* dx = g.d + t0 * nb;
   for (int64_t b = 0; b < nb; ++b) {
     __m512i acc[NT][NV];
     for (int t = 0; t < NT; ++t)
-      for (int v = 0; v < NV; ++v) acc[t][v] = _mm512_set1_epi32(corr[t * nb + b]);
+      for (int v = 0; v < NV; ++v)
+        acc[t][v] = _mm512_set1_epi32(-sum[t * nb + b] * (1 << g.offset_log2));
     const uint32_t* p = g.panel + b * 8 * kPanelRows;
     for (int kk = 0; kk < 8; ++kk) {
       __m512i w[NV];
@@ -152,15 +174,12 @@ inline void gemm_tokens(const GemmActs& g, int64_t k, int n_tokens, float* y, in
   gemm_tail<NV>(g, k, t, n_tokens - t, y + t * ldy, ldy, n);
 }
 
-// The prefill QuantMatmulFn body: rows [r0, r1) for every token. Scratch: see carve_gemm_acts
+// The prefill QuantMatmulFn body: rows [r0, r1) for every token. Scratch: see gemm_acts
 // (quant_matmul_scratch_floats covers it from 8 tokens on).
 template <class Codes, int G>
 void gemm_quant(const QuantMatmulArgs& a, const Codes& cd = Codes()) {
-  const int64_t k = a.k, row_bytes = k * Codes::kChunkBytes / kChunk, nb = k / kBlock;
-  const GemmActs g = carve_gemm_acts(a.scratch, k, a.n_tokens);
-  for (int t = 0; t < a.n_tokens && !a.reuse_x; ++t)
-    quantize_act_blocks_avx512(a.x + t * a.ldx, k, Codes::kOffsetLog2, g.q + t * k, g.d + t * nb,
-                               g.corr + t * nb);
+  const int64_t k = a.k, row_bytes = k * Codes::kChunkBytes / kChunk;
+  const GemmActs g = gemm_acts(a, Codes::kOffsetLog2);
   const auto* codes = static_cast<const uint8_t*>(a.w);
   const auto* scales = static_cast<const uint16_t*>(a.scales);
   for (int64_t r = a.r0; r < a.r1; r += kPanelRows) {
