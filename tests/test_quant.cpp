@@ -388,7 +388,17 @@ TEST_SUITE("quant") {
               a.scale_dtype = DType::F16;
               a.group = group;
               a.codebook = cb;
-              (bits == 8 ? kt.matmul_q8 : cb ? kt.matmul_q4cb : kt.matmul_q4)(a);
+              const cpu::QuantMatmulFn fn = bits == 8 ? kt.matmul_q8
+                                            : cb      ? kt.matmul_q4cb
+                                                      : kt.matmul_q4;
+              fn(a);
+              // Again over the same rows, told x is unchanged since this call (reuse_x, as the
+              // backend's block loops do): whatever the kernel kept must give the same result.
+              std::vector<float> again(y.size(), -1234.f);
+              a.y = again.data();
+              a.reuse_x = true;
+              fn(a);
+              CHECK(again == y);
               std::vector<float> got;
               std::vector<double> want;
               bool untouched = true, bounded = true;
@@ -533,8 +543,15 @@ TEST_SUITE("quant") {
         paths.push_back({"", cpu::gemm_name(lib), 64, 1e-4});
       if (cpu::detect_cpu_features().best() == cpu::Isa::Avx512)
         paths.push_back({"", "dnnl-bf16", 64, 3e-2});  // library bf16 GEMM on dequantized rows
+      for (const std::string& isa :
+           isas_here())  // each lower ISA's own kernels, decode and prefill
+        if (isa != "scalar" && cpu::parse_isa(isa) != cpu::detect_cpu_features().best()) {
+          paths.push_back({isa, "native", 64, 3e-2});
+          paths.push_back({isa, "native", 1, 4e-2});
+        }
       for (const Path& p : paths) {
         CAPTURE(variant);
+        CAPTURE(p.isa);
         CAPTURE(p.gemm);
         CAPTURE(p.chunk);
         CHECK(nerr(logits(p.isa, p.gemm, p.chunk), want) < p.tol);

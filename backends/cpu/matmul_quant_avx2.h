@@ -37,20 +37,52 @@ inline __m256i dot_u8s8(__m256i u, __m256i s) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
 
-// P[b] = dx[b] * scale of block b's group, for one (row, token); returns sum_b P[b] * sx[b].
-inline float block_products(const float* dx, const float* sx, const float* sw, int64_t nb,
-                            int per_group, float* P) {
-  float c = 0.f;
-  for (int64_t b = 0; b < nb; ++b) {
-    P[b] = dx[b] * sw[b / per_group];
-    c += P[b] * sx[b];
+// out[b] = the f32 scale of block b's group, for the nb blocks of one row (per_group blocks per
+// group), once per row rather than per (row, token).
+inline void block_scales(DType t, const uint16_t* s, int per_group, int64_t nb, float* out) {
+  if (per_group == 1) {
+    int64_t b = 0;
+    for (; b + 8 <= nb; b += 8) {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + b));
+      _mm256_storeu_ps(out + b, t == DType::BF16 ? _mm256_castsi256_ps(_mm256_slli_epi32(
+                                                       _mm256_cvtepu16_epi32(h), 16))
+                                                 : _mm256_cvtph_ps(h));
+    }
+    for (; b < nb; ++b) out[b] = scale_f32(t, s[b]);
+    return;
   }
-  return c;
+  for (int64_t g = 0; g < nb / per_group; ++g) {
+    const float v = scale_f32(t, s[g]);
+    for (int i = 0; i < per_group; ++i) out[g * per_group + i] = v;
+  }
+}
+
+// P[b] = dx[b] * swb[b] (swb: block_scales) for one (row, token); returns sum_b P[b] * sx[b].
+inline float block_products(const float* dx, const float* sx, const float* swb, int64_t nb,
+                            float* P) {
+  __m256 c = _mm256_setzero_ps();
+  int64_t b = 0;
+  for (; b + 8 <= nb; b += 8) {
+    const __m256 p = _mm256_mul_ps(_mm256_loadu_ps(dx + b), _mm256_loadu_ps(swb + b));
+    _mm256_storeu_ps(P + b, p);
+    c = _mm256_fmadd_ps(p, _mm256_loadu_ps(sx + b), c);
+  }
+  float tail = 0.f;
+  for (; b < nb; ++b) {
+    P[b] = dx[b] * swb[b];
+    tail += P[b] * sx[b];
+  }
+  return hsum8(c) + tail;
 }
 
 inline __m256i load256(const void* p) {
   return _mm256_loadu_si256(static_cast<const __m256i*>(p));
 }
+
+// Decode streams the codes once, row after row; the hardware prefetchers alone left the kernel
+// waiting on memory half the time. Prefetching into L2 this far ahead of each 64 bytes read makes
+// one linear stream over the matrix, as the AVX-512 kernels do (matmul_quant_avx512.h).
+constexpr int64_t kPrefetchAhead = 65536;
 
 // Decode and prefill: token tiles of activations quantized in slot order, each row's group scales
 // widened once, then per (row, token) one pass over the chunks, each chunk's 8 lane dots scaled by
@@ -64,24 +96,30 @@ void matmul_quant_avx2(const QuantMatmulArgs& a, const Codes& cd) {
   const int64_t row_bytes = k * Codes::kChunkBytes / kChunk;
   const int per_group = a.group / int(kBlock);
   ActTile at;
-  float* sw = carve_act_tile(a.scratch, k, &at);
-  float* P = sw + (ng + 15) / 16 * 16;
+  float* sw = carve_act_tile(a.scratch, k, &at);  // [nb] block scales of the row
+  float* P = sw + (nb + 15) / 16 * 16;
   const auto* codes = static_cast<const uint8_t*>(a.w);
   const auto* scales = static_cast<const uint16_t*>(a.scales);
+  // With one token tile the previous call's activations are still in the scratch (reuse_x).
+  const bool reuse = a.reuse_x && a.n_tokens <= kTokenTile;
   for (int t0 = 0; t0 < a.n_tokens; t0 += kTokenTile) {
     const int nt = int(min64(kTokenTile, a.n_tokens - t0));
-    for (int t = 0; t < nt; ++t)
+    for (int t = 0; t < nt && !reuse; ++t)
       quantize_act_scalar(a.x + (t0 + t) * a.ldx, k, at.q + t * k, at.d + t * nb, at.s + t * nb);
     for (int64_t r = a.r0; r < a.r1; ++r) {
       const uint8_t* w = codes + r * row_bytes;
-      for (int64_t g = 0; g < ng; ++g) sw[g] = scale_f32(a.scale_dtype, scales[r * ng + g]);
+      block_scales(a.scale_dtype, scales + r * ng, per_group, nb, sw);
       for (int t = 0; t < nt; ++t) {
         const int8_t* xq = at.q + t * k;
         const float* sx = at.s + t * nb;
-        const float corr = block_products(at.d + t * nb, sx, sw, nb, per_group, P);
+        const float corr = block_products(at.d + t * nb, sx, sw, nb, P);
         __m256 acc = _mm256_setzero_ps();
         for (int64_t j = 0; j < nc; ++j) {
-          const __m256i s = cd.dot(w + j * Codes::kChunkBytes, xq + j * kChunk);
+          const uint8_t* c = w + j * Codes::kChunkBytes;
+          if (t == 0)
+            for (int64_t l = 0; l < Codes::kChunkBytes; l += 64)
+              _mm_prefetch(reinterpret_cast<const char*>(c + l + kPrefetchAhead), _MM_HINT_T1);
+          const __m256i s = cd.dot(c, xq + j * kChunk);
           const __m256 f = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(P + 4 * j));
           acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), f, acc);
         }

@@ -292,9 +292,11 @@ inline void matmul_int8(const QuantMatmulArgs& a) {
     for (; t < nt; ++t) pass(std::integral_constant<int, 1>(), t);
   };
 
+  // With one token tile the previous call's activations are still in the scratch (reuse_x).
+  const bool reuse = a.reuse_x && a.n_tokens <= kTokenTile;
   for (int t0 = 0; t0 < a.n_tokens; t0 += kTokenTile) {
     const int nt = int(min64(kTokenTile, a.n_tokens - t0));
-    for (int t = 0; t < nt; ++t)
+    for (int t = 0; t < nt && !reuse; ++t)
       quantize_act_neon(a.x + (t0 + t) * a.ldx, k, xq + t * k, dx + t * nb);
     int64_t r = a.r0;
     for (; r + 4 <= a.r1; r += 4) rows(std::integral_constant<int, 4>(), r, t0, nt);
