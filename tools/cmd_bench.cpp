@@ -92,10 +92,11 @@ struct Probe {
   double peak_int8_gops = 0;  // 0 where no int8 dot kernel exists
 };
 
-// Memory read bandwidth and FMA peak with n threads, in a forked child so that its 1 GiB buffer
-// and threads never touch this process. The best of a few passes is the ceiling.
-Probe probe_machine(int n_threads, bool with_peak) {
-  const auto table = cpu::make_kernel_table(cpu::detect_cpu_features().best());
+// Memory read bandwidth and FMA peak with n threads and the kernels of the ISA the run uses, in a
+// forked child so that its 1 GiB buffer and threads never touch this process. The best of a few
+// passes is the ceiling.
+Probe probe_machine(int n_threads, cpu::Isa isa, bool with_peak) {
+  const auto table = cpu::make_kernel_table(isa);
   int fds[2];
   if (pipe(fds) != 0) fail("bench: pipe failed");
   const pid_t pid = fork();
@@ -213,6 +214,7 @@ int cmd_bench(int argc, char** argv) {
   auto model = load_model(args);
   const Qwen3Config& cfg = model->config();
   const BackendOptions bo = backend_options(args);
+  const cpu::Isa isa = cpu::choose_isa(cpu::detect_cpu_features(), bo.isa);  // as the backend
   // One 512-token chunk, as llama-bench's default ubatch processes pp512.
   const int chunk = args.integer("--prefill-chunk", 512);
   if (chunk <= 0) fail("--prefill-chunk must be positive");
@@ -266,7 +268,7 @@ int cmd_bench(int argc, char** argv) {
   double peak = 0, peak_i8 = 0;
   for (int r = 0; r < reps; ++r) {
     progress.say("probe " + std::to_string(r + 1) + "/" + std::to_string(reps));
-    const Probe p = probe_machine(threads, r == 0);
+    const Probe p = probe_machine(threads, isa, r == 0);
     bw.push_back(p.bw_gbs);
     peak = std::max(peak, p.peak_gflops);
     peak_i8 = std::max(peak_i8, p.peak_int8_gops);
@@ -276,7 +278,7 @@ int cmd_bench(int argc, char** argv) {
     decode_tps.push_back(decode_once());
   }
   progress.say("probe");
-  bw.push_back(probe_machine(threads, false).bw_gbs);
+  bw.push_back(probe_machine(threads, isa, false).bw_gbs);
 
   // Decode step i (1..gen) feeds position i and attends over positions 0..i.
   // (An int8 cache also reads one f32 scale per row.)
