@@ -35,10 +35,24 @@ void matmul_q4_avx2(const QuantMatmulArgs& a) {
   matmul_quant_avx2(a, Q4Codes());
 }
 
+// Nibbles minus 8.
+void dequant_rows(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
+  dequant_rows_avx2(
+      w, r0, n, dst, bf16, [&](const uint8_t* c, int64_t c0, int h, __m256i* n0, __m256i* n1) {
+        const __m256i v0 = load256(c + c0 / 2), v1 = load256(c + c0 / 2 + 32);
+        *n0 = _mm256_sub_epi8(
+            h ? _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4) : _mm256_and_si256(v0, m4), eight);
+        *n1 = _mm256_sub_epi8(
+            h ? _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4) : _mm256_and_si256(v1, m4), eight);
+      });
+}
+
 }  // namespace
 
 void fill_matmul_q4_avx2(KernelTable& k) {
   k.matmul_q4 = matmul_q4_avx2;
+  k.dequant_q4 = dequant_rows;
 }
 
 }  // namespace hearth::cpu

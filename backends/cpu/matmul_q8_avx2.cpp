@@ -31,10 +31,20 @@ void matmul_q8_avx2(const QuantMatmulArgs& a) {
   matmul_quant_avx2(a, Q8Codes());
 }
 
+// Half h of a chunk is its 64 bytes at c0 + 64 h.
+void dequant_rows(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16) {
+  dequant_rows_avx2(w, r0, n, dst, bf16,
+                    [&](const uint8_t* c, int64_t c0, int h, __m256i* n0, __m256i* n1) {
+                      *n0 = load256(c + c0 + 64 * h);
+                      *n1 = load256(c + c0 + 64 * h + 32);
+                    });
+}
+
 }  // namespace
 
 void fill_matmul_q8_avx2(KernelTable& k) {
   k.matmul_q8 = matmul_q8_avx2;
+  k.dequant_q8 = dequant_rows;
 }
 
 }  // namespace hearth::cpu

@@ -6,6 +6,8 @@
 #include <cstring>
 
 #include "backends/cpu/matmul_quant.h"
+#include "core/dtype.h"
+#include "quant/format.h"
 
 namespace hearth::cpu::qk {
 namespace {
@@ -133,6 +135,72 @@ void matmul_quant_avx2(const QuantMatmulArgs& a, const Codes& cd) {
             dot += P[kc / kBlock + b] * (float(isum[b]) - kExtra * sx[kc / kBlock + b]);
         }
         a.y[(t0 + t) * a.ldy + (r - a.r0)] = dot - float(Codes::kVecOffset) * corr;
+      }
+    }
+  }
+}
+
+// 16 floats to dst at element e, as f32 or as bf16 (round to nearest even; the values are finite).
+inline void store16(void* dst, int64_t e, __m256 a, __m256 b, bool bf16) {
+  if (!bf16) {
+    _mm256_storeu_ps(static_cast<float*>(dst) + e, a);
+    _mm256_storeu_ps(static_cast<float*>(dst) + e + 8, b);
+    return;
+  }
+  auto round = [](__m256 f) {
+    const __m256i u = _mm256_castps_si256(f);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    return _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)),
+                             16);
+  };
+  // packus works within 128-bit lanes: [a0-3, b0-3, a4-7, b4-7] -> reorder the 64-bit quarters.
+  const __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(round(a), round(b)), 0xD8);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(dst) + e), p);
+}
+
+// The QuantDequantFn body for Q8, Q4 and Q4-codebook rows: half(codes_row, c0, h, &n0, &n1) gives
+// the signed int8 values of half h of the full chunk at element c0, slot lanes 0-7 in n0 and 8-15
+// in n1 (quant/FORMAT.md); each block's dwords go back to element order with one dword permute
+// and a 64-bit unpack, then are scaled by the block's group scale. A short last chunk takes the
+// portable path.
+template <class Half>
+void dequant_rows_avx2(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16, Half half) {
+  const int64_t k = w.cols(), kc = k / kChunk * kChunk, g = w.group_size;
+  const int64_t row_bytes = w.dtype == DType::Q8 ? k : k / 2;
+  const auto* codes = static_cast<const uint8_t*>(w.data);
+  const auto* scales = static_cast<const uint16_t*>(w.scales);
+  const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t r = r0; r < r0 + n; ++r) {
+    const uint8_t* c = codes + r * row_bytes;
+    const uint16_t* sc = scales + r * (k / g);
+    const int64_t e0 = (r - r0) * k;  // this row's first element in dst
+    for (int64_t c0 = 0; c0 < kc; c0 += kChunk) {
+      for (int h = 0; h < 2; ++h) {
+        __m256i n0, n1;
+        half(c, c0, h, &n0, &n1);
+        // Lane 4q + b holds quarter q of block b: [L0 L4 L1 L5 ..] and [L8 L12 L9 L13 ..], then
+        // 64-bit unpacks gather blocks 0 and 2 (lo) and 1 and 3 (hi), 16 bytes each, in order.
+        const __m256i p0 = _mm256_permutevar8x32_epi32(n0, perm);
+        const __m256i p1 = _mm256_permutevar8x32_epi32(n1, perm);
+        const __m256i lo = _mm256_unpacklo_epi64(p0, p1), hi = _mm256_unpackhi_epi64(p0, p1);
+        const __m128i blk[4] = {_mm256_castsi256_si128(lo), _mm256_castsi256_si128(hi),
+                                _mm256_extracti128_si256(lo, 1), _mm256_extracti128_si256(hi, 1)};
+        for (int b = 0; b < 4; ++b) {
+          const __m256 d = _mm256_set1_ps(scale_f32(w.scale_dtype, sc[(c0 + 32 * b) / g]));
+          const __m256 f0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(blk[b]));
+          const __m256 f1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(blk[b], 8)));
+          store16(dst, e0 + c0 + 32 * b + 16 * h, _mm256_mul_ps(f0, d), _mm256_mul_ps(f1, d), bf16);
+        }
+      }
+    }
+    if (kc < k) {  // a shorter last chunk: the portable path
+      float tmp[kChunk];
+      quant::dequantize_row(w, r, tmp, kc, k);
+      for (int64_t i = kc; i < k; ++i) {
+        if (bf16)
+          static_cast<uint16_t*>(dst)[e0 + i] = f32_to_bf16(tmp[i - kc]);
+        else
+          static_cast<float*>(dst)[e0 + i] = tmp[i - kc];
       }
     }
   }
