@@ -15,6 +15,7 @@
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/ops.h"
+#include "tests/quant_placement.h"
 
 using namespace hearth;
 using namespace hearth::cpu;
@@ -99,17 +100,6 @@ Stored store(DType t, std::vector<float> v) {
 
 // --- Q8/Q4 weights, built here from quant/FORMAT.md (independent of quant/) --------------------
 
-// Where element i of a row of n codes goes: chunks of 128 elements (the last may hold m < 4
-// blocks); element 32b + 16h + 4q + e sits at slot 4(m q + b) + e of half h; Q8 halves are
-// consecutive 16m-byte runs, Q4 halves the low and high nibbles of 16m bytes. Returns the byte.
-int64_t q_place(int bits, int64_t i, int64_t n, bool* high) {
-  const int64_t c0 = i / 128 * 128, m = std::min<int64_t>(128, n - c0) / 32, r = i - c0;
-  const int64_t b = r / 32, h = (r % 32) / 16, q = (r % 16) / 4, e = r % 4;
-  const int64_t p = 4 * (m * q + b) + e;
-  *high = bits == 4 && h == 1;
-  return bits == 4 ? c0 / 2 + p : c0 + 16 * m * h + p;
-}
-
 // Random codes over the whole range and random signed scales of scale type st, with the exact
 // values they stand for (q times an F16/BF16 scale is exact in f32). With a codebook (Q4 only)
 // the nibble is a level's index and the value is that level times the scale.
@@ -158,7 +148,7 @@ QWeights make_qweights(int bits, int group, DType st, int64_t rows, int64_t cols
       w.deq[size_t(r * cols + i)] =
           float(v) * (st == DType::BF16 ? bf16_to_f32(sc) : f16_to_f32(sc));
       bool high;
-      uint8_t& byte = w.codes[size_t(r * rb + q_place(bits, i, cols, &high))];
+      uint8_t& byte = w.codes[size_t(r * rb + test::q_place(bits, i, cols, &high))];
       if (bits == 8)
         byte = uint8_t(int8_t(q));
       else

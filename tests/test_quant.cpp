@@ -28,6 +28,7 @@
 #include "quant/quant_config.h"
 #include "quant/quantize.h"
 #include "quant/quantizer.h"
+#include "tests/quant_placement.h"
 
 namespace fs = std::filesystem;
 using namespace hearth;
@@ -153,17 +154,6 @@ void ref_quantize_cb(const std::vector<float>& w, int group, const int8_t* cb,
   }
 }
 
-// Where element i of a row of n codes goes, straight from FORMAT.md: chunks of 128 elements (the
-// last may hold m < 4 blocks); element 32b + 16h + 4q + e sits at slot 4(m q + b) + e of half h;
-// Q8 halves are consecutive 16m-byte runs, Q4 halves are the low and high nibbles of 16m bytes.
-int64_t ref_place(int bits, int64_t i, int64_t n, bool* high) {
-  const int64_t c0 = i / 128 * 128, m = std::min<int64_t>(128, n - c0) / 32, r = i - c0;
-  const int64_t b = r / 32, h = (r % 32) / 16, q = (r % 16) / 4, e = r % 4;
-  const int64_t p = 4 * (m * q + b) + e;
-  *high = bits == 4 && h == 1;
-  return bits == 4 ? c0 / 2 + p : c0 + 16 * m * h + p;
-}
-
 // A Q8/Q4 weight built with the reference quantizer, plus its exact dequantized values; Q4 with
 // a codebook when cb is set.
 struct QWeight {
@@ -210,7 +200,7 @@ QWeight make_qweight(int bits, int group, int64_t rows, int64_t cols, uint32_t s
       const int level = cb ? cb[q[size_t(i)] + 8] : q[size_t(i)];
       w.deq[size_t(r * cols + i)] = double(level) * ref_f16f(s[size_t(i / group)]);
       bool hi;
-      const int64_t b = ref_place(bits, i, cols, &hi);
+      const int64_t b = test::q_place(bits, i, cols, &hi);
       if (bits == 8)
         w.codes[size_t(r * rb + b)] = uint8_t(int8_t(q[size_t(i)]));
       else
@@ -294,7 +284,7 @@ TEST_SUITE("quant") {
           bool placed = true;
           for (int64_t i = 0; i < n; ++i) {
             bool hi;
-            const uint8_t byte = packed[size_t(ref_place(bits, i, n, &hi))];
+            const uint8_t byte = packed[size_t(test::q_place(bits, i, n, &hi))];
             const int code = bits == 8 ? int(int8_t(byte)) : (hi ? byte >> 4 : byte & 15) - 8;
             placed &= code == q[size_t(i)];
           }
@@ -832,7 +822,7 @@ TEST_SUITE("quant") {
         bool placed = true;
         for (int64_t i = 0; i < n; ++i) {
           bool hi;
-          const uint8_t byte = packed[size_t(ref_place(4, i, n, &hi))];
+          const uint8_t byte = packed[size_t(test::q_place(4, i, n, &hi))];
           placed &= (hi ? byte >> 4 : byte & 15) == ridx[size_t(i)];
         }
         CHECK(placed);
