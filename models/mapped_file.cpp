@@ -32,7 +32,7 @@ void* map_aligned_anonymous(size_t n) {
 
 }  // namespace
 
-MappedFile::MappedFile(const std::string& path, MapMode mode) : path_(path) {
+MappedFile::MappedFile(const std::string& path, MapMode mode, size_t line_at) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(path, ": cannot open: ", std::strerror(errno));
   struct stat st;
@@ -47,7 +47,8 @@ MappedFile::MappedFile(const std::string& path, MapMode mode) : path_(path) {
   }
   size_ = size_t(st.st_size);
   if (size_ > 0 && mode == MapMode::HugePageCopy) {
-    map_len_ = (size_ + kHugePage - 1) / kHugePage * kHugePage;
+    const size_t shift = (64 - line_at % 64) % 64;
+    map_len_ = (shift + size_ + kHugePage - 1) / kHugePage * kHugePage;
     map_ = map_aligned_anonymous(map_len_);
     if (!map_) {
       int e = errno;
@@ -60,7 +61,7 @@ MappedFile::MappedFile(const std::string& path, MapMode mode) : path_(path) {
 #ifdef MADV_HUGEPAGE
     (void)::madvise(map_, map_len_, MADV_HUGEPAGE);  // advice; without THP it is a plain copy
 #endif
-    auto* dst = static_cast<uint8_t*>(map_);
+    auto* dst = static_cast<uint8_t*>(map_) + shift;
     for (size_t done = 0; done < size_;) {
       const ssize_t n = ::pread(fd, dst + done, size_ - done, off_t(done));
       if (n < 0 && errno == EINTR) continue;

@@ -18,8 +18,10 @@ class MappedFile {
  public:
   MappedFile() = default;
   // Throws hearth::Error "PATH: cannot open: <strerror>" (or stat/mmap) on failure. An empty file
-  // maps to data() == nullptr, size() == 0, since mmap cannot map zero bytes.
-  explicit MappedFile(const std::string& path, MapMode mode = MapMode::Shared);
+  // maps to data() == nullptr, size() == 0, since mmap cannot map zero bytes. A HugePageCopy is
+  // placed so that file offset `line_at` starts a 64-byte cache line (a shared map keeps the file's
+  // own alignment).
+  explicit MappedFile(const std::string& path, MapMode mode = MapMode::Shared, size_t line_at = 0);
   ~MappedFile();
   MappedFile(MappedFile&& o) noexcept;
   MappedFile& operator=(MappedFile&& o) noexcept;

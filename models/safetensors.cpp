@@ -3,6 +3,7 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <fstream>
 #include <set>
 #include <string_view>
 
@@ -43,11 +44,25 @@ struct Entry {
   uint64_t begin = 0, end = 0;
 };
 
+// Where the data section starts (8 + the header length), or 0 when the file is too short to say;
+// open() reports that properly.
+size_t data_offset(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  uint8_t len[8];
+  if (!f.read(reinterpret_cast<char*>(len), 8)) return 0;
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= uint64_t(len[i]) << (8 * i);
+  return size_t(8 + n);  // only its remainder mod 64 is used; a corrupt length is reported later
+}
+
 }  // namespace
 
 std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path, MapMode mode) {
   std::shared_ptr<SafetensorsFile> sf(new SafetensorsFile);
-  sf->file_ = MappedFile(path, mode);
+  // Tensors are read with 64-byte vector loads, and one that straddles two cache lines costs
+  // decode about a fifth of its speed (measured on Zen 5: BF16 29 -> 34.5 GB/s). A copy can fix
+  // what the file does not: the data section starts on a line.
+  sf->file_ = MappedFile(path, mode, mode == MapMode::HugePageCopy ? data_offset(path) : 0);
   const uint8_t* base = sf->file_.data();
   const uint64_t fsize = sf->file_.size();
   if (fsize < 8) fail(path, ": file is ", fsize, " bytes, too short for a safetensors header");

@@ -33,7 +33,10 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
     off += t.nbytes;
   }
   h += "}";
-  while (h.size() % 8) h += ' ';
+  // Spaces pad the header so that the data starts on a 64-byte line: tensors whose sizes are
+  // multiples of 64 (every Qwen3 weight, code and scale tensor) then start on one too, which a
+  // direct map of the file needs for full-speed vector loads.
+  while ((8 + h.size()) % 64) h += ' ';
 
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
   if (!f) fail(path, ": cannot open for writing");

@@ -20,7 +20,8 @@ struct TensorToWrite {
   std::function<void(uint8_t* dst)> fill;
 };
 
-// Writes header (8-byte little-endian length, JSON padded with spaces to 8 bytes) then the data.
+// Writes header (8-byte little-endian length, JSON padded with spaces so the data starts at a
+// multiple of 64 bytes) then the data.
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 

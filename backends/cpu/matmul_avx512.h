@@ -54,7 +54,8 @@ struct Widen16<DType::BF16> {
 // Software prefetch runs this far ahead of the rows being read, in address order. The R rows of a
 // block are R short streams that restart every block, which the hardware prefetchers follow
 // poorly; one linear stream over the matrix keeps enough lines in flight (measured: decode
-// matvec from about 60% to about 80% of a plain read's bandwidth).
+// matvec from about 60% to about 80% of a plain read's bandwidth). Into L1 (T0): on Zen 5 the
+// 0.6B BF16 matvecs read at 0.82 of a plain read with it, 0.77 with T1.
 constexpr size_t kPrefetchAhead = 16384;
 // A block reads up to 8 rows side by side, so the stream must start past the whole block or, for
 // long rows (k = 6144 in a 1.7B down_proj), it would fetch what the block is already reading.
@@ -69,7 +70,7 @@ struct Prefetcher {
   const char* next;
   const char* end;
   inline void advance(size_t lines) {
-    for (size_t i = 0; i < lines && next < end; ++i, next += 64) _mm_prefetch(next, _MM_HINT_T1);
+    for (size_t i = 0; i < lines && next < end; ++i, next += 64) _mm_prefetch(next, _MM_HINT_T0);
   }
 };
 

@@ -95,11 +95,6 @@ inline void quantize_act_avx512(const float* x, int64_t k, int8_t* q, float* d, 
   }
 }
 
-// The 4 per-block factors of chunk j, repeated over the lanes (lane i belongs to block i mod 4).
-inline __m512 chunk_factors(const float* P, int64_t j) {
-  return _mm512_broadcast_f32x4(_mm_loadu_ps(P + 4 * j));
-}
-
 // Slot order back to element order for one 64-byte half-chunk: afterwards bytes 16b .. 16b + 15
 // hold block b's 16 elements of that half, in order.
 inline __m512i slots_to_blocks(__m512i v) {
@@ -133,23 +128,27 @@ inline void scales_to_f32_avx512(DType t, const uint16_t* s, int64_t n, float* o
   }
 }
 
-// P[b] = dx[b] * (scale of block b's group) for the nb blocks of one (row, token), reading the
-// row's F16/BF16 scales directly.
-template <int G>
-inline void block_factors(const float* dx, DType st, const uint16_t* sw, int64_t nb, float* P) {
-  constexpr int kPer = G / int(kBlock);  // blocks per group
-  const int64_t ng = nb / kPer;
-  for (int64_t b = 0; b < nb; b += 16) {
-    const __mmask16 m = first_n(nb - b);
-    __m512 w = widen_scales16(st, _mm256_maskz_loadu_epi16(first_n(ng - b / kPer), sw + b / kPer));
-    if constexpr (kPer == 2)
-      w = _mm512_permutexvar_ps(_mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0),
-                                w);
-    if constexpr (kPer == 4)
-      w = _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
-                                w);
-    _mm512_mask_storeu_ps(P + b, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dx + b), w));
+// The weight scales of chunk j's 4 blocks as f32, lane i holding block i mod 4's, read straight
+// from the row's F16/BF16 scales: 8, 4 or 2 bytes broadcast and widened. A per-row table of
+// factors (activation scale x weight scale) written first and broadcast from in the loop measured
+// slower on Zen 5, from L2 and from memory, even with every store done before the first load.
+template <int G, DType ST>
+inline __m512 chunk_scales(const uint16_t* sw, int64_t j) {
+  __m256i h;
+  if constexpr (G == 32) {
+    int64_t v;
+    std::memcpy(&v, sw + 4 * j, 8);
+    h = _mm256_set1_epi64x(v);
+  } else if constexpr (G == 64) {
+    // Scales s0 s1 of the chunk's two groups, as s0 s0 s1 s1 per 64 bits.
+    int32_t v;
+    std::memcpy(&v, sw + 2 * j, 4);
+    h = _mm256_shufflelo_epi16(_mm256_set1_epi32(v), 0x50);
+    h = _mm256_unpacklo_epi64(h, h);
+  } else {
+    h = _mm256_set1_epi16(int16_t(sw[j]));
   }
+  return widen_scales16(ST, h);
 }
 
 // The codes are stored as unsigned values (Q4: q + 8, Q8: q + 128) for vpdpbusd; the offset's share
@@ -181,21 +180,26 @@ inline __m128 hsum4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
 
 // Decode for Q4 and Q8 (Codes::kBits): activations quantized per token, offsets folded into the
 // integer accumulators, then NR rows at a time share each activation chunk. Codes provides
-// kOffsetLog2, kChunkBytes, dot(chunk, xa, xb, init) = init + the chunk's lane dots, and
-// tail(codes, x, m, isum), the unsigned block dots of a short last chunk (tail_block_dots); dot and
-// tail may be members of a Codes object (a codebook's lookup table), passed to decode_quant.
-template <class Codes, int NR>
-inline void rows_dot(const Codes& cd, const uint8_t* const* w, const float* const* P,
-                     const int8_t* xq, const int32_t* off, int64_t nc, float* out) {
+// kOffsetLog2, kChunkBytes, kDecodeRows (rows per pass), dot(chunk, xa, xb, init) = init + the
+// chunk's lane dots, and tail(codes, x, m, isum), the unsigned block dots of a short last chunk
+// (tail_block_dots); dot and tail may be members of a Codes object (a codebook's lookup table),
+// passed to decode_quant. Each chunk's integer lanes are scaled by the activations' 4 block scales
+// (loaded once for all rows) times the row's 4 weight scales.
+template <class Codes, int G, DType ST, int NR>
+inline void rows_dot(const Codes& cd, const uint8_t* const* w, const uint16_t* const* sw,
+                     const int8_t* xq, const float* xd, const int32_t* off, int64_t nc,
+                     float* out) {
   __m512 acc[NR];
   for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t j = 0; j < nc; ++j) {
     const __m512i xa = _mm512_loadu_si512(xq + j * kChunk);
     const __m512i xb = _mm512_loadu_si512(xq + j * kChunk + 64);
     const __m512i o = _mm512_loadu_si512(off + 16 * j);
+    const __m512 dx = _mm512_broadcast_f32x4(_mm_loadu_ps(xd + 4 * j));
     for (int r = 0; r < NR; ++r) {
       const __m512i d = cd.dot(w[r] + j * Codes::kChunkBytes, xa, xb, o);
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), chunk_factors(P[r], j), acc[r]);
+      const __m512 f = _mm512_mul_ps(chunk_scales<G, ST>(sw[r], j), dx);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), f, acc[r]);
     }
   }
   if constexpr (NR % 4 == 0) {
@@ -206,15 +210,16 @@ inline void rows_dot(const Codes& cd, const uint8_t* const* w, const float* cons
   }
 }
 
-template <class Codes, int G>
-void decode_quant(const QuantMatmulArgs& a, const Codes& cd = Codes()) {
+inline float scale_f32(DType t, uint16_t s);
+
+// The scale type is a template parameter so that no test of it is left in the inner loop.
+template <class Codes, int G, DType ST>
+void decode_quant_st(const QuantMatmulArgs& a, const Codes& cd) {
   constexpr int64_t kRowBytes = Codes::kChunkBytes;  // per 128 elements
   const int64_t k = a.k, nb = k / kBlock, ng = k / G, nc = k / kChunk, kc = nc * kChunk;
-  const int64_t nbp = (nb + 15) / 16 * 16;
   const int64_t row_bytes = k * kRowBytes / kChunk;
   ActTile at;
-  float* P = carve_act_tile(a.scratch, k, &at);         // [8][nbp] block factors, then offsets
-  auto* off = reinterpret_cast<int32_t*>(P + 8 * nbp);  // [n_tokens][16 nc]
+  auto* off = reinterpret_cast<int32_t*>(carve_act_tile(a.scratch, k, &at));  // [n_tokens][16 nc]
   const auto* codes = static_cast<const uint8_t*>(a.w);
   const auto* scales = static_cast<const uint16_t*>(a.scales);
   const int n_tok = a.n_tokens;
@@ -226,10 +231,10 @@ void decode_quant(const QuantMatmulArgs& a, const Codes& cd = Codes()) {
   auto run = [&](auto nr_tag, int64_t r) {
     constexpr int NR = decltype(nr_tag)::value;
     const uint8_t* w[NR];
-    const float* pr[NR];
+    const uint16_t* sw[NR];
     for (int i = 0; i < NR; ++i) {
       w[i] = codes + (r + i) * row_bytes;
-      pr[i] = P + i * nbp;
+      sw[i] = scales + (r + i) * ng;
       // The scales are a second, slower stream: keep it 32 rows ahead too.
       for (int64_t b = 0; b < 2 * ng; b += 64)
         prefetch(reinterpret_cast<const char*>(scales + (r + i + 32) * ng) + b);
@@ -237,27 +242,36 @@ void decode_quant(const QuantMatmulArgs& a, const Codes& cd = Codes()) {
     for (int t = 0; t < n_tok; ++t) {
       const int8_t* xq = at.q + t * k;
       float dot[NR];
-      for (int i = 0; i < NR; ++i)
-        block_factors<G>(at.d + t * nb, a.scale_dtype, scales + (r + i) * ng, nb, P + i * nbp);
-      rows_dot<Codes, NR>(cd, w, pr, xq, off + t * 16 * nc, nc, dot);
+      rows_dot<Codes, G, ST, NR>(cd, w, sw, xq, at.d + t * nb, off + t * 16 * nc, nc, dot);
       if (kc < k) {  // a shorter last chunk of m blocks
         const int m = int((k - kc) / kBlock);
         const float* sx = at.s + t * nb + kc / kBlock;
+        const float* dx = at.d + t * nb + kc / kBlock;
         for (int i = 0; i < NR; ++i) {
           int32_t isum[4];
           cd.tail(w[i] + nc * kRowBytes, xq + kc, m, isum);
           for (int b = 0; b < m; ++b)
-            dot[i] +=
-                pr[i][kc / kBlock + b] * (float(isum[b]) - float(1 << Codes::kOffsetLog2) * sx[b]);
+            dot[i] += dx[b] * scale_f32(ST, sw[i][(kc + kBlock * b) / G]) *
+                      (float(isum[b]) - float(1 << Codes::kOffsetLog2) * sx[b]);
         }
       }
       for (int i = 0; i < NR; ++i) a.y[t * a.ldy + (r - a.r0) + i] = dot[i];
     }
   };
   int64_t r = a.r0;
-  // for (; r + 8 <= a.r1; r += 8) run(std::integral_constant<int, 8>(), r);
+  constexpr int kRows = Codes::kDecodeRows;
+  if constexpr (kRows > 4)
+    for (; r + kRows <= a.r1; r += kRows) run(std::integral_constant<int, kRows>(), r);
   for (; r + 4 <= a.r1; r += 4) run(std::integral_constant<int, 4>(), r);
   for (; r < a.r1; ++r) run(std::integral_constant<int, 1>(), r);
+}
+
+template <class Codes, int G>
+void decode_quant(const QuantMatmulArgs& a, const Codes& cd = Codes()) {
+  if (a.scale_dtype == DType::BF16)
+    decode_quant_st<Codes, G, DType::BF16>(a, cd);
+  else
+    decode_quant_st<Codes, G, DType::F16>(a, cd);
 }
 
 inline float scale_f32(DType t, uint16_t s) {
