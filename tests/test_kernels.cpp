@@ -440,6 +440,13 @@ TEST_SUITE("kernels") {
         CHECK(kt.dot_i8_loop(1000, &ops) == float(16 * 120 - 256 * 24 * 1000));
         CHECK(ops == 1000.0 * 16 * 64 * 2);
       }
+      // The bf16 one with every AVX-512 table; each step adds 2 x 0.5 x 0.5 to every lane.
+      CHECK((kt.dot_bf16_loop != nullptr) == (isa == Isa::Avx512));
+      if (kt.dot_bf16_loop) {
+        double flops = 0;
+        CHECK(kt.dot_bf16_loop(1000, &flops) == float(16 * 120 + 256 * 500));
+        CHECK(flops == 1000.0 * 16 * 32 * 2);
+      }
     }
   }
 
@@ -807,6 +814,34 @@ TEST_SUITE("kernels") {
     CHECK(bad == 0);
   }
 
+  TEST_CASE("auto GEMM: bf16 only where the CPU's identity says bf16 dot products are fast") {
+    CpuFeatures f = detect_cpu_features();
+    f.amd = f.amx_bf16 = false;
+    CHECK(!f.fast_bf16_dot());
+    f.avx512bf16 = false, f.amd = true;
+    CHECK(!f.fast_bf16_dot());
+    if (detect_cpu_features().best() != Isa::Avx512) return;
+    BackendOptions o;
+    o.threads = 1;
+    auto kind = [&](const CpuFeatures& cf) { return cpu::CpuBackend(o, cf).gemm_kind(); };
+    f = detect_cpu_features();
+    f.amd = f.amx_bf16 = false;
+    const cpu::GemmKind f32 = cpu::choose_gemm("auto");
+    CHECK(kind(f) == f32);
+    f.amd = true;
+    CHECK(kind(f) == cpu::choose_gemm("auto", true));
+    f.amd = false, f.amx_bf16 = true;
+    CHECK(kind(f) == cpu::choose_gemm("auto", true));
+#if defined(HEARTH_HAVE_DNNL)
+    CHECK(kind(f) == cpu::GemmKind::DnnlBf16);
+#endif
+    o.isa = "avx2";  // no AVX512_BF16 kernels: f32
+    CHECK(kind(f) == f32);
+    o.isa = "";
+    o.gemm = "dnnl";  // named: as asked
+    if (f32 == cpu::GemmKind::Dnnl) CHECK(kind(f) == cpu::GemmKind::Dnnl);
+  }
+
   TEST_CASE("GEMM libraries match the native kernels on long steps") {
     const int T = 40;
     const int64_t N = 300, K = 96;
@@ -827,7 +862,7 @@ TEST_SUITE("kernels") {
             s += double(x[size_t(t * K + k)]) * w.f[size_t(n * K + k)];
           want.push_back(s);
         }
-      std::vector<std::string> gemms = {"native"};
+      std::vector<std::string> gemms = {"native", "auto"};
 #if defined(HEARTH_HAVE_DNNL)
       gemms.push_back("dnnl");
       if (detect_cpu_features().best() == Isa::Avx512) gemms.push_back("dnnl-bf16");
@@ -841,10 +876,14 @@ TEST_SUITE("kernels") {
           CAPTURE(gemm);
           CAPTURE(threads);
           auto be = backend("", threads, gemm, 2);
-          CHECK(static_cast<cpu::CpuBackend&>(*be).gemm_kind() == cpu::choose_gemm(gemm));
+          CHECK(static_cast<cpu::CpuBackend&>(*be).gemm_kind() ==
+                cpu::choose_gemm(gemm, detect_cpu_features().fast_bf16_dot()));
           const auto got = run(*be, g, T);
           // bf16 inputs keep 8 bits: about 2^-9 relative per product, averaging out over K.
-          CHECK(nerr(got.data(), want) < (gemm == "dnnl-bf16" && wt == DType::BF16 ? 1e-2 : 1e-6));
+          const bool bf16 =
+              static_cast<cpu::CpuBackend&>(*be).gemm_kind() == cpu::GemmKind::DnnlBf16 &&
+              wt == DType::BF16;
+          CHECK(nerr(got.data(), want) < (bf16 ? 1e-2 : 1e-6));
         }
     }
   }

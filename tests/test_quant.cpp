@@ -527,7 +527,7 @@ TEST_SUITE("quant") {
           {"", "auto", 64, int8_gemm ? 3e-2 : 1e-4},
           {"", "native", 64, 3e-2},  // int8 activations: GEMM (AVX-512) / token tiles (AVX2)
           {"", "native", 1, 4e-2}};  // decode: int8 activations
-      const cpu::GemmKind lib = cpu::choose_gemm("auto");
+      const cpu::GemmKind lib = cpu::choose_gemm("auto", false);  // the f32 library
       if (lib !=
           cpu::GemmKind::Native)  // named, the library gets the step: f32 on dequantized rows
         paths.push_back({"", cpu::gemm_name(lib), 64, 1e-4});

@@ -18,6 +18,9 @@
 //   peak_int8_gops             the same with int8 dot products (vpdpbusd), 0 where the ISA's
 //                              kernels have none; INT8/INT4 weights' prefill runs on them
 //   prefill_int8_peak_fraction prefill_gflops / peak_int8_gops (0 without)
+//   peak_bf16_gflops           the same with bf16 pair dot products (vdpbf16ps), 0 where the ISA
+//                              has none; BF16 weights prefill on them with `gemm dnnl-bf16`
+//   prefill_bf16_peak_fraction prefill_gflops / peak_bf16_gflops (0 without)
 //   decode_tokens_per_s        greedy decode tokens per second (LM head fused with the argmax)
 //   decode_weight_bytes        weight bytes read per decoded token (decode_weight_bytes())
 //   decode_kv_bytes_per_token  KV cache bytes read per decoded token, averaged over the decode
@@ -89,7 +92,8 @@ class Progress {
 struct Probe {
   double bw_gbs = 0;
   double peak_gflops = 0;
-  double peak_int8_gops = 0;  // 0 where no int8 dot kernel exists
+  double peak_int8_gops = 0;    // 0 where no int8 dot kernel exists
+  double peak_bf16_gflops = 0;  // 0 where no bf16 dot kernel exists
 };
 
 // Memory read bandwidth and FMA peak with n threads and the kernels of the ISA the run uses, in a
@@ -143,6 +147,7 @@ Probe probe_machine(int n_threads, cpu::Isa isa, bool with_peak) {
     if (with_peak) {
       p.peak_gflops = peak_of(table.fma_loop);
       if (table.dot_i8_loop) p.peak_int8_gops = peak_of(table.dot_i8_loop);
+      if (table.dot_bf16_loop) p.peak_bf16_gflops = peak_of(table.dot_bf16_loop);
     }
     (void)!write(fds[1], &p, sizeof p);
     _exit(0);
@@ -265,13 +270,14 @@ int cmd_bench(int argc, char** argv) {
   }
 
   std::vector<double> prefill_tps, decode_tps, bw;
-  double peak = 0, peak_i8 = 0;
+  double peak = 0, peak_i8 = 0, peak_bf16 = 0;
   for (int r = 0; r < reps; ++r) {
     progress.say("probe " + std::to_string(r + 1) + "/" + std::to_string(reps));
     const Probe p = probe_machine(threads, isa, r == 0);
     bw.push_back(p.bw_gbs);
     peak = std::max(peak, p.peak_gflops);
     peak_i8 = std::max(peak_i8, p.peak_int8_gops);
+    peak_bf16 = std::max(peak_bf16, p.peak_bf16_gflops);
     progress.say("prefill " + std::to_string(r + 1) + "/" + std::to_string(reps));
     prefill_tps.push_back(prompt / prefill_once());
     progress.say("decode " + std::to_string(r + 1) + "/" + std::to_string(reps));
@@ -310,6 +316,8 @@ int cmd_bench(int argc, char** argv) {
   w.field("prefill_peak_fraction", peak > 0 ? pf_gflops / peak : 0.0);
   w.field("peak_int8_gops", peak_i8);
   w.field("prefill_int8_peak_fraction", peak_i8 > 0 ? pf_gflops / peak_i8 : 0.0);
+  w.field("peak_bf16_gflops", peak_bf16);
+  w.field("prefill_bf16_peak_fraction", peak_bf16 > 0 ? pf_gflops / peak_bf16 : 0.0);
   w.field("decode_tokens_per_s", dc);
   w.key("decode_runs").array(decode_tps);
   w.field("decode_weight_bytes", weight_bytes).field("decode_kv_bytes_per_token", kv_bytes);
@@ -333,6 +341,9 @@ int cmd_bench(int argc, char** argv) {
   // INT8/INT4 weights multiply int8 activations where the kernels have an int8 GEMM.
   if (peak_i8 > 0 && model->weight_dtypes().find('Q') != std::string::npos)
     std::printf("; %.0f%% of %.0f int8 dot peak", 100 * pf_gflops / peak_i8, peak_i8);
+  // BF16 weights multiply bf16 activations when the GEMM is dnnl-bf16.
+  else if (peak_bf16 > 0 && runner.backend().describe().find("dnnl-bf16") != std::string::npos)
+    std::printf("; %.0f%% of %.0f bf16 dot peak", 100 * pf_gflops / peak_bf16, peak_bf16);
   std::printf(")\n");
   std::printf("decode %d:  %8.2f tokens/s  %6.1f MB/token, %.1f GB/s = %.0f%% of %.1f GB/s read\n",
               gen, dc, bytes / 1e6, bytes * dc / 1e9, 100 * bytes * dc / (best_bw * 1e9), best_bw);

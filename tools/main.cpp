@@ -51,7 +51,8 @@ commands:
 engine options (all model commands):
   --threads N  --backend cpu  --isa avx512|avx2|neon|scalar  --kv f32|f16|bf16|int8
   --prefill-chunk N  --gemm auto|dnnl|dnnl-bf16|openblas|native (prefill matmuls; auto gives
-               INT8/INT4 weights the kernels' int8 GEMM on AVX-512, a named library gets them)
+               INT8/INT4 weights the kernels' int8 GEMM on AVX-512, BF16 weights oneDNN's bf16
+               GEMM where bf16 dot products are fast (Zen 4/5, AMX); a named one gets them)
   --hugepages  read the weights into huge-page memory (faster decode; a private copy)
 sampling: --temperature T --top-k K --top-p P --min-p M --seed S --repetition-penalty R
           --presence-penalty P --frequency-penalty F --greedy

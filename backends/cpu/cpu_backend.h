@@ -32,6 +32,8 @@ struct CpuKVCache : KVCache {
 class CpuBackend : public Backend {
  public:
   explicit CpuBackend(const BackendOptions& opt);
+  // With the CPU's features given (tests vary them).
+  CpuBackend(const BackendOptions& opt, const CpuFeatures& cpu);
   std::string name() const override { return "cpu"; }
   std::string describe() const override;
   int threads() const override { return pool_.size(); }

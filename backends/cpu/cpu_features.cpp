@@ -2,6 +2,10 @@
 
 #include <cstdlib>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include "core/error.h"
 
 #if defined(__aarch64__) && defined(__linux__)
@@ -33,6 +37,9 @@ CpuFeatures detect_cpu_features() {
   f.avx512bf16 = __builtin_cpu_supports("avx512bf16");
   f.avx512vnni = __builtin_cpu_supports("avx512vnni");
   f.avxvnni = __builtin_cpu_supports("avxvnni");
+  f.amd = __builtin_cpu_is("amd");
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) f.amx_bf16 = (d >> 22) & 1;  // CPUID.7.0:EDX[22]
 #elif defined(__aarch64__)
   f.neon = true;
 #if defined(__linux__)

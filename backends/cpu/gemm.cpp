@@ -26,9 +26,11 @@ constexpr bool kHaveOpenBlas =
 #endif
 }  // namespace
 
-GemmKind choose_gemm(const std::string& requested) {
-  if (requested.empty() || requested == "auto")
-    return kHaveDnnl ? GemmKind::Dnnl : kHaveOpenBlas ? GemmKind::OpenBlas : GemmKind::Native;
+GemmKind choose_gemm(const std::string& requested, bool fast_bf16) {
+  if (requested.empty() || requested == "auto") {
+    if (kHaveDnnl) return fast_bf16 ? GemmKind::DnnlBf16 : GemmKind::Dnnl;
+    return kHaveOpenBlas ? GemmKind::OpenBlas : GemmKind::Native;
+  }
   if (requested == "native") return GemmKind::Native;
   if (requested == "dnnl" || requested == "dnnl-bf16") {
     if (!kHaveDnnl) fail("GEMM '", requested, "': this build has no oneDNN");

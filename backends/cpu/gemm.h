@@ -15,10 +15,12 @@ enum class GemmKind : uint8_t {
   OpenBlas,  // OpenBLAS sgemm (16-bit weights widened block by block): FP32-exact
 };
 
-// "auto" (or empty) picks oneDNN f32, else OpenBLAS, else native: the exact paths, so logits do not
-// depend on which library is installed. "dnnl-bf16" must be asked for. Throws for unknown names
-// and for libraries this build lacks.
-GemmKind choose_gemm(const std::string& requested);
+// "auto" (or empty) picks oneDNN bf16 for BF16 weights where `fast_bf16` (the CPU's bf16 dot
+// products outrun its f32 FMAs: CpuFeatures::fast_bf16_dot, ISA avx512), else oneDNN f32, else
+// OpenBLAS, else native. The f32 paths are exact whatever library is installed; bf16 rounds the
+// activations of BF16-weight prefill steps, as llama.cpp does, for about twice the speed. Throws
+// for unknown names and for libraries this build lacks.
+GemmKind choose_gemm(const std::string& requested, bool fast_bf16 = false);
 const char* gemm_name(GemmKind k);
 
 class Gemm {

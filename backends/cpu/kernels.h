@@ -142,6 +142,9 @@ struct KernelTable {
   // The same for int8 dot products (ops: 2 per multiply-add), where an int8 GEMM uses them
   // (quant_prefill); null elsewhere.
   FmaLoopFn dot_i8_loop = nullptr;
+  // The same for bf16 pair dot products (flops: 4 per pair), where the bf16 GEMM can run; null
+  // elsewhere.
+  FmaLoopFn dot_bf16_loop = nullptr;
   QuantMatmulFn matmul_q8 = nullptr, matmul_q4 = nullptr;
   QuantDequantFn dequant_q8 = nullptr, dequant_q4 = nullptr;
   // Q4 whose nibbles index a codebook (Tensor::codebook) rather than the uniform grid.

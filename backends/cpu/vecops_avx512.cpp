@@ -138,6 +138,22 @@ float dot_i8_loop_avx512(int64_t iters, double* ops) {
   return float(_mm512_reduce_add_epi32(t));
 }
 
+// The same with bf16 pairs (vdpbf16ps: 32 multiply-adds per instruction): 0.5 + 0.5 per step.
+float dot_bf16_loop_avx512(int64_t iters, double* flops) {
+  __m512 acc[16];
+  for (int j = 0; j < 16; ++j) acc[j] = _mm512_set1_ps(float(j));
+  const __m512 half = _mm512_set1_ps(0.5f);
+  const __m512bh a = _mm512_cvtne2ps_pbh(half, half), b = _mm512_cvtne2ps_pbh(half, half);
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) acc[j] = _mm512_dpbf16_ps(acc[j], a, b);
+  }
+  __m512 s = acc[0];
+  for (int j = 1; j < 16; ++j) s = _mm512_add_ps(s, acc[j]);
+  *flops = double(iters) * 16 * 32 * 2;
+  return hsum16(s);
+}
+
 }  // namespace
 
 void fill_vecops_avx512(KernelTable& k) {
@@ -149,6 +165,7 @@ void fill_vecops_avx512(KernelTable& k) {
   k.read_sum = read_sum_avx512;
   k.fma_loop = fma_loop_avx512;
   k.dot_i8_loop = dot_i8_loop_avx512;
+  k.dot_bf16_loop = dot_bf16_loop_avx512;
 }
 
 }  // namespace hearth::cpu
