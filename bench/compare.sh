@@ -92,7 +92,16 @@ ref = {("0.6b-bf16", 1): (134, 16.0), ("0.6b-bf16", 2): (258, 23.7),
 def med(xs):
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
-print("\n| scheme | threads | prefill t/s | % FMA peak | decode t/s | % read bw | bw GB/s "
+# Prefill against the peak of the arithmetic it ran on: int8 dots (quantized weights on the int8
+# GEMM), bf16 dots (BF16 weights on the bf16 GEMM), else f32 FMAs.
+def peak_fraction(r):
+    d = r["backend_detail"]
+    if "Q" in r["weight_dtypes"] and "int8 GEMM" in d and r.get("peak_int8_gops"):
+        return r["prefill_int8_peak_fraction"], "int8"
+    if r["weight_dtypes"] == "BF16" and "dnnl-bf16" in d and r.get("peak_bf16_gflops"):
+        return r["prefill_bf16_peak_fraction"], "bf16"
+    return r["prefill_peak_fraction"], "f32"
+print("\n| scheme | threads | prefill t/s | % peak (of) | decode t/s | % read bw | bw GB/s "
       "| llama.cpp pp/tg | ratio pp/tg |")
 print("|---|---|---|---|---|---|---|---|---|")
 for (s, t) in sorted({(r["scheme"], r["threads"]) for r in rows}):
@@ -106,7 +115,8 @@ for (s, t) in sorted({(r["scheme"], r["threads"]) for r in rows}):
         lp, lt = ref.get((s, t), (None, None))
         src = "issue (Zen4)"
     ratio = lambda a, b: f"{a / b:.2f}" if a and b else "-"
-    print(f"| {s} | {t} | {pp:.1f} | {100 * med([r['prefill_peak_fraction'] for r in h]):.0f}% "
+    kind = peak_fraction(h[0])[1]
+    print(f"| {s} | {t} | {pp:.1f} | {100 * med([peak_fraction(r)[0] for r in h]):.0f}% ({kind}) "
           f"| {tg:.1f} | {100 * med([r['decode_bw_fraction'] for r in h]):.0f}% "
           f"| {med([r['mem_bw_gbs'] for r in h]):.1f} | {lp}/{lt} ({src}) "
           f"| {ratio(pp, lp)}/{ratio(tg, lt)} |")
