@@ -222,9 +222,7 @@ hearth_status hearth_model_load(const char* path, const hearth_model_params* par
     Progress prog(p, path);
     prog.report(0.f, "start");
     auto core = std::make_shared<ModelCore>();
-    core->model = Qwen3Model::load(
-        path, [&](const char* stage) { prog.step(stage); },
-        p.hugepages ? MapMode::HugePageCopy : MapMode::Shared);
+    core->model = Qwen3Model::load(path, [&](const char* stage) { prog.step(stage); });
     auto text = std::make_unique<TextFrontEnd>(TextFrontEnd{Tokenizer::load(path), {}, -1, -1});
     if (!text->tokenizer.chat_template().empty()) {
       text->chat = ChatTemplate(text->tokenizer.chat_template(), text->tokenizer.bos_token(),
@@ -240,6 +238,9 @@ hearth_status hearth_model_load(const char* path, const hearth_model_params* par
     core->backend_name = p.backend ? p.backend : "";
     core->backend_options.isa = p.isa ? p.isa : "";
     core->backend_options.kv_dtype = kv_dtype(p.kv_type);
+    // Huge pages: every session's backend shares one set of private copies of the matmul weights,
+    // in the layouts its kernels read fastest.
+    if (p.hugepages) core->backend_options.weight_copies = std::make_shared<WeightStore>();
     // Resolving "automatic" here gives every session the same count, which is what lets sessions
     // reuse runners. Calling into the CPU backend's object file also keeps it, and with it the
     // backend's self-registration, in programs that link the static library.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/graph.h"
+#include "core/weight_store.h"
 
 namespace hearth {
 
@@ -21,6 +22,10 @@ struct BackendOptions {
   // CPU: steps of at least this many tokens use the GEMM; 0: $HEARTH_GEMM_MIN_TOKENS, else the
   // backend's default.
   int gemm_min_tokens = 0;
+  // Where the backend keeps private huge-page copies of the weights its matmuls read, in the
+  // layouts its kernels read fastest, shared with the other backends of the same model; null: the
+  // weights are used where the model mapped them.
+  std::shared_ptr<WeightStore> weight_copies;
 };
 
 // The KV cache of one request. The backend owns the memory layout.

@@ -155,9 +155,10 @@ typedef struct hearth_model_params {
   int32_t prefault;
   hearth_progress_fn progress; /* may be NULL */
   void* progress_user_data;
-  /* Nonzero: read the weights into private memory backed by transparent huge pages instead of
-   * mapping the page cache: faster decode (fewer TLB misses), but a private copy of the weights
-   * instead of pages shared with other processes. Added in 0.1; older callers get 0. */
+  /* Nonzero: keep private copies of the matmul weights in memory backed by transparent huge pages,
+   * in the layouts the kernels read fastest, shared by the model's sessions and made when the
+   * model first runs: faster decode (fewer TLB misses, one stream per block of rows), but a private
+   * copy of the weights beside the shared page cache. Added in 0.1; older callers get 0. */
   int32_t hugepages;
 } hearth_model_params;
 

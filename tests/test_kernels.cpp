@@ -243,6 +243,65 @@ TEST_SUITE("kernels") {
     }
   }
 
+  TEST_CASE("BF16 rows packed in groups of 4: the same products, bit for bit, from the copy") {
+    // N = 40 rows (10 groups) against row ranges that start and end inside a group.
+    const int64_t N = 40;
+    for (int64_t K : {32, 96, 1024}) {
+      const Stored w = store(DType::BF16, randn(size_t(N * K), 21, 0.1f));
+      const auto* rows = static_cast<const uint16_t*>(w.data(DType::BF16));
+      REQUIRE(bf16_rows4_fits(N, K));
+      std::vector<uint16_t> packed(size_t(N * K)), back(size_t(N * K));
+      pack_bf16_rows4(rows, N, K, packed.data());
+      std::vector<uint16_t> twice(rows, rows + N * K), packed2(size_t(N * K));
+      for (auto& v : twice) v = f32_to_bf16(2 * bf16_to_f32(v));
+      pack_bf16_rows4(twice.data(), N, K, packed2.data());
+      CHECK(std::equal(packed.begin(), packed.begin() + 32, rows));           // row 0, chunk 0
+      CHECK(std::equal(packed.begin() + 32, packed.begin() + 64, rows + K));  // row 1, chunk 0
+      if (K > 32)
+        CHECK(std::equal(packed.begin() + 128, packed.begin() + 160, rows + 32));  // row 0, chunk 1
+      unpack_bf16_rows4(packed.data(), 3, N - 5, K, back.data());
+      CHECK(std::equal(back.begin(), back.begin() + (N - 5) * K, rows + 3 * K));
+      for (Isa isa : isas_here()) {
+        const KernelTable kt = make_kernel_table(isa);
+        for (int T : {1, 2, 3, 5}) {
+          for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, N}, {3, 37}, {5, 7}, {8, 16}}) {
+            CAPTURE(isa_name(isa));
+            CAPTURE(K);
+            CAPTURE(T);
+            CAPTURE(r0);
+            CAPTURE(r1);
+            const auto x = randn(size_t(T * K), 22);
+            std::vector<float> plain(size_t(T * N), NAN), from_copy(size_t(T * N), NAN);
+            std::vector<float> scratch(size_t(K * T) + 16);
+            MatmulArgs a{rows, K, x.data(), K, T, plain.data(), N, r0, r1, scratch.data()};
+            kt.matmul[type_slot(DType::BF16)](a);
+            a.y = from_copy.data();
+            a.w_il = packed.data();
+            kt.matmul[type_slot(DType::BF16)](a);
+            bool same = true;
+            for (size_t i = 0; i < plain.size(); ++i)
+              same &= std::memcmp(&plain[i], &from_copy[i], 4) == 0;
+            CHECK(same);
+            // The copy is what the AVX-512 kernel reads for whole groups: with every packed
+            // weight doubled (exact in bf16) those rows double, the others do not.
+            std::vector<float> doubled(size_t(T * N), NAN);
+            a.y = doubled.data();
+            a.w_il = packed2.data();
+            kt.matmul[type_slot(DType::BF16)](a);
+            bool ok = true;
+            for (int t = 0; t < T; ++t)
+              for (int64_t r = r0; r < r1; ++r) {
+                const bool whole = isa == Isa::Avx512 && r / 4 * 4 >= r0 && r / 4 * 4 + 4 <= r1;
+                const float p = plain[size_t(t * N + (r - r0))];
+                ok &= doubled[size_t(t * N + (r - r0))] == (whole ? 2 * p : p);
+              }
+            CHECK(ok);
+          }
+        }
+      }
+    }
+  }
+
   TEST_CASE("attention: causal GQA over the cache, tiles and row blocks, every KV type") {
     for (Isa isa : isas_here()) {
       const KernelTable kt = make_kernel_table(isa);
@@ -790,6 +849,44 @@ TEST_SUITE("kernels") {
         bad += !(std::fabs(got[i] - want[i]) <= 1e-4 + 1e-4 * std::fabs(want[i]));
       CHECK(bad == 0);
     }
+  }
+
+  TEST_CASE("private weight copies (--hugepages): the same logits, one copy for all backends") {
+    auto model = Qwen3Model::load(fixture("tiny-tied-bf16"));
+    const auto& c = model->config();
+    std::vector<int32_t> ids(80);  // a prefill long enough for the GEMM, then decode steps
+    std::mt19937 g(11);
+    for (auto& t : ids) t = int32_t(g() % 150000);
+    auto store = std::make_shared<WeightStore>();
+    for (const std::string gemm : {"", "native"}) {
+      std::vector<std::vector<float>> runs;
+      for (bool copies : {false, true}) {
+        BackendOptions o;
+        o.threads = 2;
+        o.gemm = gemm;
+        if (copies) o.weight_copies = store;
+        Runner r(create_backend("cpu", o), model->graph(), c.vocab_size, c.max_position_embeddings);
+        auto kv = r.new_kv(int(ids.size()));
+        std::vector<float> out(size_t(c.vocab_size)), all;
+        r.forward(*kv, ids.data(), 72, 0, nullptr, out.data());
+        all = out;
+        for (int i = 72; i < 80; ++i) {
+          r.forward(*kv, ids.data() + i, 1, i, nullptr, out.data());
+          all.insert(all.end(), out.begin(), out.end());
+        }
+        runs.push_back(all);
+      }
+      CAPTURE(gemm);
+      CHECK(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * 4) == 0);
+    }
+    // Every linear weight once (BF16: packed, row for row the same bytes), for both backends.
+    const auto& w = model->weights();
+    size_t want = w.embed.nbytes;  // the tied LM head
+    for (const auto& l : w.layers)
+      for (const Tensor* t :
+           {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
+        want += t->nbytes;
+    CHECK(store->bytes() == want);
   }
 
   TEST_CASE("decode attention split over positions equals one thread per head") {

@@ -11,9 +11,10 @@ const std::vector<std::string> kEngineOptions = {
     "--model=", "--threads=",       "--backend=", "--isa=",
     "--kv=",    "--prefill-chunk=", "--gemm=",    "--hugepages"};
 
+// --hugepages: the backend keeps private huge-page copies of the matmul weights, in the layouts
+// its kernels read fastest (BackendOptions::weight_copies); the model maps the file as usual.
 std::unique_ptr<Qwen3Model> load_model(const Args& args) {
-  return Qwen3Model::load(args.required("--model"), nullptr,
-                          args.has("--hugepages") ? MapMode::HugePageCopy : MapMode::Shared);
+  return Qwen3Model::load(args.required("--model"));
 }
 
 BackendOptions backend_options(const Args& args) {
@@ -22,6 +23,7 @@ BackendOptions backend_options(const Args& args) {
   if (bo.threads < 0) fail("--threads must be positive");
   bo.isa = args.str("--isa");
   bo.gemm = args.str("--gemm");
+  if (args.has("--hugepages")) bo.weight_copies = std::make_shared<WeightStore>();
   const std::string kv = args.str("--kv", "f32");
   if (kv == "f32")
     bo.kv_dtype = DType::F32;

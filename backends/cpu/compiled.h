@@ -46,7 +46,7 @@ struct CpuCompiled : CompiledGraph {
   // Per thread, `per_thread` floats each, carved as below.
   Buffer scratch;
   size_t per_thread = 0;
-  size_t off_xn = 0, off_tmp = 0, off_wide = 0, off_mm = 0, off_attn = 0;
+  size_t off_xn = 0, off_tmp = 0, off_wide = 0, off_unpack = 0, off_mm = 0, off_attn = 0;
   size_t tmp_floats = 0;  // each of the two epilogue blocks
 
   // RoPE: inverse frequencies in double (positions reach 40k, theta 1e6) and this step's tables.
@@ -64,6 +64,11 @@ struct CpuCompiled : CompiledGraph {
   Buffer attn_parts;
   int64_t attn_part_floats = 0;
   std::vector<float*> ptr;  // per tensor, set at the start of each run
+  // Per tensor, for the weights of linear steps: the weight as the matmuls read it (the model's, or
+  // the backend's private copy with BackendOptions::weight_copies), and its packed BF16 copy for
+  // MatmulArgs::w_il (else null).
+  std::vector<Tensor> weight;
+  std::vector<const void*> w_il;
 
   float* thread_scratch(int tid) const { return scratch.f() + size_t(tid) * per_thread; }
 };

@@ -118,7 +118,8 @@ CpuBackend::CpuBackend(const BackendOptions& opt, const CpuFeatures& cpu)
       gemm_(make_gemm(gemm_kind_, pool_.size())),
       gemm_min_tokens_(opt.gemm_min_tokens > 0
                            ? opt.gemm_min_tokens
-                           : env_int("HEARTH_GEMM_MIN_TOKENS", kDefaultGemmMinTokens)) {
+                           : env_int("HEARTH_GEMM_MIN_TOKENS", kDefaultGemmMinTokens)),
+      weight_copies_(opt.weight_copies) {
   if (kv_dtype_ != DType::F32 && kv_dtype_ != DType::F16 && kv_dtype_ != DType::BF16 &&
       kv_dtype_ != DType::I8)
     fail("cpu backend: KV cache type ", dtype_name(kv_dtype_), " is not supported");
@@ -166,6 +167,32 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
   cg->norm_w.assign(ts.size(), nullptr);
   cg->k_factor.assign(ts.size(), nullptr);
   cg->ptr.assign(ts.size(), nullptr);
+  cg->weight.assign(ts.size(), Tensor());
+  cg->w_il.assign(ts.size(), nullptr);
+
+  // The weights linear steps read: the model's, or private huge-page copies (BF16 ones also packed
+  // for the AVX-512 decode kernel; the GEMM libraries keep reading row-major weights).
+  enum Layout : int { kVerbatim = 0, kBf16Rows4 = 1 };
+  auto use_weight = [&](int id) {
+    Tensor w = ts[size_t(id)].weight;
+    if (weight_copies_ && cg->weight[size_t(id)].empty()) {
+      const size_t scale_bytes =
+          w.quantized() ? size_t(w.rows() * (w.cols() / w.group_size)) * 2 : 0;
+      if (w.dtype == DType::BF16 && kernels_.isa == Isa::Avx512 &&
+          bf16_rows4_fits(w.rows(), w.cols()))
+        cg->w_il[size_t(id)] = weight_copies_->get(w.data, kBf16Rows4, w.nbytes, [&](void* dst) {
+          pack_bf16_rows4(static_cast<const uint16_t*>(w.data), w.rows(), w.cols(),
+                          static_cast<uint16_t*>(dst));
+        });
+      else
+        w.data = weight_copies_->get(w.data, kVerbatim, w.nbytes,
+                                     [&](void* dst) { std::memcpy(dst, w.data, w.nbytes); });
+      if (scale_bytes)
+        w.scales = weight_copies_->get(w.scales, kVerbatim, scale_bytes,
+                                       [&](void* dst) { std::memcpy(dst, w.scales, scale_bytes); });
+    }
+    cg->weight[size_t(id)] = w;
+  };
 
   // Norm weights are widened to f32 once; they are small.
   auto widen_norm = [&](int id) {
@@ -196,6 +223,7 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
       case Step::Kind::Linear:
         widen_norm(s.lin.norm_w);
         for (const auto& p : s.lin.parts) {
+          use_weight(p.w);
           const Tensor& w = ts[size_t(p.w)].weight;
           max_k = std::max(max_k, w.cols());
           if (w.quantized())
@@ -278,6 +306,9 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
   cg->off_xn = at, at += round16(size_t(kPrivateNormTokens) * size_t(max_norm));
   cg->off_tmp = at, at += 2 * cg->tmp_floats;
   cg->off_wide = at, at += gemm_ ? round16(size_t(kGemmBlockRows) * size_t(max_k)) : 0;
+  const bool packed = std::any_of(cg->w_il.begin(), cg->w_il.end(), [](auto p) { return p; });
+  cg->off_unpack = at,
+  at += gemm_ && packed ? round16(size_t(kGemmBlockRows) * size_t(max_k) / 2) : 0;
   // The matmul kernels may reorder x for all the tokens of a step that does not reach the GEMM
   // library (short steps, and steps with quantized weights).
   const size_t native_rows =

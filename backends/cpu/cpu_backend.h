@@ -56,6 +56,7 @@ class CpuBackend : public Backend {
   GemmKind gemm_kind_;
   std::unique_ptr<Gemm> gemm_;
   int gemm_min_tokens_;
+  std::shared_ptr<WeightStore> weight_copies_;  // BackendOptions::weight_copies
 };
 
 // The fused steps a compiled graph runs, one per line (see describe_steps), for tests and tools.

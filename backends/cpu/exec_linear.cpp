@@ -16,7 +16,7 @@ namespace {
 using Epi = LinearStep::Epilogue;
 
 const Tensor& weight(const StepCtx& c, const LinearStep::Part& p) {
-  return c.tensor(p.w).weight;
+  return c.cg.weight[size_t(p.w)];
 }
 
 // The graph's logits rows, reduced to the running best per output row instead of being stored.
@@ -51,11 +51,12 @@ bool same_quant_kernel(const Tensor& a, const Tensor& b) {
 
 // Rows [r0, r1) of w; the caller goes on to read rows up to prefetch_r1 next. reuse_x: this
 // thread's previous call had the same x and a weight of the same quantized kernel.
-void matmul_rows(const StepCtx& c, const Tensor& w, const float* x, int64_t T, int64_t r0,
-                 int64_t r1, float* y, int64_t ldy, int64_t prefetch_r1 = 0, bool reuse_x = false,
-                 const ActsI8* xi8 = nullptr) {
+void matmul_rows(const StepCtx& c, const Tensor& w, const void* w_il, const float* x, int64_t T,
+                 int64_t r0, int64_t r1, float* y, int64_t ldy, int64_t prefetch_r1 = 0,
+                 bool reuse_x = false, const ActsI8* xi8 = nullptr) {
   MatmulArgs a{w.data, w.cols(), x, w.cols(), int(T), y, ldy, r0, r1, c.scratch() + c.cg.off_mm};
   a.prefetch_r1 = prefetch_r1;
+  a.w_il = w_il;
   if (w.quantized()) {  // Q8/Q4 kernels handle decode and prefill themselves
     QuantMatmulArgs q;
     static_cast<MatmulArgs&>(q) = a;
@@ -86,8 +87,10 @@ void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_
     const bool same = same_quant_kernel(wa, wb);
     for (int64_t r = b; r < e; r += kBlockRows) {
       const int64_t r1 = std::min(e, r + kBlockRows);
-      matmul_rows(c, wa, x, T, r, r1, tmp_a, kBlockRows, e, same && r > b, xi8);
-      matmul_rows(c, wb, x, T, r, r1, tmp_b, kBlockRows, e, same, xi8);
+      matmul_rows(c, wa, c.cg.w_il[size_t(s.parts[0].w)], x, T, r, r1, tmp_a, kBlockRows, e,
+                  same && r > b, xi8);
+      matmul_rows(c, wb, c.cg.w_il[size_t(s.parts[1].w)], x, T, r, r1, tmp_b, kBlockRows, e, same,
+                  xi8);
       silu_mul_block(c, tmp_a, tmp_b, kBlockRows, out + r, N, T, r1 - r);
     }
     return;
@@ -109,7 +112,8 @@ void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_
     if (argmax) {
       for (int64_t r = lo; r < hi; r += kBlockRows) {
         const int64_t r1 = std::min(hi, r + kBlockRows);
-        matmul_rows(c, w, x, T, r, r1, tmp_a, kBlockRows, hi, reuse || r > lo, xi8);
+        matmul_rows(c, w, c.cg.w_il[size_t(p.w)], x, T, r, r1, tmp_a, kBlockRows, hi,
+                    reuse || r > lo, xi8);
         argmax_update(c, tmp_a, kBlockRows, T, r, r1 - r);
       }
       continue;
@@ -117,7 +121,7 @@ void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_
     const int out_id = s.epi == Epi::AddResidual ? s.out : p.out;
     float* out = c.ptr(out_id);
     const int64_t ld = c.tensor(out_id).cols;
-    matmul_rows(c, w, x, T, lo, hi, out + lo, ld, 0, reuse, xi8);
+    matmul_rows(c, w, c.cg.w_il[size_t(p.w)], x, T, lo, hi, out + lo, ld, 0, reuse, xi8);
     if (s.epi == Epi::AddResidual) add_residual(c.ptr(s.residual), out, ld, T, lo, hi);
   }
 }
@@ -126,10 +130,27 @@ void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_
 
 // y[t][r - r0] = x[t] . W[r] for rows [r0, r1) of w, through the GEMM: bf16 inputs as they are,
 // f32 weights in place, 16-bit weights widened block by block into this thread's scratch.
-void gemm_rows(const StepCtx& c, const Tensor& w, const float* x, const uint16_t* xb, int64_t T,
-               int64_t r0, int64_t r1, float* y, int64_t ldy) {
+void gemm_rows(const StepCtx& c, const Tensor& w, const void* w_il, const float* x,
+               const uint16_t* xb, int64_t T, int64_t r0, int64_t r1, float* y, int64_t ldy) {
   const int64_t K = w.cols();
   if (r0 >= r1) return;
+  if (w_il) {
+    // The backend's packed copy, unpacked block by block, so the model's mapping of the same
+    // weight is never read (and never made resident) once the copy exists.
+    auto* rows = reinterpret_cast<uint16_t*>(c.scratch() + c.cg.off_unpack);
+    float* wide = c.scratch() + c.cg.off_wide;
+    for (int64_t r = r0; r < r1; r += kGemmBlockRows) {
+      const int64_t n = std::min(r1, r + kGemmBlockRows) - r;
+      unpack_bf16_rows4(static_cast<const uint16_t*>(w_il), r, n, K, rows);
+      if (xb) {
+        c.gemm->bf16(c.tid, int(T), n, K, xb, K, rows, y + (r - r0), ldy);
+      } else {
+        c.kt.widen[type_slot(DType::BF16)](rows, wide, n * K);
+        c.gemm->f32(c.tid, int(T), n, K, x, K, wide, y + (r - r0), ldy);
+      }
+    }
+    return;
+  }
   if (w.quantized()) {  // Q8/Q4: blocks of rows dequantized for the library, like 16-bit widening
     const QuantDequantFn deq = w.dtype == DType::Q8 ? c.kt.dequant_q8
                                : w.codebook         ? c.kt.dequant_q4cb
@@ -177,8 +198,8 @@ void linear_gemm(const StepCtx& c, const LinearStep& s, const float* x, const ui
     ThreadPool::split(N, c.tid, c.nth, 16, &b, &e);
     for (int64_t r = b; r < e; r += kGemmBlockRows) {
       const int64_t r1 = std::min(e, r + kGemmBlockRows);
-      gemm_rows(c, wa, x, xb, T, r, r1, tmp_a, kGemmBlockRows);
-      gemm_rows(c, wb, x, xb, T, r, r1, tmp_b, kGemmBlockRows);
+      gemm_rows(c, wa, c.cg.w_il[size_t(s.parts[0].w)], x, xb, T, r, r1, tmp_a, kGemmBlockRows);
+      gemm_rows(c, wb, c.cg.w_il[size_t(s.parts[1].w)], x, xb, T, r, r1, tmp_b, kGemmBlockRows);
       silu_mul_block(c, tmp_a, tmp_b, kGemmBlockRows, out + r, N, T, r1 - r);
     }
     return;
@@ -190,7 +211,7 @@ void linear_gemm(const StepCtx& c, const LinearStep& s, const float* x, const ui
     if (s.logits && c.in.argmax) {
       for (int64_t r = b; r < e; r += kGemmBlockRows) {
         const int64_t r1 = std::min(e, r + kGemmBlockRows);
-        gemm_rows(c, w, x, xb, T, r, r1, tmp_a, kGemmBlockRows);
+        gemm_rows(c, w, c.cg.w_il[size_t(p.w)], x, xb, T, r, r1, tmp_a, kGemmBlockRows);
         argmax_update(c, tmp_a, kGemmBlockRows, T, r, r1 - r);
       }
       continue;
@@ -198,7 +219,7 @@ void linear_gemm(const StepCtx& c, const LinearStep& s, const float* x, const ui
     const int out_id = s.epi == Epi::AddResidual ? s.out : p.out;
     float* out = c.ptr(out_id);
     const int64_t ld = c.tensor(out_id).cols;
-    gemm_rows(c, w, x, xb, T, b, e, out + b, ld);
+    gemm_rows(c, w, c.cg.w_il[size_t(p.w)], x, xb, T, b, e, out + b, ld);
     if (s.epi == Epi::AddResidual) add_residual(c.ptr(s.residual), out, ld, T, b, e);
   }
 }

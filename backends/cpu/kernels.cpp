@@ -1,6 +1,21 @@
 #include "backends/cpu/kernels.h"
 
+#include <cstring>
+
 namespace hearth::cpu {
+
+void pack_bf16_rows4(const uint16_t* w, int64_t rows, int64_t k, uint16_t* out) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < k / 32; ++c)
+      std::memcpy(out + ((r / 4) * (k / 32) + c) * 128 + (r % 4) * 32, w + r * k + c * 32, 64);
+}
+
+void unpack_bf16_rows4(const uint16_t* packed, int64_t r0, int64_t n, int64_t k, uint16_t* out) {
+  for (int64_t r = r0; r < r0 + n; ++r)
+    for (int64_t c = 0; c < k / 32; ++c)
+      std::memcpy(out + (r - r0) * k + c * 32,
+                  packed + ((r / 4) * (k / 32) + c) * 128 + (r % 4) * 32, 64);
+}
 
 KernelTable make_kernel_table(Isa isa) {
   return make_kernel_table(isa, detect_cpu_features());

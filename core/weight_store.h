@@ -1,0 +1,47 @@
+// Private copies of weights in the layouts a backend reads fastest, kept in huge-page memory and
+// shared by every backend of one model (one per session): the store belongs to the model's owner
+// and goes to each backend through BackendOptions::weight_copies. Decode streams every weight once
+// per token, so a layout that turns several row streams into one, and 2 MiB pages instead of the
+// page cache's 4 KiB ones, are worth a copy when the user asks for one (--hugepages).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+namespace hearth {
+
+class WeightStore {
+ public:
+  WeightStore() = default;
+  ~WeightStore();
+  WeightStore(const WeightStore&) = delete;
+  WeightStore& operator=(const WeightStore&) = delete;
+
+  // The copy of the weight at `src` in layout `layout` (a backend's own numbering), `bytes` long,
+  // written by make(dst) the first time it is asked for and shared afterwards. Safe to call from
+  // several threads. Throws hearth::Error when the memory cannot be had.
+  const void* get(const void* src, int layout, size_t bytes,
+                  const std::function<void(void* dst)>& make);
+  size_t bytes() const;  // all copies together
+
+ private:
+  // Copies are carved from arenas of at least kArenaBytes, so that small tensors (scales, norms)
+  // do not each take a whole 2 MiB page.
+  static constexpr size_t kArenaBytes = size_t(256) << 20;
+  struct Arena {
+    void* map = nullptr;  // what munmap gets back
+    size_t map_len = 0;
+    uint8_t* data = nullptr;
+    size_t size = 0, used = 0;
+  };
+  mutable std::mutex mu_;
+  std::vector<Arena> arenas_;
+  std::map<std::pair<const void*, int>, const void*> copies_;
+  size_t bytes_ = 0;
+};
+
+}  // namespace hearth
