@@ -249,17 +249,16 @@ TEST_SUITE("kernels") {
     for (int64_t K : {32, 96, 1024}) {
       const Stored w = store(DType::BF16, randn(size_t(N * K), 21, 0.1f));
       const auto* rows = static_cast<const uint16_t*>(w.data(DType::BF16));
-      REQUIRE(bf16_rows4_fits(N, K));
       std::vector<uint16_t> packed(size_t(N * K)), back(size_t(N * K));
-      pack_bf16_rows4(rows, N, K, packed.data());
+      pack_rows(rows, N, 2 * K, kPackBf16, packed.data());
       std::vector<uint16_t> twice(rows, rows + N * K), packed2(size_t(N * K));
       for (auto& v : twice) v = f32_to_bf16(2 * bf16_to_f32(v));
-      pack_bf16_rows4(twice.data(), N, K, packed2.data());
+      pack_rows(twice.data(), N, 2 * K, kPackBf16, packed2.data());
       CHECK(std::equal(packed.begin(), packed.begin() + 32, rows));           // row 0, chunk 0
       CHECK(std::equal(packed.begin() + 32, packed.begin() + 64, rows + K));  // row 1, chunk 0
       if (K > 32)
         CHECK(std::equal(packed.begin() + 128, packed.begin() + 160, rows + 32));  // row 0, chunk 1
-      unpack_bf16_rows4(packed.data(), 3, N - 5, K, back.data());
+      unpack_rows(packed.data(), 3, N - 5, 2 * K, kPackBf16, back.data());
       CHECK(std::equal(back.begin(), back.begin() + (N - 5) * K, rows + 3 * K));
       for (Isa isa : isas_here()) {
         const KernelTable kt = make_kernel_table(isa);
@@ -562,6 +561,71 @@ TEST_SUITE("kernels") {
       uint16_t hn = 0;
       kt.to_bf16(&nan, &hn, 1);
       CHECK(std::isnan(bf16_to_f32(hn)));
+    }
+  }
+
+  TEST_CASE("Q8/Q4 rows packed for decode: decode and the int8 GEMM read the copy") {
+    // The packed copy holds other codes (same scales): rows the kernel takes from it give that
+    // matrix's products, the others the true one's.
+    const int8_t cb[16] = {-127, -91, -66, -46, -31, -19, -10, -4, 0, 5, 12, 22, 35, 52, 75, 105};
+    const int64_t N = 48, k = 256;
+    for (int variant : {8, 4, 0}) {  // 0: Q4 with a codebook
+      const int bits = variant ? variant : 4;
+      const int8_t* codebook = variant ? nullptr : cb;
+      const PackShape shape = bits == 8 ? kPackQ8 : kPackQ4;
+      const QWeights w = make_qweights(bits, 32, DType::F16, N, k, 77, codebook);
+      const QWeights other = make_qweights(bits, 32, DType::F16, N, k, 78, codebook);
+      const int64_t row_bytes = int64_t(w.codes.size()) / N;
+      std::vector<uint8_t> packed(w.codes.size()), back(w.codes.size());
+      pack_rows(other.codes.data(), N, row_bytes, shape, packed.data());
+      unpack_rows(packed.data(), 0, N, row_bytes, shape, back.data());
+      CHECK(back == other.codes);
+      for (const QuantTable& qt : quant_tables())
+        for (int T : {1, 3, 8, 20})
+          for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, N}, {2, 46}, {8, 40}}) {
+            CAPTURE(qt.name);
+            CAPTURE(variant);
+            CAPTURE(T);
+            CAPTURE(r0);
+            const auto x = randn(size_t(T * k), uint32_t(90 + T));
+            std::vector<float> scratch(size_t(quant_matmul_scratch_floats(k, T)));
+            auto run = [&](const std::vector<uint8_t>& codes, const void* il) {
+              std::vector<float> y(size_t(T * N), NAN);
+              QuantMatmulArgs a;
+              a.w = codes.data();
+              a.k = k;
+              a.x = x.data();
+              a.ldx = k;
+              a.n_tokens = T;
+              a.y = y.data();
+              a.ldy = N;
+              a.r0 = r0;
+              a.r1 = r1;
+              a.scratch = scratch.data();
+              a.scales = w.scales.data();
+              a.scale_dtype = DType::F16;
+              a.group = 32;
+              a.codebook = codebook;
+              a.w_il = il;
+              (bits == 8 ? qt.kt.matmul_q8 : codebook ? qt.kt.matmul_q4cb : qt.kt.matmul_q4)(a);
+              return y;
+            };
+            const auto mine = run(w.codes, nullptr), theirs = run(other.codes, nullptr);
+            const auto got = run(w.codes, packed.data());
+            // Decode reads whole groups from the copy; the GEMM when its panels start on a group.
+            const bool reads =
+                qt.kt.isa == Isa::Avx512 && (T < kQuantGemmMinTokens || r0 % shape.rows == 0);
+            bool ok = true;
+            for (int t = 0; t < T; ++t)
+              for (int64_t r = r0; r < r1; ++r) {
+                const size_t i = size_t(t * N + (r - r0));
+                const int64_t g = r / shape.rows * shape.rows;
+                const bool whole = reads && g >= r0 && g + shape.rows <= r1;
+                const float want = whole ? theirs[i] : mine[i];
+                ok &= std::fabs(got[i] - want) <= 1e-5f * (1 + std::fabs(want));
+              }
+            CHECK(ok);
+          }
     }
   }
 

@@ -170,19 +170,23 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
   cg->weight.assign(ts.size(), Tensor());
   cg->w_il.assign(ts.size(), nullptr);
 
-  // The weights linear steps read: the model's, or private huge-page copies (BF16 ones also packed
-  // for the AVX-512 decode kernel; the GEMM libraries keep reading row-major weights).
-  enum Layout : int { kVerbatim = 0, kBf16Rows4 = 1 };
+  // The weights linear steps read: the model's, or private huge-page copies. BF16, Q8 and Q4 ones
+  // are packed a group of rows at a time for the AVX-512 decode kernels (pack_rows); the library
+  // GEMMs unpack BF16 blocks, and the int8 GEMM gathers its panels from the packed rows.
+  enum Layout : int { kVerbatim = 0, kPacked = 1 };
   auto use_weight = [&](int id) {
     Tensor w = ts[size_t(id)].weight;
     if (weight_copies_ && cg->weight[size_t(id)].empty()) {
       const size_t scale_bytes =
           w.quantized() ? size_t(w.rows() * (w.cols() / w.group_size)) * 2 : 0;
-      if (w.dtype == DType::BF16 && kernels_.isa == Isa::Avx512 &&
-          bf16_rows4_fits(w.rows(), w.cols()))
-        cg->w_il[size_t(id)] = weight_copies_->get(w.data, kBf16Rows4, w.nbytes, [&](void* dst) {
-          pack_bf16_rows4(static_cast<const uint16_t*>(w.data), w.rows(), w.cols(),
-                          static_cast<uint16_t*>(dst));
+      const PackShape pack = w.dtype == DType::BF16 ? kPackBf16
+                             : w.dtype == DType::Q8 ? kPackQ8
+                             : w.dtype == DType::Q4 ? kPackQ4
+                                                    : PackShape{0, 0};
+      const int64_t row_bytes = int64_t(w.nbytes) / std::max<int64_t>(w.rows(), 1);
+      if (pack.chunk && kernels_.isa == Isa::Avx512 && pack_fits(pack, w.rows(), row_bytes))
+        cg->w_il[size_t(id)] = weight_copies_->get(w.data, kPacked, w.nbytes, [&](void* dst) {
+          pack_rows(w.data, w.rows(), row_bytes, pack, dst);
         });
       else
         w.data = weight_copies_->get(w.data, kVerbatim, w.nbytes,

@@ -141,7 +141,7 @@ void gemm_rows(const StepCtx& c, const Tensor& w, const void* w_il, const float*
     float* wide = c.scratch() + c.cg.off_wide;
     for (int64_t r = r0; r < r1; r += kGemmBlockRows) {
       const int64_t n = std::min(r1, r + kGemmBlockRows) - r;
-      unpack_bf16_rows4(static_cast<const uint16_t*>(w_il), r, n, K, rows);
+      unpack_rows(w_il, r, n, K * 2, kPackBf16, rows);
       if (xb) {
         c.gemm->bf16(c.tid, int(T), n, K, xb, K, rows, y + (r - r0), ldy);
       } else {

@@ -4,17 +4,29 @@
 
 namespace hearth::cpu {
 
-void pack_bf16_rows4(const uint16_t* w, int64_t rows, int64_t k, uint16_t* out) {
+namespace {
+int64_t packed_at(int64_t r, int64_t c, int64_t row_bytes, PackShape p) {
+  return ((r / p.rows) * (row_bytes / p.chunk) + c) * p.rows * p.chunk + (r % p.rows) * p.chunk;
+}
+}  // namespace
+
+void pack_rows(const void* w, int64_t rows, int64_t row_bytes, PackShape p, void* out) {
+  const auto* src = static_cast<const uint8_t*>(w);
+  auto* dst = static_cast<uint8_t*>(out);
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < k / 32; ++c)
-      std::memcpy(out + ((r / 4) * (k / 32) + c) * 128 + (r % 4) * 32, w + r * k + c * 32, 64);
+    for (int64_t c = 0; c < row_bytes / p.chunk; ++c)
+      std::memcpy(dst + packed_at(r, c, row_bytes, p), src + r * row_bytes + c * p.chunk,
+                  size_t(p.chunk));
 }
 
-void unpack_bf16_rows4(const uint16_t* packed, int64_t r0, int64_t n, int64_t k, uint16_t* out) {
+void unpack_rows(const void* packed, int64_t r0, int64_t n, int64_t row_bytes, PackShape p,
+                 void* out) {
+  const auto* src = static_cast<const uint8_t*>(packed);
+  auto* dst = static_cast<uint8_t*>(out);
   for (int64_t r = r0; r < r0 + n; ++r)
-    for (int64_t c = 0; c < k / 32; ++c)
-      std::memcpy(out + (r - r0) * k + c * 32,
-                  packed + ((r / 4) * (k / 32) + c) * 128 + (r % 4) * 32, 64);
+    for (int64_t c = 0; c < row_bytes / p.chunk; ++c)
+      std::memcpy(dst + (r - r0) * row_bytes + c * p.chunk, src + packed_at(r, c, row_bytes, p),
+                  size_t(p.chunk));
 }
 
 KernelTable make_kernel_table(Isa isa) {

@@ -26,22 +26,31 @@ struct MatmulArgs {
   int64_t r0, r1;
   float* scratch;  // per-thread, at least k * max(n_tokens, 1) floats (widened rows, reordered x)
   int64_t prefetch_r1 = 0;
-  // BF16 only, or null: the same weight packed by pack_bf16_rows4, which the AVX-512 kernel reads
-  // instead of w (other kernels ignore it).
+  // BF16, Q8 and Q4 (AVX-512 kernels), or null: the same weight packed by pack_rows with the
+  // chunk and group of its type (kPackBf16, kPackQ8, kPackQ4), which the kernel reads instead of w
+  // for whole groups of rows (other kernels ignore it).
   const void* w_il = nullptr;
 };
 
-// BF16 weights packed for decode: rows in groups of 4, and within a group the 4 rows' 32-column
-// chunks side by side, so row r's columns 32c .. 32c + 31 start at element
-// ((r / 4) * (k / 32) + c) * 128 + (r % 4) * 32 (a group's 4 rows start at element r * k, as
-// before). A block of 4 rows is then one stream in address order instead of four interleaved
-// ones, which Zen 5 reads about 14% faster. For rows % 4 == 0 and k % 32 == 0 (bf16_rows4_fits).
-inline bool bf16_rows4_fits(int64_t rows, int64_t k) {
-  return rows % 4 == 0 && k % 32 == 0;
+// Weights packed for decode: rows in groups of `rows` (the rows a decode kernel reads side by
+// side), and within a group their chunks of `chunk` bytes side by side, so row r's chunk c starts
+// at byte ((r / rows) * (row_bytes / chunk) + c) * rows * chunk + (r % rows) * chunk (a group's
+// rows start where they did). A block of rows is then one stream in address order instead of
+// several interleaved ones, which Zen 5 reads 10-16% faster. Needs a whole number of groups and
+// of chunks per row.
+struct PackShape {
+  int64_t chunk, rows;
+};
+constexpr PackShape kPackBf16{64, 4};  // 32 weights: one vector of the BF16 pairs kernel
+constexpr PackShape kPackQ8{128, 4};   // one 128-element chunk (quant/FORMAT.md), 4 rows per pass
+constexpr PackShape kPackQ4{64, 8};    // the same in nibbles, 8 rows per pass
+inline bool pack_fits(PackShape p, int64_t rows, int64_t row_bytes) {
+  return rows % p.rows == 0 && row_bytes % p.chunk == 0;
 }
-void pack_bf16_rows4(const uint16_t* w, int64_t rows, int64_t k, uint16_t* out);
-// Rows [r0, r0 + n) of a packed weight back to row-major [n, k] (for the GEMM libraries).
-void unpack_bf16_rows4(const uint16_t* packed, int64_t r0, int64_t n, int64_t k, uint16_t* out);
+void pack_rows(const void* w, int64_t rows, int64_t row_bytes, PackShape p, void* out);
+// Rows [r0, r0 + n) of a packed weight back to row-major (for the GEMM libraries).
+void unpack_rows(const void* packed, int64_t r0, int64_t n, int64_t row_bytes, PackShape p,
+                 void* out);
 using MatmulFn = void (*)(const MatmulArgs&);
 
 // Q8/Q4 weights (layout in quant/FORMAT.md): w points at the codes, scales at [rows, k / group]

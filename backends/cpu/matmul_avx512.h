@@ -167,11 +167,12 @@ inline void deinterleave_pairs(const float* x, int64_t ldx, int n_tokens, int64_
     }
 }
 
-// IL: w is a group of 4 packed rows (pack_bf16_rows4), whose chunks of 32 columns lie side by side.
+// IL: w is a group of 4 packed rows (pack_rows, kPackBf16), whose chunks of 32 columns lie side
+// by side.
 template <int R, int NT, bool IL = false>
 inline Prefetcher block_bf16_pairs(const uint16_t* w, int64_t k, const float* xp, float* y,
                                    int64_t ldy, Prefetcher pf) {
-  static_assert(!IL || R == 4, "packed rows come in groups of 4");
+  static_assert(!IL || R == kPackBf16.rows, "packed rows come in groups of 4");
   constexpr size_t kLines = R;  // R rows x 64 bytes per 32-column step
   const __m512i high = _mm512_set1_epi32(int32_t(0xFFFF0000u));
   __m512 acc[R][NT];

@@ -16,6 +16,7 @@ using namespace qk;
 struct Q4Codes {
   static constexpr int kBits = 4, kOffsetLog2 = 3;  // nibbles hold q + 8
   static constexpr int kDecodeRows = 8;             // decode rows per pass: 8 x 64-byte chunks
+  static constexpr PackShape kPack = kPackQ4;
   static constexpr int64_t kChunkBytes = 64;
   static __m512i dot(const uint8_t* c, __m512i xa, __m512i xb, __m512i init) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);

@@ -16,6 +16,7 @@ using namespace qk;
 struct Q4CbCodes {
   static constexpr int kOffsetLog2 = 7;  // the table holds level + 128
   static constexpr int kDecodeRows = 8;  // decode rows per pass: 8 x 64-byte chunks
+  static constexpr PackShape kPack = kPackQ4;
   static constexpr int64_t kChunkBytes = 64;
   __m512i lut;
   uint8_t lut_u[16];

@@ -17,6 +17,7 @@ struct Q8Codes {
   static constexpr int kBits = 8, kOffsetLog2 = 7;  // sign bit flipped: q + 128
   // Decode rows per pass: 4 x 128-byte chunks (8 measured slower on Zen 5: 8 row streams).
   static constexpr int kDecodeRows = 4;
+  static constexpr PackShape kPack = kPackQ8;
   static constexpr int64_t kChunkBytes = 128;
   static __m512i dot(const uint8_t* c, __m512i xa, __m512i xb, __m512i init) {
     const __m512i flip = _mm512_set1_epi8(char(0x80));

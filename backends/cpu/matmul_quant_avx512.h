@@ -186,9 +186,9 @@ inline __m128 hsum4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
 // passed to decode_quant. Each chunk's integer lanes are scaled by the activations' 4 block scales
 // (loaded once for all rows) times the row's 4 weight scales.
 template <class Codes, int G, DType ST, int NR>
-inline void rows_dot(const Codes& cd, const uint8_t* const* w, const uint16_t* const* sw,
-                     const int8_t* xq, const float* xd, const int32_t* off, int64_t nc,
-                     float* out) {
+inline void rows_dot(const Codes& cd, const uint8_t* const* w, int64_t chunk_stride,
+                     const uint16_t* const* sw, const int8_t* xq, const float* xd,
+                     const int32_t* off, int64_t nc, float* out) {
   __m512 acc[NR];
   for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t j = 0; j < nc; ++j) {
@@ -197,7 +197,7 @@ inline void rows_dot(const Codes& cd, const uint8_t* const* w, const uint16_t* c
     const __m512i o = _mm512_loadu_si512(off + 16 * j);
     const __m512 dx = _mm512_broadcast_f32x4(_mm_loadu_ps(xd + 4 * j));
     for (int r = 0; r < NR; ++r) {
-      const __m512i d = cd.dot(w[r] + j * Codes::kChunkBytes, xa, xb, o);
+      const __m512i d = cd.dot(w[r] + j * chunk_stride, xa, xb, o);
       const __m512 f = _mm512_mul_ps(chunk_scales<G, ST>(sw[r], j), dx);
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), f, acc[r]);
     }
@@ -228,12 +228,20 @@ void decode_quant_st(const QuantMatmulArgs& a, const Codes& cd) {
     offset_lanes(at.q + t * k, nc, Codes::kOffsetLog2, off + t * 16 * nc);
   }
 
-  auto run = [&](auto nr_tag, int64_t r) {
+  // Rows packed by the backend (MatmulArgs::w_il, Codes::kPack): a group's chunks lie side by
+  // side, one stream. Rows outside whole groups come from w.
+  constexpr int kRows = Codes::kDecodeRows;
+  static_assert(Codes::kPack.rows == kRows && Codes::kPack.chunk == Codes::kChunkBytes,
+                "a packed group is the rows of one pass");
+  const auto* packed = static_cast<const uint8_t*>(a.w_il);
+  const bool use_packed = packed && kc == k;
+  auto run = [&](auto nr_tag, int64_t r, bool from_packed = false) {
     constexpr int NR = decltype(nr_tag)::value;
     const uint8_t* w[NR];
     const uint16_t* sw[NR];
+    const int64_t chunk_stride = from_packed ? kRows * kRowBytes : kRowBytes;
     for (int i = 0; i < NR; ++i) {
-      w[i] = codes + (r + i) * row_bytes;
+      w[i] = from_packed ? packed + r * row_bytes + i * kRowBytes : codes + (r + i) * row_bytes;
       sw[i] = scales + (r + i) * ng;
       // The scales are a second, slower stream: keep it 32 rows ahead too.
       for (int64_t b = 0; b < 2 * ng; b += 64)
@@ -242,7 +250,8 @@ void decode_quant_st(const QuantMatmulArgs& a, const Codes& cd) {
     for (int t = 0; t < n_tok; ++t) {
       const int8_t* xq = at.q + t * k;
       float dot[NR];
-      rows_dot<Codes, G, ST, NR>(cd, w, sw, xq, at.d + t * nb, off + t * 16 * nc, nc, dot);
+      rows_dot<Codes, G, ST, NR>(cd, w, chunk_stride, sw, xq, at.d + t * nb, off + t * 16 * nc, nc,
+                                 dot);
       if (kc < k) {  // a shorter last chunk of m blocks
         const int m = int((k - kc) / kBlock);
         const float* sx = at.s + t * nb + kc / kBlock;
@@ -259,7 +268,13 @@ void decode_quant_st(const QuantMatmulArgs& a, const Codes& cd) {
     }
   };
   int64_t r = a.r0;
-  constexpr int kRows = Codes::kDecodeRows;
+  if (use_packed) {
+    const int64_t g0 = (a.r0 + kRows - 1) / kRows * kRows, g1 = a.r1 / kRows * kRows;
+    for (; r < a.r1 && (r < g0 || g0 >= g1); ++r) run(std::integral_constant<int, 1>(), r);
+    for (; r + kRows <= g1; r += kRows) run(std::integral_constant<int, kRows>(), r, true);
+    for (; r < a.r1; ++r) run(std::integral_constant<int, 1>(), r);
+    return;
+  }
   if constexpr (kRows > 4)
     for (; r + kRows <= a.r1; r += kRows) run(std::integral_constant<int, kRows>(), r);
   for (; r + 4 <= a.r1; r += 4) run(std::integral_constant<int, 4>(), r);

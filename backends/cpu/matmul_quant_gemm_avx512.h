@@ -81,9 +81,11 @@ inline GemmActs gemm_acts(const QuantMatmulArgs& a, int offset_log2) {
 // m blocks, quant/FORMAT.md), so one gather per (chunk, lane) moves 16 rows' dwords into place.
 // Codes::gather(row0, offsets, valid, chunk_byte, m, L, &h0, &h1) returns both halves' lane L as
 // unsigned codes.
+// packed: the rows are packed (pack_rows, Codes::kPack; k a multiple of 128) and `codes` starts a
+// group.
 template <class Codes, int G>
-void pack_panel(const Codes& cd, const uint8_t* codes, int64_t row_bytes, const uint16_t* scales,
-                DType st, int64_t k, int n, const GemmActs& g) {
+void pack_panel(const Codes& cd, const uint8_t* codes, int64_t row_bytes, bool packed,
+                const uint16_t* scales, DType st, int64_t k, int n, const GemmActs& g) {
   const int64_t nb = k / kBlock;
   for (int v = 0; v < kPanelRows / 16; ++v) {
     const int rows = int(min64(16, n - 16 * v));
@@ -94,13 +96,22 @@ void pack_panel(const Codes& cd, const uint8_t* codes, int64_t row_bytes, const 
       continue;
     }
     const __mmask16 valid = first_n(rows);
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    // Row i of the 16 starts at i x row_bytes; packed in groups of R rows, its chunk 0 at (i / R)
+    // x R row_bytes + (i % R) x kChunkBytes, and chunks are R kChunkBytes apart.
+    constexpr int R = Codes::kPack.rows, kLog2R = R == 8 ? 3 : 2;
+    static_assert(R == 1 << kLog2R && 16 % R == 0, "a panel's 16 rows are whole groups");
+    const __m512i group = _mm512_srli_epi32(lane, kLog2R);
+    const __m512i in_group = _mm512_and_si512(lane, _mm512_set1_epi32(R - 1));
     const __m512i offs =
-        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                           _mm512_set1_epi32(int32_t(row_bytes)));
+        packed ? _mm512_add_epi32(
+                     _mm512_mullo_epi32(group, _mm512_set1_epi32(int32_t(R * row_bytes))),
+                     _mm512_mullo_epi32(in_group, _mm512_set1_epi32(int32_t(Codes::kChunkBytes))))
+               : _mm512_mullo_epi32(lane, _mm512_set1_epi32(int32_t(row_bytes)));
     const uint8_t* row0 = codes + 16 * v * row_bytes;
     for (int64_t c0 = 0; c0 < k; c0 += kChunk) {
       const int m = int(min64(kChunk, k - c0) / kBlock);
-      const int64_t chunk_byte = c0 * Codes::kChunkBytes / kChunk;
+      const int64_t chunk_byte = c0 * Codes::kChunkBytes / kChunk * (packed ? R : 1);
       for (int L = 0; L < 4 * m; ++L) {
         __m512i h0, h1;
         cd.gather(row0, offs, valid, chunk_byte, m, L, &h0, &h1);
@@ -180,12 +191,15 @@ template <class Codes, int G>
 void gemm_quant(const QuantMatmulArgs& a, const Codes& cd = Codes()) {
   const int64_t k = a.k, row_bytes = k * Codes::kChunkBytes / kChunk;
   const GemmActs g = gemm_acts(a, Codes::kOffsetLog2);
-  const auto* codes = static_cast<const uint8_t*>(a.w);
+  // Rows the backend packed for decode (MatmulArgs::w_il): panels start on groups when r0 does, so
+  // they gather from the packed copy.
+  const bool packed = a.w_il && a.r0 % Codes::kPack.rows == 0 && k % kChunk == 0;
+  const auto* codes = static_cast<const uint8_t*>(packed ? a.w_il : a.w);
   const auto* scales = static_cast<const uint16_t*>(a.scales);
   for (int64_t r = a.r0; r < a.r1; r += kPanelRows) {
     const int n = int(min64(kPanelRows, a.r1 - r));
-    pack_panel<Codes, G>(cd, codes + r * row_bytes, row_bytes, scales + r * (k / G), a.scale_dtype,
-                         k, n, g);
+    pack_panel<Codes, G>(cd, codes + r * row_bytes, row_bytes, packed, scales + r * (k / G),
+                         a.scale_dtype, k, n, g);
     float* y = a.y + (r - a.r0);
     if (n > 16)
       gemm_tokens<2>(g, k, a.n_tokens, y, a.ldy, n);
