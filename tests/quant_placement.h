@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "backends/cpu/kernels.h"
+
 namespace hearth::test {
 
 // Where element i of a row of n codes goes: chunks of 128 elements (the last may hold m < 4
@@ -16,6 +18,37 @@ inline int64_t q_place(int bits, int64_t i, int64_t n, bool* high) {
   const int64_t p = 4 * (m * q + b) + e;
   *high = bits == 4 && h == 1;
   return bits == 4 ? c0 / 2 + p : c0 + 16 * m * h + p;
+}
+
+// A quantized matmul call on rows [r0, r1) of a [*, k] weight (codes, scales of type st per `group`
+// elements, codebook cb or null) against x [T][ldx], row r0's output at y (row stride ldy).
+struct QuantCall {
+  const void* codes;
+  const void* scales;
+  DType st;
+  int group;
+  const int8_t* codebook;
+  int64_t k;
+};
+inline cpu::QuantMatmulArgs quant_args(const QuantCall& w, const float* x, int64_t ldx, int T,
+                                       float* y, int64_t ldy, int64_t r0, int64_t r1,
+                                       float* scratch) {
+  cpu::QuantMatmulArgs a;
+  a.w = w.codes;
+  a.k = w.k;
+  a.x = x;
+  a.ldx = ldx;
+  a.n_tokens = T;
+  a.y = y;
+  a.ldy = ldy;
+  a.r0 = r0;
+  a.r1 = r1;
+  a.scratch = scratch;
+  a.scales = w.scales;
+  a.scale_dtype = w.st;
+  a.group = w.group;
+  a.codebook = w.codebook;
+  return a;
 }
 
 }  // namespace hearth::test

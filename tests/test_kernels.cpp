@@ -591,21 +591,9 @@ TEST_SUITE("kernels") {
             std::vector<float> scratch(size_t(quant_matmul_scratch_floats(k, T)));
             auto run = [&](const std::vector<uint8_t>& codes, const void* il) {
               std::vector<float> y(size_t(T * N), NAN);
-              QuantMatmulArgs a;
-              a.w = codes.data();
-              a.k = k;
-              a.x = x.data();
-              a.ldx = k;
-              a.n_tokens = T;
-              a.y = y.data();
-              a.ldy = N;
-              a.r0 = r0;
-              a.r1 = r1;
-              a.scratch = scratch.data();
-              a.scales = w.scales.data();
-              a.scale_dtype = DType::F16;
-              a.group = 32;
-              a.codebook = codebook;
+              QuantMatmulArgs a =
+                  test::quant_args({codes.data(), w.scales.data(), DType::F16, 32, codebook, k},
+                                   x.data(), k, T, y.data(), N, r0, r1, scratch.data());
               a.w_il = il;
               (bits == 8 ? qt.kt.matmul_q8 : codebook ? qt.kt.matmul_q4cb : qt.kt.matmul_q4)(a);
               return y;
@@ -680,21 +668,9 @@ TEST_SUITE("kernels") {
                   for (int i = 0; i < 32; ++i) x[size_t(ldx + i)] = 0.f;
                 std::vector<float> y(size_t(T * ldy), NAN);
                 std::vector<float> scratch(size_t(quant_matmul_scratch_floats(k, T)));
-                QuantMatmulArgs a;
-                a.w = w.codes.data();
-                a.k = k;
-                a.x = x.data();
-                a.ldx = ldx;
-                a.n_tokens = T;
-                a.y = y.data() + 1;  // row r0's output
-                a.ldy = ldy;
-                a.r0 = r0;
-                a.r1 = r1;
-                a.scratch = scratch.data();
-                a.scales = w.scales.data();
-                a.scale_dtype = st;
-                a.group = group;
-                a.codebook = codebook;
+                QuantMatmulArgs a = test::quant_args(
+                    {w.codes.data(), w.scales.data(), st, group, codebook, k}, x.data(), ldx, T,
+                    y.data() + 1, ldy, r0, r1, scratch.data());  // y + 1: row r0's output
                 (variant == 8   ? qt.kt.matmul_q8
                  : variant == 4 ? qt.kt.matmul_q4
                                 : qt.kt.matmul_q4cb)(a);

@@ -363,21 +363,9 @@ TEST_SUITE("quant") {
               const int64_t ldy = r1 - r0 + 3;
               std::vector<float> y(size_t(T * ldy), -1234.f);
               std::vector<float> scratch(size_t(cpu::quant_matmul_scratch_floats(sh.cols, T)));
-              cpu::QuantMatmulArgs a;
-              a.w = w.codes.data();
-              a.k = sh.cols;
-              a.x = x.data();
-              a.ldx = sh.cols;
-              a.n_tokens = T;
-              a.y = y.data();
-              a.ldy = ldy;
-              a.r0 = r0;
-              a.r1 = r1;
-              a.scratch = scratch.data();
-              a.scales = w.scales.data();
-              a.scale_dtype = DType::F16;
-              a.group = group;
-              a.codebook = cb;
+              cpu::QuantMatmulArgs a = test::quant_args(
+                  {w.codes.data(), w.scales.data(), DType::F16, group, cb, sh.cols}, x.data(),
+                  sh.cols, T, y.data(), ldy, r0, r1, scratch.data());
               const cpu::QuantMatmulFn fn = bits == 8 ? kt.matmul_q8
                                             : cb      ? kt.matmul_q4cb
                                                       : kt.matmul_q4;

@@ -1,5 +1,6 @@
 // AVX2 element-wise kernels on contiguous f32 arrays and the machine probes of hearth bench.
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/peak_chains.h"
 #include "backends/cpu/simd_avx2.h"
 
 namespace hearth::cpu {
@@ -34,16 +35,13 @@ float read_sum_avx2(const float* x, int64_t n) {
   return hsum256(_mm256_add_ps(_mm256_add_ps(a, b), _mm256_add_ps(c, d)));
 }
 
+// Ten chains hide the FMA latency on two ports.
 float fma_loop_avx2(int64_t iters, double* flops) {
-  __m256 acc[10];
-  for (int j = 0; j < 10; ++j) acc[j] = _mm256_set1_ps(float(j));
   const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
-  for (int64_t i = 0; i < iters; ++i) {
-#pragma GCC unroll 10
-    for (int j = 0; j < 10; ++j) acc[j] = _mm256_fmadd_ps(acc[j], m, c);
-  }
-  __m256 s = acc[0];
-  for (int j = 1; j < 10; ++j) s = _mm256_add_ps(s, acc[j]);
+  const __m256 s = run_chains<10>(
+      iters, [](int j) { return _mm256_set1_ps(float(j)); },
+      [&](__m256 a) { return _mm256_fmadd_ps(a, m, c); },
+      [](__m256 a, __m256 b) { return _mm256_add_ps(a, b); });
   *flops = double(iters) * 10 * 8 * 2;
   return hsum256(s);
 }

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/peak_chains.h"
 #include "backends/cpu/simd_avx512.h"
 
 namespace hearth::cpu {
@@ -108,48 +109,36 @@ float read_sum_avx512(const float* x, int64_t n) {
   return hsum16(_mm512_add_ps(_mm512_add_ps(a, b), _mm512_add_ps(c, d)));
 }
 
-// Sixteen chains hide the FMA latency on two FMA ports.
+// Sixteen chains hide the latency on two ports.
 float fma_loop_avx512(int64_t iters, double* flops) {
-  __m512 acc[16];
-  for (int j = 0; j < 16; ++j) acc[j] = _mm512_set1_ps(float(j));
   const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
-  for (int64_t i = 0; i < iters; ++i) {
-#pragma GCC unroll 16
-    for (int j = 0; j < 16; ++j) acc[j] = _mm512_fmadd_ps(acc[j], m, c);
-  }
-  __m512 s = acc[0];
-  for (int j = 1; j < 16; ++j) s = _mm512_add_ps(s, acc[j]);
+  const __m512 s = run_chains<16>(
+      iters, [](int j) { return _mm512_set1_ps(float(j)); },
+      [&](__m512 a) { return _mm512_fmadd_ps(a, m, c); },
+      [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); });
   *flops = double(iters) * 16 * 16 * 2;
   return hsum16(s);
 }
 
-// The int8 GEMM's instruction: vpdpbusd, 64 multiply-adds each, sixteen chains.
+// The int8 GEMM's instruction: vpdpbusd, 64 multiply-adds each.
 float dot_i8_loop_avx512(int64_t iters, double* ops) {
-  __m512i acc[16];
-  for (int j = 0; j < 16; ++j) acc[j] = _mm512_set1_epi32(j);
-  const __m512i u = _mm512_set1_epi8(3), s = _mm512_set1_epi8(-2);
-  for (int64_t i = 0; i < iters; ++i) {
-#pragma GCC unroll 16
-    for (int j = 0; j < 16; ++j) acc[j] = _mm512_dpbusd_epi32(acc[j], u, s);
-  }
-  __m512i t = acc[0];
-  for (int j = 1; j < 16; ++j) t = _mm512_add_epi32(t, acc[j]);
+  const __m512i u = _mm512_set1_epi8(3), v = _mm512_set1_epi8(-2);
+  const __m512i s = run_chains<16>(
+      iters, [](int j) { return _mm512_set1_epi32(j); },
+      [&](__m512i a) { return _mm512_dpbusd_epi32(a, u, v); },
+      [](__m512i a, __m512i b) { return _mm512_add_epi32(a, b); });
   *ops = double(iters) * 16 * 64 * 2;
-  return float(_mm512_reduce_add_epi32(t));
+  return float(_mm512_reduce_add_epi32(s));
 }
 
-// The same with bf16 pairs (vdpbf16ps: 32 multiply-adds per instruction): 0.5 + 0.5 per step.
+// The bf16 GEMM's: vdpbf16ps, 32 multiply-adds each; every step adds 0.5 x 0.5 twice per lane.
 float dot_bf16_loop_avx512(int64_t iters, double* flops) {
-  __m512 acc[16];
-  for (int j = 0; j < 16; ++j) acc[j] = _mm512_set1_ps(float(j));
   const __m512 half = _mm512_set1_ps(0.5f);
-  const __m512bh a = _mm512_cvtne2ps_pbh(half, half), b = _mm512_cvtne2ps_pbh(half, half);
-  for (int64_t i = 0; i < iters; ++i) {
-#pragma GCC unroll 16
-    for (int j = 0; j < 16; ++j) acc[j] = _mm512_dpbf16_ps(acc[j], a, b);
-  }
-  __m512 s = acc[0];
-  for (int j = 1; j < 16; ++j) s = _mm512_add_ps(s, acc[j]);
+  const __m512bh h = _mm512_cvtne2ps_pbh(half, half);
+  const __m512 s = run_chains<16>(
+      iters, [](int j) { return _mm512_set1_ps(float(j)); },
+      [&](__m512 a) { return _mm512_dpbf16_ps(a, h, h); },
+      [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); });
   *flops = double(iters) * 16 * 32 * 2;
   return hsum16(s);
 }
