@@ -6,31 +6,12 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/huge_pages.h"
 
 namespace hearth {
 
-namespace {
-
-constexpr size_t kHugePage = size_t(2) << 20;
-
-// n bytes of anonymous memory on a 2 MiB boundary, advised into huge pages.
-void* map_huge(size_t n, void** map, size_t* map_len) {
-  const size_t len = (n + kHugePage - 1) / kHugePage * kHugePage + kHugePage;
-  void* raw = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) return nullptr;
-  *map = raw;
-  *map_len = len;
-  auto* p = reinterpret_cast<void*>((uintptr_t(raw) + kHugePage - 1) & ~uintptr_t(kHugePage - 1));
-#ifdef MADV_HUGEPAGE
-  (void)::madvise(p, len - kHugePage, MADV_HUGEPAGE);  // advice; without THP a plain copy
-#endif
-  return p;
-}
-
-}  // namespace
-
 WeightStore::~WeightStore() {
-  for (const Arena& a : arenas_) ::munmap(a.map, a.map_len);
+  for (const Arena& a : arenas_) free_huge_pages(a.data, a.size);
 }
 
 const void* WeightStore::get(const void* src, int layout, size_t bytes,
@@ -42,7 +23,7 @@ const void* WeightStore::get(const void* src, int layout, size_t bytes,
   if (arenas_.empty() || arenas_.back().size - arenas_.back().used < need) {
     Arena a;
     a.size = need > kArenaBytes ? need : kArenaBytes;
-    a.data = static_cast<uint8_t*>(map_huge(a.size, &a.map, &a.map_len));
+    a.data = static_cast<uint8_t*>(map_huge_pages(a.size));
     if (!a.data)
       fail("cannot allocate ", a.size >> 20,
            " MiB for huge-page copies of the weights: ", std::strerror(errno));

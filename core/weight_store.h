@@ -35,9 +35,7 @@ class WeightStore {
   // do not each take a whole 2 MiB page.
   static constexpr size_t kArenaBytes = size_t(256) << 20;
   struct Arena {
-    void* map = nullptr;  // what munmap gets back
-    size_t map_len = 0;
-    uint8_t* data = nullptr;
+    uint8_t* data = nullptr;  // map_huge_pages(size)
     size_t size = 0, used = 0;
   };
   mutable std::mutex mu_;

@@ -10,27 +10,9 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/huge_pages.h"
 
 namespace hearth {
-
-namespace {
-
-constexpr size_t kHugePage = size_t(2) << 20;
-
-// Anonymous memory of n bytes (a multiple of kHugePage) starting on a 2 MiB boundary, so every page
-// of it can be a huge page; nullptr when the address space is exhausted.
-void* map_aligned_anonymous(size_t n) {
-  void* raw =
-      ::mmap(nullptr, n + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) return nullptr;
-  const uintptr_t begin = uintptr_t(raw), aligned = (begin + kHugePage - 1) & ~(kHugePage - 1);
-  if (aligned > begin) ::munmap(raw, aligned - begin);
-  const uintptr_t tail = aligned + n, end = begin + n + kHugePage;
-  if (end > tail) ::munmap(reinterpret_cast<void*>(tail), end - tail);
-  return reinterpret_cast<void*>(aligned);
-}
-
-}  // namespace
 
 MappedFile::MappedFile(const std::string& path, MapMode mode, size_t line_at) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -48,8 +30,8 @@ MappedFile::MappedFile(const std::string& path, MapMode mode, size_t line_at) : 
   size_ = size_t(st.st_size);
   if (size_ > 0 && mode == MapMode::HugePageCopy) {
     const size_t shift = (64 - line_at % 64) % 64;
-    map_len_ = (shift + size_ + kHugePage - 1) / kHugePage * kHugePage;
-    map_ = map_aligned_anonymous(map_len_);
+    map_len_ = huge_pages_size(shift + size_);
+    map_ = map_huge_pages(map_len_);
     if (!map_) {
       int e = errno;
       ::close(fd);
@@ -58,9 +40,6 @@ MappedFile::MappedFile(const std::string& path, MapMode mode, size_t line_at) : 
       fail(path, ": cannot allocate ", std::to_string(mib),
            " MiB for a huge-page copy: ", std::strerror(e));
     }
-#ifdef MADV_HUGEPAGE
-    (void)::madvise(map_, map_len_, MADV_HUGEPAGE);  // advice; without THP it is a plain copy
-#endif
     auto* dst = static_cast<uint8_t*>(map_) + shift;
     for (size_t done = 0; done < size_;) {
       const ssize_t n = ::pread(fd, dst + done, size_ - done, off_t(done));

@@ -18,6 +18,10 @@ using Epi = LinearStep::Epilogue;
 const Tensor& weight(const StepCtx& c, const LinearStep::Part& p) {
   return c.cg.weight[size_t(p.w)];
 }
+// Its packed copy (MatmulArgs::w_il), or null.
+const void* packed(const StepCtx& c, const LinearStep::Part& p) {
+  return c.cg.w_il[size_t(p.w)];
+}
 
 // The graph's logits rows, reduced to the running best per output row instead of being stored.
 void argmax_update(const StepCtx& c, const float* y, int64_t ldy, int64_t T, int64_t r0,
@@ -87,10 +91,9 @@ void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_
     const bool same = same_quant_kernel(wa, wb);
     for (int64_t r = b; r < e; r += kBlockRows) {
       const int64_t r1 = std::min(e, r + kBlockRows);
-      matmul_rows(c, wa, c.cg.w_il[size_t(s.parts[0].w)], x, T, r, r1, tmp_a, kBlockRows, e,
-                  same && r > b, xi8);
-      matmul_rows(c, wb, c.cg.w_il[size_t(s.parts[1].w)], x, T, r, r1, tmp_b, kBlockRows, e, same,
+      matmul_rows(c, wa, packed(c, s.parts[0]), x, T, r, r1, tmp_a, kBlockRows, e, same && r > b,
                   xi8);
+      matmul_rows(c, wb, packed(c, s.parts[1]), x, T, r, r1, tmp_b, kBlockRows, e, same, xi8);
       silu_mul_block(c, tmp_a, tmp_b, kBlockRows, out + r, N, T, r1 - r);
     }
     return;
@@ -112,8 +115,7 @@ void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_
     if (argmax) {
       for (int64_t r = lo; r < hi; r += kBlockRows) {
         const int64_t r1 = std::min(hi, r + kBlockRows);
-        matmul_rows(c, w, c.cg.w_il[size_t(p.w)], x, T, r, r1, tmp_a, kBlockRows, hi,
-                    reuse || r > lo, xi8);
+        matmul_rows(c, w, packed(c, p), x, T, r, r1, tmp_a, kBlockRows, hi, reuse || r > lo, xi8);
         argmax_update(c, tmp_a, kBlockRows, T, r, r1 - r);
       }
       continue;
@@ -121,7 +123,7 @@ void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_
     const int out_id = s.epi == Epi::AddResidual ? s.out : p.out;
     float* out = c.ptr(out_id);
     const int64_t ld = c.tensor(out_id).cols;
-    matmul_rows(c, w, c.cg.w_il[size_t(p.w)], x, T, lo, hi, out + lo, ld, 0, reuse, xi8);
+    matmul_rows(c, w, packed(c, p), x, T, lo, hi, out + lo, ld, 0, reuse, xi8);
     if (s.epi == Epi::AddResidual) add_residual(c.ptr(s.residual), out, ld, T, lo, hi);
   }
 }
@@ -198,8 +200,8 @@ void linear_gemm(const StepCtx& c, const LinearStep& s, const float* x, const ui
     ThreadPool::split(N, c.tid, c.nth, 16, &b, &e);
     for (int64_t r = b; r < e; r += kGemmBlockRows) {
       const int64_t r1 = std::min(e, r + kGemmBlockRows);
-      gemm_rows(c, wa, c.cg.w_il[size_t(s.parts[0].w)], x, xb, T, r, r1, tmp_a, kGemmBlockRows);
-      gemm_rows(c, wb, c.cg.w_il[size_t(s.parts[1].w)], x, xb, T, r, r1, tmp_b, kGemmBlockRows);
+      gemm_rows(c, wa, packed(c, s.parts[0]), x, xb, T, r, r1, tmp_a, kGemmBlockRows);
+      gemm_rows(c, wb, packed(c, s.parts[1]), x, xb, T, r, r1, tmp_b, kGemmBlockRows);
       silu_mul_block(c, tmp_a, tmp_b, kGemmBlockRows, out + r, N, T, r1 - r);
     }
     return;
@@ -211,7 +213,7 @@ void linear_gemm(const StepCtx& c, const LinearStep& s, const float* x, const ui
     if (s.logits && c.in.argmax) {
       for (int64_t r = b; r < e; r += kGemmBlockRows) {
         const int64_t r1 = std::min(e, r + kGemmBlockRows);
-        gemm_rows(c, w, c.cg.w_il[size_t(p.w)], x, xb, T, r, r1, tmp_a, kGemmBlockRows);
+        gemm_rows(c, w, packed(c, p), x, xb, T, r, r1, tmp_a, kGemmBlockRows);
         argmax_update(c, tmp_a, kGemmBlockRows, T, r, r1 - r);
       }
       continue;
@@ -219,7 +221,7 @@ void linear_gemm(const StepCtx& c, const LinearStep& s, const float* x, const ui
     const int out_id = s.epi == Epi::AddResidual ? s.out : p.out;
     float* out = c.ptr(out_id);
     const int64_t ld = c.tensor(out_id).cols;
-    gemm_rows(c, w, c.cg.w_il[size_t(p.w)], x, xb, T, b, e, out + b, ld);
+    gemm_rows(c, w, packed(c, p), x, xb, T, b, e, out + b, ld);
     if (s.epi == Epi::AddResidual) add_residual(c.ptr(s.residual), out, ld, T, b, e);
   }
 }

@@ -48,6 +48,15 @@ inline bool pack_fits(PackShape p, int64_t rows, int64_t row_bytes) {
   return rows % p.rows == 0 && row_bytes % p.chunk == 0;
 }
 void pack_rows(const void* w, int64_t rows, int64_t row_bytes, PackShape p, void* out);
+// Rows [r0, r1) against groups of `rows`: [g0, g1) are whole groups, read from the packed copy;
+// [r0, g0) and [g1, r1) are not and are read from w. g0 == g1 == r1 when there is no whole group.
+struct WholeGroups {
+  int64_t g0, g1;
+};
+inline WholeGroups whole_groups(int64_t r0, int64_t r1, int64_t rows) {
+  const int64_t g0 = (r0 + rows - 1) / rows * rows, g1 = r1 / rows * rows;
+  return g0 < g1 ? WholeGroups{g0, g1} : WholeGroups{r1, r1};
+}
 // Rows [r0, r0 + n) of a packed weight back to row-major (for the GEMM libraries).
 void unpack_rows(const void* packed, int64_t r0, int64_t n, int64_t row_bytes, PackShape p,
                  void* out);

@@ -280,9 +280,9 @@ void decode_quant_st(const QuantMatmulArgs& a, const Codes& cd) {
   };
   int64_t r = a.r0;
   if (use_packed) {
-    const int64_t g0 = (a.r0 + kRows - 1) / kRows * kRows, g1 = a.r1 / kRows * kRows;
-    for (; r < a.r1 && (r < g0 || g0 >= g1); ++r) run(std::integral_constant<int, 1>(), r);
-    for (; r + kRows <= g1; r += kRows) run(std::integral_constant<int, kRows>(), r, true);
+    const auto [g0, g1] = whole_groups(a.r0, a.r1, kRows);
+    for (; r < g0; ++r) run(std::integral_constant<int, 1>(), r);
+    for (; r < g1; r += kRows) run(std::integral_constant<int, kRows>(), r, true);
     for (; r < a.r1; ++r) run(std::integral_constant<int, 1>(), r);
     return;
   }
