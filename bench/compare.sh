@@ -4,7 +4,8 @@
 #
 # Usage: bench/compare.sh [SCHEMES] [THREADS] [ROUNDS]
 #   SCHEMES  space-separated, from: 0.6b-bf16 1.7b-bf16 0.6b-int8 0.6b-int4 0.6b-int4cb (the
-#            4-bit codebook variant); default: all five
+#            4-bit codebook variant) 0.6b-int4h4 (INT4 with an INT4 LM head, nearer llama.cpp's
+#            Q4_0 file, whose tied head is Q6_K); default: all six
 #   THREADS  space-separated thread counts (default: "1 2")
 #   ROUNDS   alternating rounds per case (default: 2)
 # llama.cpp (optional): set LLAMA_BENCH to a llama-bench binary and LLAMA_CONVERT to its
@@ -15,7 +16,7 @@
 # and the fractions of the ceiling more than absolute tokens/s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-schemes="${1:-0.6b-bf16 1.7b-bf16 0.6b-int8 0.6b-int4 0.6b-int4cb}"
+schemes="${1:-0.6b-bf16 1.7b-bf16 0.6b-int8 0.6b-int4 0.6b-int4cb 0.6b-int4h4}"
 threads="${2:-1 2}"
 rounds="${3:-2}"
 hearth=${HEARTH:-build/hearth}
@@ -31,9 +32,10 @@ model_dir() {
   [ -f "$base/config.json" ] || "$hearth" standin --preset "$size" --out "$base" >&2
   case "$kind" in
     bf16) echo "$base" ;;
-    int8 | int4 | int4cb)
+    int8 | int4 | int4cb | int4h4)
       local q="$cache/standin-$size-$kind" bits=${kind#int} extra=()
       [ "$kind" = int4cb ] && bits=4 extra=(--codebook)
+      [ "$kind" = int4h4 ] && bits=4 extra=(--head int4)
       [ -f "$q/config.json" ] ||
         "$hearth" quantize --model "$base" --out "$q" --bits "$bits" "${extra[@]}" >&2
       echo "$q" ;;
@@ -49,7 +51,7 @@ gguf_for() {
   [ -f "$g" ] || python3 "$LLAMA_CONVERT" "$base" --outtype bf16 --outfile "$g" >&2
   case "$kind" in
     bf16) echo "$g" ;;
-    int8 | int4 | int4cb)
+    int8 | int4 | int4cb | int4h4)
       local t=Q8_0 && [ "$kind" != int8 ] && t=Q4_0
       local q="$cache/standin-$size-$t.gguf"
       [ -f "$q" ] || "${LLAMA_QUANTIZE:?set LLAMA_QUANTIZE to llama-quantize}" "$g" "$q" "$t" >&2
@@ -88,6 +90,7 @@ ref = {("0.6b-bf16", 1): (134, 16.0), ("0.6b-bf16", 2): (258, 23.7),
        ("1.7b-bf16", 1): (59, 6.9), ("1.7b-bf16", 2): (99, 10.0),
        ("0.6b-int4", 1): (121, 44.4), ("0.6b-int4", 2): (205, 56.2),
        ("0.6b-int4cb", 1): (121, 44.4), ("0.6b-int4cb", 2): (205, 56.2),
+       ("0.6b-int4h4", 1): (121, 44.4), ("0.6b-int4h4", 2): (205, 56.2),
        ("0.6b-int8", 1): (97, 28.9), ("0.6b-int8", 2): (189, 39.4)}
 def med(xs):
     xs = [x for x in xs if x is not None]
