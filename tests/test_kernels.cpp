@@ -411,57 +411,60 @@ TEST_SUITE("kernels") {
   TEST_CASE("attention over position ranges merges to the whole") {
     const int hd = 128, group = 2, n_pos = 300;
     for (Isa isa : isas_here())
-      for (DType kvt : {DType::F32, DType::BF16}) {
-        CAPTURE(isa_name(isa));
-        CAPTURE(dtype_name(kvt));
-        const KernelTable kt = make_kernel_table(isa);
-        const Stored k = store(kvt, randn(size_t(n_pos * hd), 61));
-        const Stored v = store(kvt, randn(size_t(n_pos * hd), 62));
-        const auto q = randn(size_t(group * hd), 63);
-        std::vector<float> scratch(size_t(attention_scratch_floats(hd)));
-        AttentionArgs a{q.data(),
-                        group * hd,
-                        nullptr,
-                        group * hd,
-                        1,
-                        group,
-                        n_pos - 1,
-                        k.data(kvt),
-                        v.data(kvt),
-                        hd,
-                        1.f / std::sqrt(float(hd)),
-                        scratch.data()};
-        std::vector<float> whole(size_t(group * hd));
-        a.out = whole.data();
-        kt.attention[type_slot(kvt)](a);
-        // Three ranges, one of them not tile-aligned, merged by their {max, sum} statistics.
-        const int cuts[] = {0, 70, 200, n_pos};
-        std::vector<float> merged(size_t(group * hd), 0.f), part(size_t(group * hd));
-        std::vector<float> m(static_cast<size_t>(group), -INFINITY),
-            l(static_cast<size_t>(group), 0.f);
-        std::vector<float> ml(size_t(2 * group));
-        for (int p = 0; p < 3; ++p) {
-          a.out = part.data();
-          a.kv_begin = cuts[p];
-          a.kv_end = cuts[p + 1];
-          a.ml = ml.data();
+      for (DType kvt : {DType::F32, DType::BF16})
+        for (int n_tok : {1, 8}) {  // 8 tokens: one whole block of 16 query rows
+          CAPTURE(isa_name(isa));
+          CAPTURE(dtype_name(kvt));
+          CAPTURE(n_tok);
+          const KernelTable kt = make_kernel_table(isa);
+          const int rows = n_tok * group;
+          const Stored k = store(kvt, randn(size_t(n_pos * hd), 61));
+          const Stored v = store(kvt, randn(size_t(n_pos * hd), 62));
+          const auto q = randn(size_t(rows * hd), 63);
+          std::vector<float> scratch(size_t(attention_scratch_floats(hd)));
+          AttentionArgs a{q.data(),
+                          group * hd,
+                          nullptr,
+                          group * hd,
+                          n_tok,
+                          group,
+                          n_pos - n_tok,
+                          k.data(kvt),
+                          v.data(kvt),
+                          hd,
+                          1.f / std::sqrt(float(hd)),
+                          scratch.data()};
+          std::vector<float> whole(size_t(rows * hd));
+          a.out = whole.data();
           kt.attention[type_slot(kvt)](a);
-          for (int j = 0; j < group; ++j) {
-            const float mn = std::max(m[size_t(j)], ml[size_t(2 * j)]);
-            const float wa = std::exp(m[size_t(j)] - mn), wb = std::exp(ml[size_t(2 * j)] - mn);
-            l[size_t(j)] = l[size_t(j)] * wa + ml[size_t(2 * j + 1)] * wb;
-            for (int d = 0; d < hd; ++d) {
-              float& o = merged[size_t(j * hd + d)];
-              o = o * wa + part[size_t(j * hd + d)] * wb;
+          // Three ranges, one of them not tile-aligned, merged by their {max, sum} statistics.
+          const int cuts[] = {0, 70, 200, n_pos};
+          std::vector<float> merged(size_t(rows * hd), 0.f), part(size_t(rows * hd));
+          std::vector<float> m(static_cast<size_t>(rows), -INFINITY),
+              l(static_cast<size_t>(rows), 0.f);
+          std::vector<float> ml(size_t(2 * rows));
+          for (int p = 0; p < 3; ++p) {
+            a.out = part.data();
+            a.kv_begin = cuts[p];
+            a.kv_end = cuts[p + 1];
+            a.ml = ml.data();
+            kt.attention[type_slot(kvt)](a);
+            for (int j = 0; j < rows; ++j) {
+              const float mn = std::max(m[size_t(j)], ml[size_t(2 * j)]);
+              const float wa = std::exp(m[size_t(j)] - mn), wb = std::exp(ml[size_t(2 * j)] - mn);
+              l[size_t(j)] = l[size_t(j)] * wa + ml[size_t(2 * j + 1)] * wb;
+              for (int d = 0; d < hd; ++d) {
+                float& o = merged[size_t(j * hd + d)];
+                o = o * wa + part[size_t(j * hd + d)] * wb;
+              }
+              m[size_t(j)] = mn;
             }
-            m[size_t(j)] = mn;
           }
+          std::vector<double> want(whole.begin(), whole.end());
+          for (int j = 0; j < rows; ++j)
+            for (int d = 0; d < hd; ++d) merged[size_t(j * hd + d)] /= l[size_t(j)];
+          CHECK(nerr(merged.data(), want) < 1e-6);
         }
-        std::vector<double> want(whole.begin(), whole.end());
-        for (int j = 0; j < group; ++j)
-          for (int d = 0; d < hd; ++d) merged[size_t(j * hd + d)] /= l[size_t(j)];
-        CHECK(nerr(merged.data(), want) < 1e-6);
-      }
   }
 
   TEST_CASE("silu_mul, to_bf16 and read_sum against float64") {
