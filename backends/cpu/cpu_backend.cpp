@@ -305,7 +305,7 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
     cg->x_i8.alloc(ActsI8::bytes(int64_t(max_rows), max_k), "int8 input");
   const size_t block = size_t(std::max(kBlockRows, gemm_ ? kGemmBlockRows : kBlockRows));
   auto round16 = [](size_t n) { return (n + 15) / 16 * 16; };
-  cg->tmp_floats = round16(block * max_rows);
+  cg->tmp_floats = round16(std::max(block * max_rows, size_t(kEpilogueFloats)));
   size_t at = 0;
   cg->off_xn = at, at += round16(size_t(kPrivateNormTokens) * size_t(max_norm));
   cg->off_tmp = at, at += 2 * cg->tmp_floats;

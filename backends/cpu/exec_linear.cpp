@@ -89,12 +89,12 @@ void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_
     float* out = c.ptr(s.out);
     ThreadPool::split(N, c.tid, c.nth, 16, &b, &e);
     const bool same = same_quant_kernel(wa, wb);
-    for (int64_t r = b; r < e; r += kBlockRows) {
-      const int64_t r1 = std::min(e, r + kBlockRows);
-      matmul_rows(c, wa, packed(c, s.parts[0]), x, T, r, r1, tmp_a, kBlockRows, e, same && r > b,
-                  xi8);
-      matmul_rows(c, wb, packed(c, s.parts[1]), x, T, r, r1, tmp_b, kBlockRows, e, same, xi8);
-      silu_mul_block(c, tmp_a, tmp_b, kBlockRows, out + r, N, T, r1 - r);
+    const int64_t br = epilogue_rows(T);
+    for (int64_t r = b; r < e; r += br) {
+      const int64_t r1 = std::min(e, r + br);
+      matmul_rows(c, wa, packed(c, s.parts[0]), x, T, r, r1, tmp_a, br, e, same && r > b, xi8);
+      matmul_rows(c, wb, packed(c, s.parts[1]), x, T, r, r1, tmp_b, br, e, same, xi8);
+      silu_mul_block(c, tmp_a, tmp_b, br, out + r, N, T, r1 - r);
     }
     return;
   }
@@ -113,10 +113,11 @@ void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_
     const bool reuse = prev && same_quant_kernel(*prev, w);
     prev = &w;
     if (argmax) {
-      for (int64_t r = lo; r < hi; r += kBlockRows) {
-        const int64_t r1 = std::min(hi, r + kBlockRows);
-        matmul_rows(c, w, packed(c, p), x, T, r, r1, tmp_a, kBlockRows, hi, reuse || r > lo, xi8);
-        argmax_update(c, tmp_a, kBlockRows, T, r, r1 - r);
+      const int64_t br = epilogue_rows(T);
+      for (int64_t r = lo; r < hi; r += br) {
+        const int64_t r1 = std::min(hi, r + br);
+        matmul_rows(c, w, packed(c, p), x, T, r, r1, tmp_a, br, hi, reuse || r > lo, xi8);
+        argmax_update(c, tmp_a, br, T, r, r1 - r);
       }
       continue;
     }
