@@ -27,12 +27,13 @@ inline __mmask16 first_n(int64_t n) {
 
 // Decode streams each weight row once; the rows of a block are short streams that restart every
 // block, which hardware prefetchers follow poorly. Prefetching ahead of every 64 bytes read makes
-// one linear stream over the matrix instead. Into L2, 64 KiB ahead: on the Zen4 host, best of
-// 4-128 KiB and of L1/L2 hints for a 64-128 MB matrix (Q8 ~9.5 -> ~12 GB/s on one thread, the
-// BF16 kernels' plain read reaching ~16). Prefetches past the end cannot fault.
+// one linear stream over the matrix instead. 64 KiB ahead, best of 4-128 KiB on the first host
+// (Q8 ~9.5 -> ~12 GB/s on one thread). Into L1, as the BF16 kernels do: on Zen 5 with rows packed
+// (--hugepages) the L1 hint beat the L2 one by 3-5% of INT4 and INT8 decode on one thread (74-75
+// -> 78 t/s, 51 -> 53), and tied on two. Prefetches past the end cannot fault.
 constexpr int64_t kPrefetchAhead = 65536;
 inline void prefetch(const void* p) {
-  _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1);
+  _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
 }
 
 // Horizontal reductions.
