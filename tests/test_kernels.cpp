@@ -412,7 +412,7 @@ TEST_SUITE("kernels") {
     const int hd = 128, group = 2, n_pos = 300;
     for (Isa isa : isas_here())
       for (DType kvt : {DType::F32, DType::BF16})
-        for (int n_tok : {1, 8}) {  // 8 tokens: one whole block of 16 query rows
+        for (int n_tok : {1, 8, 16}) {  // whole blocks of 16 and 32 query rows
           CAPTURE(isa_name(isa));
           CAPTURE(dtype_name(kvt));
           CAPTURE(n_tok);

@@ -204,114 +204,149 @@ inline void accumulate_v2(const float* e0, const float* e1, const float* vt, int
   }
 }
 
-// Sixteen query rows at once, transposed so that row i lives in lane i (prefill). Scores come out
-// as one vector per key, the online softmax runs on the 16 rows in lanes, and both products are
-// FMAs of a broadcast key or value element with a vector of rows, with no horizontal sums: the
-// per-row path (scores2, accumulate_v2) reached ~45% of the f32 FMA peak in a 512-token prefill.
+// Whole blocks of 16 or 32 query rows at once, transposed so that row i lives in lane i % 16 of
+// vector i / 16 (prefill). Scores come out as vectors of rows per key, the online softmax runs on
+// the rows in lanes, and both products are FMAs of a broadcast key or value element with vectors
+// of rows, with no horizontal sums: the per-row path (scores2, accumulate_v2) reached ~45% of the
+// f32 FMA peak in a 512-token prefill. With two vectors of rows each broadcast feeds two FMAs.
 // The head dimension is fixed at 128 (every Qwen3 size) so a key's or value's elements sit at
 // constant offsets from one pointer.
-constexpr int kHd16 = 128;
+constexpr int kHdT = 128;
 
-struct Block16 {
-  float* ot;   // [hd][16] unnormalised outputs
-  float* st;   // [kTile][16] one tile's scores, then exp(s - m)
-  float* qt;   // [hd][16] the rows' queries
+struct BlockT {
+  float* ot;   // [hd][rows] unnormalised outputs
+  float* st;   // [kTile][rows] one tile's scores, then exp(s - m)
+  float* qt;   // [hd][rows] the rows' queries
   float* pad;  // [16][hd] a short last key group of an f32 cache, so no load leaves the cache
 };
 
-// st[j] = scale * (keys kb[j] . rows) for 16 keys.
-inline void scores16(const float* qt, const float* kb, float scale, __m512* out) {
-  __m512 acc[16];
+// NV vectors of rows; a pass covers W keys (scores) or W channels (outputs), NV x W accumulators.
+template <int NV>
+constexpr int kPass = 16 / NV;
+
+// acc[j][v] = keys kb[j] . rows of vector v, for the pass's W keys.
+template <int NV>
+inline void scores_pass(const float* qt, const float* kb, __m512 (&acc)[kPass<NV>][NV]) {
+  constexpr int W = kPass<NV>;
 #pragma GCC unroll 16
-  for (int j = 0; j < 16; ++j) acc[j] = _mm512_setzero_ps();
-  for (int d = 0; d < kHd16; ++d) {
-    const __m512 qv = _mm512_loadu_ps(qt + 16 * d);
+  for (int j = 0; j < W; ++j)
+    for (int v = 0; v < NV; ++v) acc[j][v] = _mm512_setzero_ps();
+  for (int d = 0; d < kHdT; ++d) {
+    __m512 q[NV];
+    for (int v = 0; v < NV; ++v) q[v] = _mm512_loadu_ps(qt + 16 * NV * d + 16 * v);
 #pragma GCC unroll 16
-    for (int j = 0; j < 16; ++j)
-      acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(kb[j * kHd16 + d]), qv, acc[j]);
+    for (int j = 0; j < W; ++j) {
+      const __m512 k = _mm512_set1_ps(kb[j * kHdT + d]);
+      for (int v = 0; v < NV; ++v) acc[j][v] = _mm512_fmadd_ps(k, q[v], acc[j][v]);
+    }
   }
-#pragma GCC unroll 16
-  for (int j = 0; j < 16; ++j) out[j] = _mm512_mul_ps(acc[j], _mm512_set1_ps(scale));
 }
 
-// ot[d] += sum_j e[j] v_j[d] over n value rows, 16 output channels (vectors of rows) at a time.
-inline void accumulate16(const float* st, const float* vt, int n, float* ot) {
-  for (int d0 = 0; d0 < kHd16; d0 += 16) {
-    __m512 acc[16];
+// ot[d] += sum_j e[j] v_j[d] over n value rows, W output channels (vectors of rows) at a time.
+template <int NV>
+inline void accumulate_rows(const float* st, const float* vt, int n, float* ot) {
+  constexpr int W = kPass<NV>, R = 16 * NV;
+  for (int d0 = 0; d0 < kHdT; d0 += W) {
+    __m512 acc[W][NV];
 #pragma GCC unroll 16
-    for (int c = 0; c < 16; ++c) acc[c] = _mm512_loadu_ps(ot + 16 * (d0 + c));
+    for (int c = 0; c < W; ++c)
+      for (int v = 0; v < NV; ++v) acc[c][v] = _mm512_loadu_ps(ot + R * (d0 + c) + 16 * v);
     const float* vr = vt + d0;
-    for (int j = 0; j < n; ++j, vr += kHd16) {
-      const __m512 e = _mm512_loadu_ps(st + 16 * j);
+    for (int j = 0; j < n; ++j, vr += kHdT) {
+      __m512 e[NV];
+      for (int v = 0; v < NV; ++v) e[v] = _mm512_loadu_ps(st + R * j + 16 * v);
 #pragma GCC unroll 16
-      for (int c = 0; c < 16; ++c) acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(vr[c]), e, acc[c]);
+      for (int c = 0; c < W; ++c) {
+        const __m512 x = _mm512_set1_ps(vr[c]);
+        for (int v = 0; v < NV; ++v) acc[c][v] = _mm512_fmadd_ps(x, e[v], acc[c][v]);
+      }
     }
 #pragma GCC unroll 16
-    for (int c = 0; c < 16; ++c) _mm512_storeu_ps(ot + 16 * (d0 + c), acc[c]);
+    for (int c = 0; c < W; ++c)
+      for (int v = 0; v < NV; ++v) _mm512_storeu_ps(ot + R * (d0 + c) + 16 * v, acc[c][v]);
   }
 }
 
-// Rows q(0..15) seeing positions [kv_begin, end(i)); tile(p0, n, &kt, &vt) yields f32 key and value
-// rows for positions [p0, p0 + n), read in place when kDirect (an f32 cache) and from a tile
-// buffer of kTile rows otherwise. Hands each row to put(i, m, l, ot + i), its outputs 16 apart.
-template <bool kDirect, class Q, class End, class Tile, class Put>
-void attend16(const AttentionArgs& a, const Block16& b, Q q, End end, Tile tile, Put put) {
+// Rows q(0..16 NV - 1) seeing positions [kv_begin, end(i)); tile(p0, n, &kt, &vt) yields f32 key
+// and value rows for positions [p0, p0 + n), read in place when kDirect (an f32 cache) and from a
+// tile buffer of kTile rows otherwise. Hands each row to put(i, m, l, o), o its outputs 16 NV
+// floats apart.
+template <int NV, bool kDirect, class Q, class End, class Tile, class Put>
+void attend_rows(const AttentionArgs& a, const BlockT& b, Q q, End end, Tile tile, Put put) {
+  constexpr int W = kPass<NV>, R = 16 * NV;
   const __m512 ninf = _mm512_set1_ps(-INFINITY);
-  alignas(64) int32_t ends[16];
-  for (int i = 0; i < 16; ++i) {
+  alignas(64) int32_t ends[R];
+  for (int i = 0; i < R; ++i) {
     const float* qi = q(i);
-    for (int d = 0; d < kHd16; ++d) b.qt[16 * d + i] = qi[d];
+    for (int d = 0; d < kHdT; ++d) b.qt[R * d + i] = qi[d];
     ends[i] = end(i);
   }
-  const __m512i vis = _mm512_load_si512(ends);
-  std::memset(b.ot, 0, sizeof(float) * 16 * kHd16);
-  __m512 m = ninf, l = _mm512_setzero_ps();
-  const int n_pos = ends[15];  // rows are token-major: the last sees most
+  __m512i vis[NV];
+  __m512 m[NV], l[NV];
+  for (int v = 0; v < NV; ++v) {
+    vis[v] = _mm512_load_si512(ends + 16 * v);
+    m[v] = ninf;
+    l[v] = _mm512_setzero_ps();
+  }
+  std::memset(b.ot, 0, sizeof(float) * R * kHdT);
+  const int n_pos = ends[R - 1];  // rows are token-major: the last sees most
   for (int p0 = a.kv_begin; p0 < n_pos; p0 += kTile) {
     const int tile_n = n_pos - p0 < kTile ? n_pos - p0 : kTile;
     const float* kt;
     const float* vt;
     tile(p0, tile_n, &kt, &vt);
-    __m512 tmax = ninf;
-    for (int j0 = 0; j0 < tile_n; j0 += 16) {
-      const int nk = tile_n - j0 < 16 ? tile_n - j0 : 16;
-      const float* kb = kt + int64_t(j0) * kHd16;
-      if (kDirect && nk < 16) {
-        std::memcpy(b.pad, kb, sizeof(float) * size_t(nk) * kHd16);
+    __m512 tmax[NV];
+    for (int v = 0; v < NV; ++v) tmax[v] = ninf;
+    for (int j0 = 0; j0 < tile_n; j0 += W) {
+      const int nk = tile_n - j0 < W ? tile_n - j0 : W;
+      const float* kb = kt + int64_t(j0) * kHdT;
+      if (kDirect && nk < W) {
+        std::memcpy(b.pad, kb, sizeof(float) * size_t(nk) * kHdT);
         kb = b.pad;
       }
-      __m512 sv[16];
-      scores16(b.qt, kb, a.scale, sv);
-      for (int j = 0; j < nk; ++j) {
-        const __mmask16 seen = _mm512_cmpgt_epi32_mask(vis, _mm512_set1_epi32(p0 + j0 + j));
-        const __m512 v = _mm512_mask_blend_ps(seen, ninf, sv[j]);
-        tmax = _mm512_max_ps(tmax, v);
-        _mm512_storeu_ps(b.st + 16 * (j0 + j), v);
-      }
+      __m512 sv[W][NV];
+      scores_pass<NV>(b.qt, kb, sv);
+      for (int j = 0; j < nk; ++j)
+        for (int v = 0; v < NV; ++v) {
+          const __mmask16 seen = _mm512_cmpgt_epi32_mask(vis[v], _mm512_set1_epi32(p0 + j0 + j));
+          const __m512 s =
+              _mm512_mask_blend_ps(seen, ninf, _mm512_mul_ps(sv[j][v], _mm512_set1_ps(a.scale)));
+          tmax[v] = _mm512_max_ps(tmax[v], s);
+          _mm512_storeu_ps(b.st + R * (j0 + j) + 16 * v, s);
+        }
     }
     // Online softmax in lanes. A row that has seen nothing yet keeps m = -inf; exp is taken
     // against 0 there so that -inf - -inf never makes a NaN.
-    const __m512 m_new = _mm512_max_ps(m, tmax);
-    const __m512 base = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(m_new, ninf, _CMP_EQ_OQ), m_new,
-                                             _mm512_setzero_ps());
-    if (_mm512_cmp_ps_mask(m_new, m, _CMP_GT_OQ)) {
-      const __m512 c = exp512(_mm512_sub_ps(m, base));
-      l = _mm512_mul_ps(l, c);
-      for (int d = 0; d < kHd16; ++d)
-        _mm512_storeu_ps(b.ot + 16 * d, _mm512_mul_ps(_mm512_loadu_ps(b.ot + 16 * d), c));
+    __m512 base[NV];
+    for (int v = 0; v < NV; ++v) {
+      const __m512 m_new = _mm512_max_ps(m[v], tmax[v]);
+      base[v] = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(m_new, ninf, _CMP_EQ_OQ), m_new,
+                                     _mm512_setzero_ps());
+      if (_mm512_cmp_ps_mask(m_new, m[v], _CMP_GT_OQ)) {
+        const __m512 c = exp512(_mm512_sub_ps(m[v], base[v]));
+        l[v] = _mm512_mul_ps(l[v], c);
+        for (int d = 0; d < kHdT; ++d) {
+          float* o = b.ot + R * d + 16 * v;
+          _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_loadu_ps(o), c));
+        }
+      }
+      m[v] = m_new;
     }
-    m = m_new;
-    for (int j = 0; j < tile_n; ++j) {
-      const __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(b.st + 16 * j), base));
-      l = _mm512_add_ps(l, e);
-      _mm512_storeu_ps(b.st + 16 * j, e);
-    }
-    accumulate16(b.st, vt, tile_n, b.ot);
+    for (int j = 0; j < tile_n; ++j)
+      for (int v = 0; v < NV; ++v) {
+        float* sj = b.st + R * j + 16 * v;
+        const __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(sj), base[v]));
+        l[v] = _mm512_add_ps(l[v], e);
+        _mm512_storeu_ps(sj, e);
+      }
+    accumulate_rows<NV>(b.st, vt, tile_n, b.ot);
   }
-  alignas(64) float ms[16], ls[16];
-  _mm512_store_ps(ms, m);
-  _mm512_store_ps(ls, l);
-  for (int i = 0; i < 16; ++i) put(i, ms[i], ls[i], b.ot + i);
+  alignas(64) float ms[R], ls[R];
+  for (int v = 0; v < NV; ++v) {
+    _mm512_store_ps(ms + 16 * v, m[v]);
+    _mm512_store_ps(ls + 16 * v, l[v]);
+  }
+  for (int i = 0; i < R; ++i) put(i, ms[i], ls[i], b.ot + i);
 }
 
 template <DType T>
@@ -321,15 +356,16 @@ void attention_avx512(const AttentionArgs& a) {
     attention_rows_ref(a, T);
     return;
   }
-  float* acc = a.scratch;             // [kRows][hd]
-  float* m = acc + kRows * hd;        // [kRows]
-  float* l = m + kRows;               // [kRows]
-  float* s = l + kRows;               // [kTile][kRows]: one or two rows' scores, or a block's
-  float* qt = s + kTile * kRows;      // [hd][kRows], a block's queries
-  float* pad = qt + kRows * hd;       // [kRows][hd]
+  // Per-row state for up to kRows rows, or a transposed block's for up to 2 kRows.
+  float* acc = a.scratch;             // [2 kRows][hd]
+  float* m = acc + 2 * kRows * hd;    // [2 kRows]
+  float* l = m + 2 * kRows;           // [2 kRows]
+  float* s = l + 2 * kRows;           // [kTile][2 kRows]: one or two rows' scores, or a block's
+  float* qt = s + kTile * 2 * kRows;  // [hd][2 kRows], a block's queries
+  float* pad = qt + 2 * kRows * hd;   // [kRows][hd]
   float* ktile = pad + kRows * hd;    // [kTile][hd], 16-bit and I8 caches only
   float* vtile = ktile + kTile * hd;  // [kTile][hd]
-  static_assert(kRows == 16, "a block is one vector of rows");
+  static_assert(kRows == 16, "a block is one or two vectors of rows");
   const int n_rows = a.n_tok * a.group;
   auto tile = [&](int p0, int tile_n, const float** kt, const float** vt) {
     if constexpr (T == DType::F32) {
@@ -362,14 +398,23 @@ void attention_avx512(const AttentionArgs& a) {
       const int r = r0 + i;
       return a.out + (r / a.group) * a.out_stride + (r % a.group) * hd;
     };
-    if (nr == kRows && hd == kHd16) {
-      attend16<T == DType::F32>(a, Block16{acc, s, qt, pad}, q_row, visible, tile,
-                                [&](int i, float mi, float li, const float* o) {
-                                  float* out = out_row(i);
-                                  const float f = a.ml ? 1.f : 1.f / li;
-                                  for (int d = 0; d < kHd16; ++d) out[d] = o[16 * d] * f;
-                                  if (a.ml) a.ml[2 * (r0 + i)] = mi, a.ml[2 * (r0 + i) + 1] = li;
-                                });
+    if (nr == kRows && hd == kHdT) {
+      const BlockT blk{acc, s, qt, pad};
+      // Each row, as put hands it over; r0 + 16 NV rows at once.
+      auto put_rows = [&](int nv) {
+        return [&, nv](int i, float mi, float li, const float* o) {
+          float* out = out_row(i);
+          const float f = a.ml ? 1.f : 1.f / li;
+          for (int d = 0; d < kHdT; ++d) out[d] = o[16 * nv * d] * f;
+          if (a.ml) a.ml[2 * (r0 + i)] = mi, a.ml[2 * (r0 + i) + 1] = li;
+        };
+      };
+      if (n_rows - r0 >= 2 * kRows) {
+        attend_rows<2, T == DType::F32>(a, blk, q_row, visible, tile, put_rows(2));
+        r0 += kRows;  // the loop adds the other kRows
+      } else {
+        attend_rows<1, T == DType::F32>(a, blk, q_row, visible, tile, put_rows(1));
+      }
       continue;
     }
     for (int i = 0; i < nr; ++i) {
