@@ -303,7 +303,7 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
     cg->x_bf16.alloc(max_rows * size_t(max_k) * 2, "bf16 input");
   if (kernels_.quant_prefill && max_qmm > 0)
     cg->x_i8.alloc(ActsI8::bytes(int64_t(max_rows), max_k), "int8 input");
-  const size_t block = size_t(std::max(kBlockRows, gemm_ ? kGemmBlockRows : kBlockRows));
+  const size_t block = size_t(std::max(kBlockRows, gemm_ ? kGemmEpilogueRows : kBlockRows));
   auto round16 = [](size_t n) { return (n + 15) / 16 * 16; };
   cg->tmp_floats = round16(std::max(block * max_rows, size_t(kEpilogueFloats)));
   size_t at = 0;
@@ -311,8 +311,7 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
   cg->off_tmp = at, at += 2 * cg->tmp_floats;
   cg->off_wide = at, at += gemm_ ? round16(size_t(kGemmBlockRows) * size_t(max_k)) : 0;
   const bool packed = std::any_of(cg->w_il.begin(), cg->w_il.end(), [](auto p) { return p; });
-  cg->off_unpack = at,
-  at += gemm_ && packed ? round16(size_t(kGemmBlockRows) * size_t(max_k) / 2) : 0;
+  cg->off_unpack = at, at += gemm_ && packed ? round16(size_t(kUnpackRows) * size_t(max_k) / 2) : 0;
   // The matmul kernels may reorder x for all the tokens of a step that does not reach the GEMM
   // library (short steps, and steps with quantized weights).
   const size_t native_rows =

@@ -142,8 +142,9 @@ void gemm_rows(const StepCtx& c, const Tensor& w, const void* w_il, const float*
     // weight is never read (and never made resident) once the copy exists.
     auto* rows = reinterpret_cast<uint16_t*>(c.scratch() + c.cg.off_unpack);
     float* wide = c.scratch() + c.cg.off_wide;
-    for (int64_t r = r0; r < r1; r += kGemmBlockRows) {
-      const int64_t n = std::min(r1, r + kGemmBlockRows) - r;
+    const int64_t block = xb ? kUnpackRows : kGemmBlockRows;  // wide holds kGemmBlockRows
+    for (int64_t r = r0; r < r1; r += block) {
+      const int64_t n = std::min(r1, r + block) - r;
       unpack_rows(w_il, r, n, K * 2, kPackBf16, rows);
       if (xb) {
         c.gemm->bf16(c.tid, int(T), n, K, xb, K, rows, y + (r - r0), ldy);
@@ -199,11 +200,11 @@ void linear_gemm(const StepCtx& c, const LinearStep& s, const float* x, const ui
     const int64_t N = wa.rows();
     float* out = c.ptr(s.out);
     ThreadPool::split(N, c.tid, c.nth, 16, &b, &e);
-    for (int64_t r = b; r < e; r += kGemmBlockRows) {
-      const int64_t r1 = std::min(e, r + kGemmBlockRows);
-      gemm_rows(c, wa, packed(c, s.parts[0]), x, xb, T, r, r1, tmp_a, kGemmBlockRows);
-      gemm_rows(c, wb, packed(c, s.parts[1]), x, xb, T, r, r1, tmp_b, kGemmBlockRows);
-      silu_mul_block(c, tmp_a, tmp_b, kGemmBlockRows, out + r, N, T, r1 - r);
+    for (int64_t r = b; r < e; r += kGemmEpilogueRows) {
+      const int64_t r1 = std::min(e, r + kGemmEpilogueRows);
+      gemm_rows(c, wa, packed(c, s.parts[0]), x, xb, T, r, r1, tmp_a, kGemmEpilogueRows);
+      gemm_rows(c, wb, packed(c, s.parts[1]), x, xb, T, r, r1, tmp_b, kGemmEpilogueRows);
+      silu_mul_block(c, tmp_a, tmp_b, kGemmEpilogueRows, out + r, N, T, r1 - r);
     }
     return;
   }
@@ -212,10 +213,10 @@ void linear_gemm(const StepCtx& c, const LinearStep& s, const float* x, const ui
     const Tensor& w = weight(c, p);
     ThreadPool::split(w.rows(), c.tid, c.nth, 16, &b, &e);
     if (s.logits && c.in.argmax) {
-      for (int64_t r = b; r < e; r += kGemmBlockRows) {
-        const int64_t r1 = std::min(e, r + kGemmBlockRows);
-        gemm_rows(c, w, packed(c, p), x, xb, T, r, r1, tmp_a, kGemmBlockRows);
-        argmax_update(c, tmp_a, kGemmBlockRows, T, r, r1 - r);
+      for (int64_t r = b; r < e; r += kGemmEpilogueRows) {
+        const int64_t r1 = std::min(e, r + kGemmEpilogueRows);
+        gemm_rows(c, w, packed(c, p), x, xb, T, r, r1, tmp_a, kGemmEpilogueRows);
+        argmax_update(c, tmp_a, kGemmEpilogueRows, T, r, r1 - r);
       }
       continue;
     }
