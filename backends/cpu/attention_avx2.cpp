@@ -1,7 +1,8 @@
 // AVX2 attention: q/out rows f32 [n_tok][group][head_dim] (strided per token), one KV head's cache
 // rows [position][head_dim] in F32/F16/BF16/I8; key tiles of 64 positions shared by up to 16 query
 // rows, online softmax per row, f32 throughout (16-bit and I8 caches are widened tile by tile, I8
-// codes times their position's scale and, for keys, the channel factors).
+// codes times their position's scale and, for keys, the channel factors). Whole blocks of 16 rows
+// (prefill) are transposed into lanes: queries, scores and outputs [element][16 rows].
 #include <cmath>
 #include <cstring>
 
@@ -106,6 +107,152 @@ inline void accumulate_v(const float* e, const float* vt, int n, int hd, float* 
   }
 }
 
+// Whole blocks of 16 query rows (prefill), transposed into two vectors of 8 rows: scores come
+// out as vectors of rows per key, the online softmax runs on the rows in lanes, and both products
+// are FMAs of a broadcast key or value element with the two vectors of rows, with no horizontal
+// sums (as in attention_avx512.cpp; the per-row path ran at ~43% of the FMA peak on Zen 5). A
+// pass covers kPassT keys or output channels: 2 x 6 accumulators, the two row vectors and a
+// broadcast fit the 16 registers. The head dimension is fixed at 128 (every Qwen3 size).
+constexpr int kHdT = 128, kPassT = 6;
+
+struct BlockT {
+  float* ot;   // [hd][16] unnormalised outputs
+  float* st;   // [kTile][16] one tile's scores, then exp(s - m)
+  float* qt;   // [hd][16] the rows' queries
+  float* pad;  // [kPassT][hd] a short last key group of an f32 cache, so no load leaves it
+};
+
+// acc[j][v] = keys kb[j] . rows of vector v, for kPassT keys.
+inline void scores_pass(const float* qt, const float* kb, __m256 (&acc)[kPassT][2]) {
+#pragma GCC unroll 6
+  for (int j = 0; j < kPassT; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+  for (int d = 0; d < kHdT; ++d) {
+    const __m256 q0 = _mm256_loadu_ps(qt + 16 * d), q1 = _mm256_loadu_ps(qt + 16 * d + 8);
+#pragma GCC unroll 6
+    for (int j = 0; j < kPassT; ++j) {
+      const __m256 k = _mm256_broadcast_ss(kb + j * kHdT + d);
+      acc[j][0] = _mm256_fmadd_ps(k, q0, acc[j][0]);
+      acc[j][1] = _mm256_fmadd_ps(k, q1, acc[j][1]);
+    }
+  }
+}
+
+// ot[d] += sum_j e[j] v_j[d] over n value rows, kPassT output channels at a time.
+inline void accumulate_rows(const float* st, const float* vt, int n, float* ot) {
+  for (int d0 = 0; d0 < kHdT; d0 += kPassT) {
+    const int w = kHdT - d0 < kPassT ? kHdT - d0 : kPassT;
+    if (w < kPassT) {  // the last channels: one at a time
+      for (int c = d0; c < kHdT; ++c) {
+        __m256 a0 = _mm256_loadu_ps(ot + 16 * c), a1 = _mm256_loadu_ps(ot + 16 * c + 8);
+        for (int j = 0; j < n; ++j) {
+          const __m256 x = _mm256_broadcast_ss(vt + int64_t(j) * kHdT + c);
+          a0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(st + 16 * j), a0);
+          a1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(st + 16 * j + 8), a1);
+        }
+        _mm256_storeu_ps(ot + 16 * c, a0);
+        _mm256_storeu_ps(ot + 16 * c + 8, a1);
+      }
+      break;
+    }
+    __m256 acc[kPassT][2];
+#pragma GCC unroll 6
+    for (int c = 0; c < kPassT; ++c) {
+      acc[c][0] = _mm256_loadu_ps(ot + 16 * (d0 + c));
+      acc[c][1] = _mm256_loadu_ps(ot + 16 * (d0 + c) + 8);
+    }
+    const float* vr = vt + d0;
+    for (int j = 0; j < n; ++j, vr += kHdT) {
+      const __m256 e0 = _mm256_loadu_ps(st + 16 * j), e1 = _mm256_loadu_ps(st + 16 * j + 8);
+#pragma GCC unroll 6
+      for (int c = 0; c < kPassT; ++c) {
+        const __m256 x = _mm256_broadcast_ss(vr + c);
+        acc[c][0] = _mm256_fmadd_ps(x, e0, acc[c][0]);
+        acc[c][1] = _mm256_fmadd_ps(x, e1, acc[c][1]);
+      }
+    }
+#pragma GCC unroll 6
+    for (int c = 0; c < kPassT; ++c) {
+      _mm256_storeu_ps(ot + 16 * (d0 + c), acc[c][0]);
+      _mm256_storeu_ps(ot + 16 * (d0 + c) + 8, acc[c][1]);
+    }
+  }
+}
+
+// Rows q(0..15) seeing positions [kv_begin, end(i)); tile(p0, n, &kt, &vt) yields f32 key and
+// value rows for positions [p0, p0 + n), read in place when kDirect (an f32 cache). Hands each
+// row to put(i, m, l, o), o its outputs 16 floats apart.
+template <bool kDirect, class Q, class End, class Tile, class Put>
+void attend_rows(const AttentionArgs& a, const BlockT& b, Q q, End end, Tile tile, Put put) {
+  const __m256 ninf = _mm256_set1_ps(-INFINITY), zero = _mm256_setzero_ps();
+  alignas(32) int32_t ends[16];
+  for (int i = 0; i < 16; ++i) {
+    const float* qi = q(i);
+    for (int d = 0; d < kHdT; ++d) b.qt[16 * d + i] = qi[d];
+    ends[i] = end(i);
+  }
+  const __m256i vis[2] = {_mm256_load_si256(reinterpret_cast<const __m256i*>(ends)),
+                          _mm256_load_si256(reinterpret_cast<const __m256i*>(ends + 8))};
+  __m256 m[2] = {ninf, ninf}, l[2] = {zero, zero};
+  std::memset(b.ot, 0, sizeof(float) * 16 * kHdT);
+  const int n_pos = ends[15];  // rows are token-major: the last sees most
+  for (int p0 = a.kv_begin; p0 < n_pos; p0 += kTile) {
+    const int tile_n = n_pos - p0 < kTile ? n_pos - p0 : kTile;
+    const float* kt;
+    const float* vt;
+    tile(p0, tile_n, &kt, &vt);
+    __m256 tmax[2] = {ninf, ninf};
+    for (int j0 = 0; j0 < tile_n; j0 += kPassT) {
+      const int nk = tile_n - j0 < kPassT ? tile_n - j0 : kPassT;
+      const float* kb = kt + int64_t(j0) * kHdT;
+      if (nk < kPassT && (kDirect || j0 + kPassT > kTile)) {
+        std::memcpy(b.pad, kb, sizeof(float) * size_t(nk) * kHdT);
+        kb = b.pad;
+      }
+      __m256 sv[kPassT][2];
+      scores_pass(b.qt, kb, sv);
+      for (int j = 0; j < nk; ++j)
+        for (int v = 0; v < 2; ++v) {
+          const __m256 seen =
+              _mm256_castsi256_ps(_mm256_cmpgt_epi32(vis[v], _mm256_set1_epi32(p0 + j0 + j)));
+          const __m256 s =
+              _mm256_blendv_ps(ninf, _mm256_mul_ps(sv[j][v], _mm256_set1_ps(a.scale)), seen);
+          tmax[v] = _mm256_max_ps(tmax[v], s);
+          _mm256_storeu_ps(b.st + 16 * (j0 + j) + 8 * v, s);
+        }
+    }
+    // Online softmax in lanes. A row that has seen nothing yet keeps m = -inf; exp is taken
+    // against 0 there so that -inf - -inf never makes a NaN.
+    __m256 base[2];
+    for (int v = 0; v < 2; ++v) {
+      const __m256 m_new = _mm256_max_ps(m[v], tmax[v]);
+      base[v] = _mm256_blendv_ps(m_new, zero, _mm256_cmp_ps(m_new, ninf, _CMP_EQ_OQ));
+      if (_mm256_movemask_ps(_mm256_cmp_ps(m_new, m[v], _CMP_GT_OQ))) {
+        const __m256 c = exp256(_mm256_sub_ps(m[v], base[v]));
+        l[v] = _mm256_mul_ps(l[v], c);
+        for (int d = 0; d < kHdT; ++d) {
+          float* o = b.ot + 16 * d + 8 * v;
+          _mm256_storeu_ps(o, _mm256_mul_ps(_mm256_loadu_ps(o), c));
+        }
+      }
+      m[v] = m_new;
+    }
+    for (int j = 0; j < tile_n; ++j)
+      for (int v = 0; v < 2; ++v) {
+        float* sj = b.st + 16 * j + 8 * v;
+        const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(sj), base[v]));
+        l[v] = _mm256_add_ps(l[v], e);
+        _mm256_storeu_ps(sj, e);
+      }
+    accumulate_rows(b.st, vt, tile_n, b.ot);
+  }
+  alignas(32) float ms[16], ls[16];
+  for (int v = 0; v < 2; ++v) {
+    _mm256_store_ps(ms + 8 * v, m[v]);
+    _mm256_store_ps(ls + 8 * v, l[v]);
+  }
+  for (int i = 0; i < 16; ++i) put(i, ms[i], ls[i], b.ot + i);
+}
+
 template <DType T>
 void attention_avx2(const AttentionArgs& a) {
   const int hd = a.head_dim;
@@ -113,13 +260,33 @@ void attention_avx2(const AttentionArgs& a) {
     attention_rows_ref(a, T);
     return;
   }
-  float* acc = a.scratch;             // [kRows][hd]
-  float* m = acc + kRows * hd;        // [kRows]
-  float* l = m + kRows;               // [kRows]
-  float* s = l + kRows;               // [kTile]
-  float* ktile = s + kTile;           // [kTile][hd], 16-bit caches only
+  // The same scratch layout as attention_avx512.cpp (attention_scratch_floats).
+  float* acc = a.scratch;             // [2 kRows][hd]
+  float* m = acc + 2 * kRows * hd;    // [2 kRows]
+  float* l = m + 2 * kRows;           // [2 kRows]
+  float* s = l + 2 * kRows;           // [kTile][2 kRows]: one row's scores, or a block's
+  float* qt = s + kTile * 2 * kRows;  // [hd][2 kRows], a block's queries
+  float* pad = qt + 2 * kRows * hd;   // [kRows][hd]
+  float* ktile = pad + kRows * hd;    // [kTile][hd], 16-bit and I8 caches only
   float* vtile = ktile + kTile * hd;  // [kTile][hd]
+  static_assert(kRows == 16, "a block is two vectors of rows");
   const int n_rows = a.n_tok * a.group;
+  auto tile = [&](int p0, int tile_n, const float** kt, const float** vt) {
+    if constexpr (T == DType::F32) {
+      *kt = static_cast<const float*>(a.k) + int64_t(p0) * hd;
+      *vt = static_cast<const float*>(a.v) + int64_t(p0) * hd;
+    } else if constexpr (T == DType::I8) {
+      widen_tile_i8(a.k, a.k_scale, a.k_factor, p0, tile_n, hd, ktile);
+      widen_tile_i8(a.v, a.v_scale, nullptr, p0, tile_n, hd, vtile);
+      *kt = ktile;
+      *vt = vtile;
+    } else {
+      widen_tile<T>(a.k, p0, tile_n, hd, ktile);
+      widen_tile<T>(a.v, p0, tile_n, hd, vtile);
+      *kt = ktile;
+      *vt = vtile;
+    }
+  };
   for (int r0 = 0; r0 < n_rows; r0 += kRows) {
     const int nr = n_rows - r0 < kRows ? n_rows - r0 : kRows;
     // The end of the positions row i sees (rows are token-major, so the last row sees most).
@@ -127,6 +294,24 @@ void attention_avx2(const AttentionArgs& a) {
       const int end = a.pos0 + (r0 + i) / a.group + 1;
       return end < a.kv_end ? end : a.kv_end;
     };
+    auto out_row = [&](int i) {
+      const int r = r0 + i;
+      return a.out + (r / a.group) * a.out_stride + (r % a.group) * hd;
+    };
+    if (nr == kRows && hd == kHdT) {
+      auto q_row = [&](int i) {
+        const int r = r0 + i;
+        return a.q + (r / a.group) * a.q_stride + (r % a.group) * hd;
+      };
+      attend_rows<T == DType::F32>(a, BlockT{acc, s, qt, pad}, q_row, visible, tile,
+                                   [&](int i, float mi, float li, const float* o) {
+                                     float* out = out_row(i);
+                                     const float f = a.ml ? 1.f : 1.f / li;
+                                     for (int d = 0; d < kHdT; ++d) out[d] = o[16 * d] * f;
+                                     if (a.ml) a.ml[2 * (r0 + i)] = mi, a.ml[2 * (r0 + i) + 1] = li;
+                                   });
+      continue;
+    }
     for (int i = 0; i < nr; ++i) {
       m[i] = -INFINITY;
       l[i] = 0.f;
@@ -137,20 +322,7 @@ void attention_avx2(const AttentionArgs& a) {
       const int tile_n = n_pos - p0 < kTile ? n_pos - p0 : kTile;
       const float* kt;
       const float* vt;
-      if constexpr (T == DType::F32) {
-        kt = static_cast<const float*>(a.k) + int64_t(p0) * hd;
-        vt = static_cast<const float*>(a.v) + int64_t(p0) * hd;
-      } else if constexpr (T == DType::I8) {
-        widen_tile_i8(a.k, a.k_scale, a.k_factor, p0, tile_n, hd, ktile);
-        widen_tile_i8(a.v, a.v_scale, nullptr, p0, tile_n, hd, vtile);
-        kt = ktile;
-        vt = vtile;
-      } else {
-        widen_tile<T>(a.k, p0, tile_n, hd, ktile);
-        widen_tile<T>(a.v, p0, tile_n, hd, vtile);
-        kt = ktile;
-        vt = vtile;
-      }
+      tile(p0, tile_n, &kt, &vt);
       for (int i = 0; i < nr; ++i) {
         const int n = visible(i) - p0 < tile_n ? visible(i) - p0 : tile_n;
         if (n <= 0) continue;
@@ -180,7 +352,7 @@ void attention_avx2(const AttentionArgs& a) {
     }
     for (int i = 0; i < nr; ++i) {
       const int r = r0 + i;
-      float* out = a.out + (r / a.group) * a.out_stride + (r % a.group) * hd;
+      float* out = out_row(i);
       if (a.ml) {  // a partial range: the caller merges and normalises
         a.ml[2 * r] = m[i], a.ml[2 * r + 1] = l[i];
         std::memcpy(out, acc + i * hd, size_t(hd) * 4);
