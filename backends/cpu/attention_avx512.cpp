@@ -117,9 +117,8 @@ inline void scores2(const float* q0, const float* q1, const float* kt, int n, in
     const int valid = n - j0 < 8 ? n - j0 : 8;
     const __mmask16 m = __mmask16(((1u << valid) - 1u) * 0x101u);
     r = _mm512_mask_blend_ps(m, _mm512_set1_ps(-INFINITY), r);
-    alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, r);
-    for (int j = 0; j < 8; ++j) s0[j0 + j] = lanes[j], s1[j0 + j] = lanes[j + 8];
+    _mm256_storeu_ps(s0 + j0, _mm512_castps512_ps256(r));
+    _mm256_storeu_ps(s1 + j0, _mm512_extractf32x8_ps(r, 1));
   }
 }
 
