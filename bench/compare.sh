@@ -10,7 +10,9 @@
 #   ROUNDS   alternating rounds per case (default: 2)
 # llama.cpp (optional): set LLAMA_BENCH to a llama-bench binary and LLAMA_CONVERT to its
 # convert_hf_to_gguf.py; the stand-ins are converted once (bf16, then Q8_0 / Q4_0 with
-# LLAMA_QUANTIZE) and each round runs hearth, then llama-bench, on the same weights.
+# LLAMA_QUANTIZE) and each round runs hearth, then llama-bench, on the same weights. GGUF files
+# already at models-cache/standin-SIZE-bf16.gguf (and -Q8_0.gguf, -Q4_0.gguf) are used as they are,
+# so a converter is only needed to make them.
 # Stand-ins and quantized copies live in models-cache/ (about 7 GB in all). Output: one JSON line
 # per run, then a table. Shared machines drift from minute to minute: trust the 1-thread ratios
 # and the fractions of the ceiling more than absolute tokens/s.
@@ -45,10 +47,12 @@ model_dir() {
 
 # llama.cpp's GGUF of the same weights, or nothing when llama.cpp is not set up.
 gguf_for() {
-  [ -n "${LLAMA_BENCH:-}" ] && [ -n "${LLAMA_CONVERT:-}" ] || return 0
+  [ -n "${LLAMA_BENCH:-}" ] || return 0
   local size=${1%%-*} kind=${1#*-}
   local base="$cache/standin-$size-bf16" g="$cache/standin-$size-bf16.gguf"
-  [ -f "$g" ] || python3 "$LLAMA_CONVERT" "$base" --outtype bf16 --outfile "$g" >&2
+  [ -f "$g" ] ||
+    python3 "${LLAMA_CONVERT:?set LLAMA_CONVERT to convert_hf_to_gguf.py}" "$base" --outtype bf16 \
+      --outfile "$g" >&2
   case "$kind" in
     bf16) echo "$g" ;;
     int8 | int4 | int4cb | int4h4)
