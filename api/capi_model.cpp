@@ -240,7 +240,10 @@ hearth_status hearth_model_load(const char* path, const hearth_model_params* par
     core->backend_options.kv_dtype = kv_dtype(p.kv_type);
     // Huge pages: every session's backend shares one set of private copies of the matmul weights,
     // in the layouts its kernels read fastest.
-    if (p.hugepages) core->backend_options.weight_copies = std::make_shared<WeightStore>();
+    if (p.hugepages) {
+      core->backend_options.weight_copies = std::make_shared<WeightStore>();
+      core->backend_options.kv_huge_pages = true;
+    }
     // Resolving "automatic" here gives every session the same count, which is what lets sessions
     // reuse runners. Calling into the CPU backend's object file also keeps it, and with it the
     // backend's self-registration, in programs that link the static library.

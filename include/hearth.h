@@ -158,7 +158,8 @@ typedef struct hearth_model_params {
   /* Nonzero: keep private copies of the matmul weights in memory backed by transparent huge pages,
    * in the layouts the kernels read fastest, shared by the model's sessions and made when the
    * model first runs: faster decode (fewer TLB misses, one stream per block of rows), but a private
-   * copy of the weights beside the shared page cache. Added in 0.1; older callers get 0. */
+   * copy of the weights beside the shared page cache. KV caches go into huge pages too. Added in
+   * 0.1; older callers get 0. */
   int32_t hugepages;
 } hearth_model_params;
 

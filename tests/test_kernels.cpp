@@ -734,6 +734,7 @@ TEST_SUITE("kernels") {
 
 #include "backends/cpu/cpu_backend.h"
 #include "core/backend.h"
+#include "core/huge_pages.h"
 #include "core/runner.h"
 #include "core/session.h"
 #include "models/qwen3_model.h"
@@ -894,7 +895,9 @@ TEST_SUITE("kernels") {
     }
   }
 
-  TEST_CASE("private weight copies (--hugepages): the same logits, one copy for all backends") {
+  TEST_CASE(
+      "private weight copies and a huge-page KV cache (--hugepages): the same logits, one copy for "
+      "all backends") {
     auto model = Qwen3Model::load(fixture("tiny-tied-bf16"));
     const auto& c = model->config();
     std::vector<int32_t> ids(80);  // a prefill long enough for the GEMM, then decode steps
@@ -907,9 +910,11 @@ TEST_SUITE("kernels") {
         BackendOptions o;
         o.threads = 2;
         o.gemm = gemm;
-        if (copies) o.weight_copies = store;
+        if (copies) o.weight_copies = store, o.kv_huge_pages = true;
         Runner r(create_backend("cpu", o), model->graph(), c.vocab_size, c.max_position_embeddings);
         auto kv = r.new_kv(int(ids.size()));
+        const auto* first = dynamic_cast<const CpuKVCache&>(*kv).k(0, 0);
+        if (copies) CHECK(reinterpret_cast<uintptr_t>(first) % kHugePageBytes == 0);
         std::vector<float> out(size_t(c.vocab_size)), all;
         r.forward(*kv, ids.data(), 72, 0, nullptr, out.data());
         all = out;

@@ -23,7 +23,10 @@ BackendOptions backend_options(const Args& args) {
   if (bo.threads < 0) fail("--threads must be positive");
   bo.isa = args.str("--isa");
   bo.gemm = args.str("--gemm");
-  if (args.has("--hugepages")) bo.weight_copies = std::make_shared<WeightStore>();
+  if (args.has("--hugepages")) {
+    bo.weight_copies = std::make_shared<WeightStore>();
+    bo.kv_huge_pages = true;
+  }
   const std::string kv = args.str("--kv", "f32");
   if (kv == "f32")
     bo.kv_dtype = DType::F32;

@@ -54,7 +54,8 @@ engine options (all model commands):
                INT8/INT4 weights the kernels' int8 GEMM on AVX-512, BF16 weights oneDNN's bf16
                GEMM where bf16 dot products are fast (Zen 4/5, AMX); a named one gets them)
   --hugepages  keep private huge-page copies of the matmul weights, in the layouts the
-               kernels read fastest (faster decode; a private copy of the weights)
+               kernels read fastest, and the KV cache in huge pages (faster decode; a
+               private copy of the weights)
 sampling: --temperature T --top-k K --top-p P --min-p M --seed S --repetition-penalty R
           --presence-penalty P --frequency-penalty F --greedy
 )";

@@ -1,5 +1,7 @@
 #include "backends/cpu/cpu_backend.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -10,6 +12,7 @@
 #include "backends/cpu/compiled.h"
 #include "backends/cpu/ops.h"
 #include "core/error.h"
+#include "core/huge_pages.h"
 
 namespace hearth::cpu {
 
@@ -119,7 +122,8 @@ CpuBackend::CpuBackend(const BackendOptions& opt, const CpuFeatures& cpu)
       gemm_min_tokens_(opt.gemm_min_tokens > 0
                            ? opt.gemm_min_tokens
                            : env_int("HEARTH_GEMM_MIN_TOKENS", kDefaultGemmMinTokens)),
-      weight_copies_(opt.weight_copies) {
+      weight_copies_(opt.weight_copies),
+      kv_huge_pages_(opt.kv_huge_pages) {
   if (kv_dtype_ != DType::F32 && kv_dtype_ != DType::F16 && kv_dtype_ != DType::BF16 &&
       kv_dtype_ != DType::I8)
     fail("cpu backend: KV cache type ", dtype_name(kv_dtype_), " is not supported");
@@ -339,8 +343,19 @@ std::unique_ptr<KVCache> CpuBackend::alloc_kv(const KVSpec& spec, int capacity) 
   kv->spec = spec;
   kv->capacity = capacity;
   kv->dtype = kv_dtype_;
-  kv->mem = {static_cast<uint8_t*>(aligned_alloc_or_throw(kv->bytes() + 64, "the KV cache")),
-             std::free};
+  const size_t bytes = kv->bytes() + 64;
+  void* mem;
+  if (kv_huge_pages_) {
+    // Whole 2 MiB pages, advised into transparent huge pages (advice only: without THP this is
+    // ordinary memory). std::free releases it like the other branch's.
+    const size_t whole = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+    mem = std::aligned_alloc(kHugePageBytes, whole);
+    if (!mem) fail("out of memory allocating ", whole, " bytes for the KV cache");
+    madvise(mem, whole, MADV_HUGEPAGE);
+  } else {
+    mem = aligned_alloc_or_throw(bytes, "the KV cache");
+  }
+  kv->mem = {static_cast<uint8_t*>(mem), std::free};
   return kv;
 }
 

@@ -57,6 +57,7 @@ class CpuBackend : public Backend {
   std::unique_ptr<Gemm> gemm_;
   int gemm_min_tokens_;
   std::shared_ptr<WeightStore> weight_copies_;  // BackendOptions::weight_copies
+  bool kv_huge_pages_;                          // BackendOptions::kv_huge_pages
 };
 
 // The fused steps a compiled graph runs, one per line (see describe_steps), for tests and tools.
