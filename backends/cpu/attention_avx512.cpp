@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backends/cpu/attention_scratch.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/ops.h"
 #include "backends/cpu/simd_avx512.h"
@@ -355,32 +356,12 @@ void attention_avx512(const AttentionArgs& a) {
     attention_rows_ref(a, T);
     return;
   }
-  // Per-row state for up to kRows rows, or a transposed block's for up to 2 kRows.
-  float* acc = a.scratch;             // [2 kRows][hd]
-  float* m = acc + 2 * kRows * hd;    // [2 kRows]
-  float* l = m + 2 * kRows;           // [2 kRows]
-  float* s = l + 2 * kRows;           // [kTile][2 kRows]: one or two rows' scores, or a block's
-  float* qt = s + kTile * 2 * kRows;  // [hd][2 kRows], a block's queries
-  float* pad = qt + 2 * kRows * hd;   // [kRows][hd]
-  float* ktile = pad + kRows * hd;    // [kTile][hd], 16-bit and I8 caches only
-  float* vtile = ktile + kTile * hd;  // [kTile][hd]
+  const AttnScratch sc(a.scratch, hd);
+  float *acc = sc.acc, *m = sc.m, *l = sc.l, *s = sc.s;
   static_assert(kRows == 16, "a block is one or two vectors of rows");
   const int n_rows = a.n_tok * a.group;
   auto tile = [&](int p0, int tile_n, const float** kt, const float** vt) {
-    if constexpr (T == DType::F32) {
-      *kt = static_cast<const float*>(a.k) + int64_t(p0) * hd;
-      *vt = static_cast<const float*>(a.v) + int64_t(p0) * hd;
-    } else if constexpr (T == DType::I8) {
-      widen_tile_i8(a.k, a.k_scale, a.k_factor, p0, tile_n, hd, ktile);
-      widen_tile_i8(a.v, a.v_scale, nullptr, p0, tile_n, hd, vtile);
-      *kt = ktile;
-      *vt = vtile;
-    } else {
-      widen_tile<T>(a.k, p0, tile_n, hd, ktile);
-      widen_tile<T>(a.v, p0, tile_n, hd, vtile);
-      *kt = ktile;
-      *vt = vtile;
-    }
+    kv_tile<T>(a, sc, p0, tile_n, widen_tile<T>, widen_tile_i8, kt, vt);
   };
   for (int r0 = 0; r0 < n_rows; r0 += kRows) {
     const int nr = n_rows - r0 < kRows ? n_rows - r0 : kRows;
@@ -398,7 +379,7 @@ void attention_avx512(const AttentionArgs& a) {
       return a.out + (r / a.group) * a.out_stride + (r % a.group) * hd;
     };
     if (nr == kRows && hd == kHdT) {
-      const BlockT blk{acc, s, qt, pad};
+      const BlockT blk{acc, s, sc.qt, sc.pad};
       // Each row, as put hands it over; r0 + 16 NV rows at once.
       auto put_rows = [&](int nv) {
         return [&, nv](int i, float mi, float li, const float* o) {

@@ -1,0 +1,62 @@
+// The attention kernels' scratch (attention_scratch_floats) carved into its parts, and a KV tile
+// fetched as f32 rows, for attention_avx2.cpp and attention_avx512.cpp; include only from those
+// (anonymous namespace: each gets its own copy, compiled with its own flags).
+#pragma once
+#include "backends/cpu/kernels.h"
+
+namespace hearth::cpu {
+namespace {
+
+// Per-row state for up to R = kAttnRowsPerBlock rows, or a transposed block's for up to 2 R.
+struct AttnScratch {
+  float* acc;    // [2 R][hd]
+  float* m;      // [2 R]
+  float* l;      // [2 R]
+  float* s;      // [kAttnKeyTile][2 R]: one or two rows' scores, or a block's
+  float* qt;     // [hd][2 R], a block's queries
+  float* pad;    // [R][hd], a short last key group of an f32 cache
+  float* ktile;  // [kAttnKeyTile][hd], 16-bit and I8 caches only
+  float* vtile;  // [kAttnKeyTile][hd]
+
+  AttnScratch(float* base, int64_t hd) {
+    constexpr int64_t R = kAttnRowsPerBlock, kTile = kAttnKeyTile;
+    acc = base;
+    m = acc + 2 * R * hd;
+    l = m + 2 * R;
+    s = l + 2 * R;
+    qt = s + kTile * 2 * R;
+    pad = qt + 2 * R * hd;
+    ktile = pad + R * hd;
+    vtile = ktile + kTile * hd;
+  }
+};
+
+using WidenTileFn = void (*)(const void* src, int p0, int n, int hd, float* dst);
+using WidenTileI8Fn = void (*)(const void* src, const float* scale, const float* factor, int p0,
+                               int n, int hd, float* dst);
+
+// Key and value rows of positions [p0, p0 + n) as f32: in place for an f32 cache, else widened
+// into the scratch's tiles by the ISA's widen16 (F16/BF16) or widen_i8 (I8 codes times their
+// position's scale and, for keys, the channel factors).
+template <DType T>
+inline void kv_tile(const AttentionArgs& a, const AttnScratch& sc, int p0, int n,
+                    WidenTileFn widen16, WidenTileI8Fn widen_i8, const float** kt,
+                    const float** vt) {
+  const int hd = a.head_dim;
+  if constexpr (T == DType::F32) {
+    *kt = static_cast<const float*>(a.k) + int64_t(p0) * hd;
+    *vt = static_cast<const float*>(a.v) + int64_t(p0) * hd;
+    return;
+  } else if constexpr (T == DType::I8) {
+    widen_i8(a.k, a.k_scale, a.k_factor, p0, n, hd, sc.ktile);
+    widen_i8(a.v, a.v_scale, nullptr, p0, n, hd, sc.vtile);
+  } else {
+    widen16(a.k, p0, n, hd, sc.ktile);
+    widen16(a.v, p0, n, hd, sc.vtile);
+  }
+  *kt = sc.ktile;
+  *vt = sc.vtile;
+}
+
+}  // namespace
+}  // namespace hearth::cpu
