@@ -239,7 +239,7 @@ hearth_status hearth_model_load(const char* path, const hearth_model_params* par
     core->backend_options.isa = p.isa ? p.isa : "";
     core->backend_options.kv_dtype = kv_dtype(p.kv_type);
     // Huge pages: every session's backend shares one set of private copies of the matmul weights,
-    // in the layouts its kernels read fastest.
+    // in the layouts its kernels read fastest, and KV caches in huge pages.
     if (p.hugepages) {
       core->backend_options.weight_copies = std::make_shared<WeightStore>();
       core->backend_options.kv_huge_pages = true;

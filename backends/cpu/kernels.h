@@ -139,7 +139,7 @@ using AttentionFn = void (*)(const AttentionArgs&);
 constexpr int64_t kAttnRowsPerBlock = 16;  // query rows (tokens x group) handled together
 constexpr int64_t kAttnKeyTile = 64;       // positions per key tile
 inline int64_t attention_scratch_floats(int64_t head_dim) {
-  constexpr int64_t R = 2 * kAttnRowsPerBlock;  // rows of a transposed block (AVX-512)
+  constexpr int64_t R = 2 * kAttnRowsPerBlock;  // up to a transposed block (attention_scratch.h)
   return R * (2 * head_dim + 2) + kAttnKeyTile * (R + 2 * head_dim) + kAttnRowsPerBlock * head_dim +
          64;
 }
