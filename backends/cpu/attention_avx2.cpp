@@ -116,13 +116,6 @@ inline void accumulate_v(const float* e, const float* vt, int n, int hd, float* 
 // broadcast fit the 16 registers. The head dimension is fixed at 128 (every Qwen3 size).
 constexpr int kHdT = 128, kPassT = 6;
 
-struct BlockT {
-  float* ot;   // [hd][16] unnormalised outputs
-  float* st;   // [kTile][16] one tile's scores, then exp(s - m)
-  float* qt;   // [hd][16] the rows' queries
-  float* pad;  // [kPassT][hd] a short last key group of an f32 cache, so no load leaves it
-};
-
 // acc[j][v] = keys kb[j] . rows of vector v, for kPassT keys.
 inline void scores_pass(const float* qt, const float* kb, __m256 (&acc)[kPassT][2]) {
 #pragma GCC unroll 6
@@ -180,10 +173,11 @@ inline void accumulate_rows(const float* st, const float* vt, int n, float* ot) 
 }
 
 // Rows q(0..15) seeing positions [kv_begin, end(i)); tile(p0, n, &kt, &vt) yields f32 key and
-// value rows for positions [p0, p0 + n), read in place when kDirect (an f32 cache). Hands each
-// row to put(i, m, l, o), o its outputs 16 floats apart.
-template <bool kDirect, class Q, class End, class Tile, class Put>
-void attend_rows(const AttentionArgs& a, const BlockT& b, Q q, End end, Tile tile, Put put) {
+// value rows for positions [p0, p0 + n), read in place when kDirect (an f32 cache). Row i's
+// result goes to out(i), as row r0 + i of the kernel's (store_block_row).
+template <bool kDirect, class Q, class End, class Tile, class Out>
+void attend_rows(const AttentionArgs& a, const AttnScratch& b, Q q, End end, Tile tile, Out out,
+                 int r0) {
   const __m256 ninf = _mm256_set1_ps(-INFINITY), zero = _mm256_setzero_ps();
   alignas(32) int32_t ends[16];
   for (int i = 0; i < 16; ++i) {
@@ -194,7 +188,7 @@ void attend_rows(const AttentionArgs& a, const BlockT& b, Q q, End end, Tile til
   const __m256i vis[2] = {_mm256_load_si256(reinterpret_cast<const __m256i*>(ends)),
                           _mm256_load_si256(reinterpret_cast<const __m256i*>(ends + 8))};
   __m256 m[2] = {ninf, ninf}, l[2] = {zero, zero};
-  std::memset(b.ot, 0, sizeof(float) * 16 * kHdT);
+  std::memset(b.acc, 0, sizeof(float) * 16 * kHdT);
   const int n_pos = ends[15];  // rows are token-major: the last sees most
   for (int p0 = a.kv_begin; p0 < n_pos; p0 += kTile) {
     const int tile_n = n_pos - p0 < kTile ? n_pos - p0 : kTile;
@@ -218,7 +212,7 @@ void attend_rows(const AttentionArgs& a, const BlockT& b, Q q, End end, Tile til
           const __m256 s =
               _mm256_blendv_ps(ninf, _mm256_mul_ps(sv[j][v], _mm256_set1_ps(a.scale)), seen);
           tmax[v] = _mm256_max_ps(tmax[v], s);
-          _mm256_storeu_ps(b.st + 16 * (j0 + j) + 8 * v, s);
+          _mm256_storeu_ps(b.s + 16 * (j0 + j) + 8 * v, s);
         }
     }
     // Online softmax in lanes. A row that has seen nothing yet keeps m = -inf; exp is taken
@@ -231,7 +225,7 @@ void attend_rows(const AttentionArgs& a, const BlockT& b, Q q, End end, Tile til
         const __m256 c = exp256(_mm256_sub_ps(m[v], base[v]));
         l[v] = _mm256_mul_ps(l[v], c);
         for (int d = 0; d < kHdT; ++d) {
-          float* o = b.ot + 16 * d + 8 * v;
+          float* o = b.acc + 16 * d + 8 * v;
           _mm256_storeu_ps(o, _mm256_mul_ps(_mm256_loadu_ps(o), c));
         }
       }
@@ -239,19 +233,19 @@ void attend_rows(const AttentionArgs& a, const BlockT& b, Q q, End end, Tile til
     }
     for (int j = 0; j < tile_n; ++j)
       for (int v = 0; v < 2; ++v) {
-        float* sj = b.st + 16 * j + 8 * v;
+        float* sj = b.s + 16 * j + 8 * v;
         const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(sj), base[v]));
         l[v] = _mm256_add_ps(l[v], e);
         _mm256_storeu_ps(sj, e);
       }
-    accumulate_rows(b.st, vt, tile_n, b.ot);
+    accumulate_rows(b.s, vt, tile_n, b.acc);
   }
   alignas(32) float ms[16], ls[16];
   for (int v = 0; v < 2; ++v) {
     _mm256_store_ps(ms + 8 * v, m[v]);
     _mm256_store_ps(ls + 8 * v, l[v]);
   }
-  for (int i = 0; i < 16; ++i) put(i, ms[i], ls[i], b.ot + i);
+  for (int i = 0; i < 16; ++i) store_block_row(a, r0 + i, out(i), ms[i], ls[i], b.acc + i, 16);
 }
 
 template <DType T>
@@ -284,13 +278,7 @@ void attention_avx2(const AttentionArgs& a) {
         const int r = r0 + i;
         return a.q + (r / a.group) * a.q_stride + (r % a.group) * hd;
       };
-      attend_rows<T == DType::F32>(a, BlockT{acc, s, sc.qt, sc.pad}, q_row, visible, tile,
-                                   [&](int i, float mi, float li, const float* o) {
-                                     float* out = out_row(i);
-                                     const float f = a.ml ? 1.f : 1.f / li;
-                                     for (int d = 0; d < kHdT; ++d) out[d] = o[16 * d] * f;
-                                     if (a.ml) a.ml[2 * (r0 + i)] = mi, a.ml[2 * (r0 + i) + 1] = li;
-                                   });
+      attend_rows<T == DType::F32>(a, sc, q_row, visible, tile, out_row, r0);
       continue;
     }
     for (int i = 0; i < nr; ++i) {

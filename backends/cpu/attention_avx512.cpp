@@ -213,13 +213,6 @@ inline void accumulate_v2(const float* e0, const float* e1, const float* vt, int
 // constant offsets from one pointer.
 constexpr int kHdT = 128;
 
-struct BlockT {
-  float* ot;   // [hd][rows] unnormalised outputs
-  float* st;   // [kTile][rows] one tile's scores, then exp(s - m)
-  float* qt;   // [hd][rows] the rows' queries
-  float* pad;  // [16][hd] a short last key group of an f32 cache, so no load leaves the cache
-};
-
 // NV vectors of rows; a pass covers W keys (scores) or W channels (outputs), NV x W accumulators.
 template <int NV>
 constexpr int kPass = 16 / NV;
@@ -269,10 +262,11 @@ inline void accumulate_rows(const float* st, const float* vt, int n, float* ot) 
 
 // Rows q(0..16 NV - 1) seeing positions [kv_begin, end(i)); tile(p0, n, &kt, &vt) yields f32 key
 // and value rows for positions [p0, p0 + n), read in place when kDirect (an f32 cache) and from a
-// tile buffer of kTile rows otherwise. Hands each row to put(i, m, l, o), o its outputs 16 NV
-// floats apart.
-template <int NV, bool kDirect, class Q, class End, class Tile, class Put>
-void attend_rows(const AttentionArgs& a, const BlockT& b, Q q, End end, Tile tile, Put put) {
+// tile buffer of kTile rows otherwise. Row i's result goes to out(i), as row r0 + i of the
+// kernel's (store_block_row).
+template <int NV, bool kDirect, class Q, class End, class Tile, class Out>
+void attend_rows(const AttentionArgs& a, const AttnScratch& b, Q q, End end, Tile tile, Out out,
+                 int r0) {
   constexpr int W = kPass<NV>, R = 16 * NV;
   const __m512 ninf = _mm512_set1_ps(-INFINITY);
   alignas(64) int32_t ends[R];
@@ -288,7 +282,7 @@ void attend_rows(const AttentionArgs& a, const BlockT& b, Q q, End end, Tile til
     m[v] = ninf;
     l[v] = _mm512_setzero_ps();
   }
-  std::memset(b.ot, 0, sizeof(float) * R * kHdT);
+  std::memset(b.acc, 0, sizeof(float) * R * kHdT);
   const int n_pos = ends[R - 1];  // rows are token-major: the last sees most
   for (int p0 = a.kv_begin; p0 < n_pos; p0 += kTile) {
     const int tile_n = n_pos - p0 < kTile ? n_pos - p0 : kTile;
@@ -312,7 +306,7 @@ void attend_rows(const AttentionArgs& a, const BlockT& b, Q q, End end, Tile til
           const __m512 s =
               _mm512_mask_blend_ps(seen, ninf, _mm512_mul_ps(sv[j][v], _mm512_set1_ps(a.scale)));
           tmax[v] = _mm512_max_ps(tmax[v], s);
-          _mm512_storeu_ps(b.st + R * (j0 + j) + 16 * v, s);
+          _mm512_storeu_ps(b.s + R * (j0 + j) + 16 * v, s);
         }
     }
     // Online softmax in lanes. A row that has seen nothing yet keeps m = -inf; exp is taken
@@ -326,7 +320,7 @@ void attend_rows(const AttentionArgs& a, const BlockT& b, Q q, End end, Tile til
         const __m512 c = exp512(_mm512_sub_ps(m[v], base[v]));
         l[v] = _mm512_mul_ps(l[v], c);
         for (int d = 0; d < kHdT; ++d) {
-          float* o = b.ot + R * d + 16 * v;
+          float* o = b.acc + R * d + 16 * v;
           _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_loadu_ps(o), c));
         }
       }
@@ -334,19 +328,19 @@ void attend_rows(const AttentionArgs& a, const BlockT& b, Q q, End end, Tile til
     }
     for (int j = 0; j < tile_n; ++j)
       for (int v = 0; v < NV; ++v) {
-        float* sj = b.st + R * j + 16 * v;
+        float* sj = b.s + R * j + 16 * v;
         const __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(sj), base[v]));
         l[v] = _mm512_add_ps(l[v], e);
         _mm512_storeu_ps(sj, e);
       }
-    accumulate_rows<NV>(b.st, vt, tile_n, b.ot);
+    accumulate_rows<NV>(b.s, vt, tile_n, b.acc);
   }
   alignas(64) float ms[R], ls[R];
   for (int v = 0; v < NV; ++v) {
     _mm512_store_ps(ms + 16 * v, m[v]);
     _mm512_store_ps(ls + 16 * v, l[v]);
   }
-  for (int i = 0; i < R; ++i) put(i, ms[i], ls[i], b.ot + i);
+  for (int i = 0; i < R; ++i) store_block_row(a, r0 + i, out(i), ms[i], ls[i], b.acc + i, R);
 }
 
 template <DType T>
@@ -379,21 +373,11 @@ void attention_avx512(const AttentionArgs& a) {
       return a.out + (r / a.group) * a.out_stride + (r % a.group) * hd;
     };
     if (nr == kRows && hd == kHdT) {
-      const BlockT blk{acc, s, sc.qt, sc.pad};
-      // Each row, as put hands it over; r0 + 16 NV rows at once.
-      auto put_rows = [&](int nv) {
-        return [&, nv](int i, float mi, float li, const float* o) {
-          float* out = out_row(i);
-          const float f = a.ml ? 1.f : 1.f / li;
-          for (int d = 0; d < kHdT; ++d) out[d] = o[16 * nv * d] * f;
-          if (a.ml) a.ml[2 * (r0 + i)] = mi, a.ml[2 * (r0 + i) + 1] = li;
-        };
-      };
       if (n_rows - r0 >= 2 * kRows) {
-        attend_rows<2, T == DType::F32>(a, blk, q_row, visible, tile, put_rows(2));
+        attend_rows<2, T == DType::F32>(a, sc, q_row, visible, tile, out_row, r0);
         r0 += kRows;  // the loop adds the other kRows
       } else {
-        attend_rows<1, T == DType::F32>(a, blk, q_row, visible, tile, put_rows(1));
+        attend_rows<1, T == DType::F32>(a, sc, q_row, visible, tile, out_row, r0);
       }
       continue;
     }

@@ -9,12 +9,12 @@ namespace {
 
 // Per-row state for up to R = kAttnRowsPerBlock rows, or a transposed block's for up to 2 R.
 struct AttnScratch {
-  float* acc;    // [2 R][hd]
+  float* acc;    // [2 R][hd] rows' outputs, or a block's [hd][rows], unnormalised
   float* m;      // [2 R]
   float* l;      // [2 R]
-  float* s;      // [kAttnKeyTile][2 R]: one or two rows' scores, or a block's
-  float* qt;     // [hd][2 R], a block's queries
-  float* pad;    // [R][hd], a short last key group of an f32 cache
+  float* s;      // [kAttnKeyTile][2 R]: one or two rows' scores, or a block's [key][rows]
+  float* qt;     // [hd][rows], a block's queries
+  float* pad;    // [R][hd], a short last key group of an f32 cache, so no load leaves the cache
   float* ktile;  // [kAttnKeyTile][hd], 16-bit and I8 caches only
   float* vtile;  // [kAttnKeyTile][hd]
 
@@ -56,6 +56,15 @@ inline void kv_tile(const AttentionArgs& a, const AttnScratch& sc, int p0, int n
   }
   *kt = sc.ktile;
   *vt = sc.vtile;
+}
+
+// Row r's result from a transposed block, its outputs o `stride` floats apart: normalised by l into
+// out or, over a range of positions (AttentionArgs::ml), left unnormalised with {m, l} beside.
+inline void store_block_row(const AttentionArgs& a, int r, float* out, float m, float l,
+                            const float* o, int stride) {
+  const float f = a.ml ? 1.f : 1.f / l;
+  for (int d = 0; d < a.head_dim; ++d) out[d] = o[int64_t(stride) * d] * f;
+  if (a.ml) a.ml[2 * r] = m, a.ml[2 * r + 1] = l;
 }
 
 }  // namespace
