@@ -69,6 +69,10 @@ class Backend {
   // Copies the first n positions of every layer and head (to.capacity >= n).
   virtual void copy_kv(const KVCache& from, KVCache& to, int n) = 0;
   virtual void run(CompiledGraph& cg, const StepInputs& in) = 0;
+  // Mean weight bytes per greedy (argmax) step that the backend did not read because it proved
+  // them unneeded (the CPU backend's screened LM head), since it was created; 0 when it reads
+  // every weight.
+  virtual double argmax_bytes_saved() const { return 0; }
 };
 
 struct BackendFactory {

@@ -843,6 +843,89 @@ TEST_SUITE("kernels") {
       }
   }
 
+  TEST_CASE("screened LM head (weight copies): the whole head's first argmax on every ISA") {
+    // A BF16 head with exact ties (rows equal to row 5) and near ties (one bf16 step away), read
+    // with the Q8 screen of head_screen.h; the answer must be the first index of the maximum of
+    // the logits the whole head gives. K 256 takes the packed screen on AVX-512, K 96 the
+    // row-major one with a short last chunk; N is not a multiple of 16, so threads' ranges end
+    // off the 16-row grid.
+    for (const int64_t K : {256, 96}) {
+      const int64_t N = 4100;
+      auto wf = randn(size_t(N * K), 51, 0.05f);
+      std::vector<uint16_t> w(wf.size());
+      for (size_t i = 0; i < w.size(); ++i) w[i] = f32_to_bf16(wf[i]);
+      // Row 50's screen misses 31 of its weights (an outlier sets its group's scale and they round
+      // to 0), so the screen ranks row 10 above it where the head does not: only the bound keeps
+      // row 50 in. Columns 1-31 are 0 elsewhere.
+      for (int64_t r = 0; r < N; ++r)
+        for (int64_t k = 1; k < 32; ++k) w[size_t(r * K + k)] = 0;
+      std::fill(w.begin() + 10 * K, w.begin() + 11 * K, uint16_t(0));
+      std::fill(w.begin() + 50 * K, w.begin() + 51 * K, uint16_t(0));
+      w[size_t(50 * K)] = f32_to_bf16(1.f);
+      for (int64_t k = 1; k < 32; ++k)
+        w[size_t(50 * K + k)] = f32_to_bf16(0.0039f), w[size_t(10 * K + k)] = f32_to_bf16(0.0038f);
+      for (int64_t r : {700, 2900, 4099})
+        std::copy(w.begin() + 5 * K, w.begin() + 6 * K, w.begin() + r * K);
+      std::copy(w.begin() + 5 * K, w.begin() + 6 * K, w.begin() + 1234 * K);
+      w[size_t(1234 * K + 7)] += 1;  // one ulp up or down, depending on x[7]
+      std::copy(w.begin() + 5 * K, w.begin() + 6 * K, w.begin() + 3000 * K);
+      w[size_t(3000 * K + 7)] -= 1;
+      // Token 0: x along row 5 (the tie and near ties decide); 1 to 6: random; 7: NaN; 8: ones on
+      // columns 1-31 (rows 50 and 10).
+      const int n_x = 9;
+      auto x = randn(size_t(n_x * K), 52);
+      for (int64_t k = 0; k < K; ++k) x[size_t(k)] = bf16_to_f32(w[size_t(5 * K + k)]) * 20.f;
+      for (int64_t k = 0; k < K; ++k) x[size_t(7 * K + k)] = NAN;
+      for (int64_t k = 0; k < K; ++k) x[size_t(8 * K + k)] = k >= 1 && k < 32 ? 1.f : 0.f;
+      Graph g;
+      int xi = g.add(Op::Embed, g.activation("x", K),
+                     {g.weight("x", view(DType::F32, {n_x, K}, x.data()))});
+      g.output = g.add(Op::MatMul, g.activation("logits", N, Rows::Outputs),
+                       {xi, g.weight("lm_head", view(DType::BF16, {N, K}, w.data()))});
+      for (const Isa isa_kind : isas_here()) {
+        const std::string isa = isa_name(isa_kind);
+        for (int threads : {1, 2, 3}) {
+          CAPTURE(K);
+          CAPTURE(isa);
+          CAPTURE(threads);
+          auto store = std::make_shared<WeightStore>();
+          BackendOptions o;
+          o.isa = isa;
+          o.threads = threads;
+          auto full = create_backend("cpu", o);
+          o.weight_copies = store;
+          auto screened = create_backend("cpu", o);
+          auto cg_full = full->compile(g, 1, 1), cg_screened = screened->compile(g, 1, 1);
+          auto kv = full->alloc_kv({1, 1, 16}, 1);
+          for (int32_t t = 0; t < n_x; ++t) {
+            CAPTURE(t);
+            int32_t row = 0, arg = -2;
+            std::vector<float> logits(static_cast<size_t>(N));
+            StepInputs in;
+            in.tokens = &t;
+            in.n_tokens = 1;
+            in.out_rows = &row;
+            in.n_out = 1;
+            in.kv = kv.get();
+            in.logits = logits.data();
+            full->run(*cg_full, in);
+            in.logits = nullptr;
+            in.argmax = &arg;
+            screened->run(*cg_screened, in);
+            int32_t want = -1;
+            for (int32_t r = 0; r < N; ++r)
+              if (logits[size_t(r)] > (want < 0 ? -INFINITY : logits[size_t(want)])) want = r;
+            CHECK(arg == want);
+            if (t == 0) CHECK((want == 5 || want == 1234));
+            if (t == 8) CHECK(want == 50);
+          }
+          // The screen let most of the head go unread.
+          CHECK(screened->argmax_bytes_saved() > 0.5 * double(N * K * 2 - (N * K * 17) / 16));
+        }
+      }
+    }
+  }
+
   TEST_CASE("greedy decoding through the fused argmax equals sampling the full logits") {
     auto model = Qwen3Model::load(fixture("tiny-untied-sharded-f32"));
     const auto& c = model->config();
@@ -927,9 +1010,10 @@ TEST_SUITE("kernels") {
       CAPTURE(gemm);
       CHECK(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * 4) == 0);
     }
-    // Every linear weight once (BF16: packed, row for row the same bytes), for both backends.
+    // Every linear weight once (BF16: packed, row for row the same bytes), for both backends,
+    // and the BF16 LM head's Q8 screen for greedy decoding.
     const auto& w = model->weights();
-    size_t want = w.embed.nbytes;  // the tied LM head
+    size_t want = w.embed.nbytes + cpu::head_screen_bytes(w.embed);  // the tied LM head
     for (const auto& l : w.layers)
       for (const Tensor* t :
            {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})

@@ -22,7 +22,10 @@
 //                              has none; BF16 weights prefill on them with `gemm dnnl-bf16`
 //   prefill_bf16_peak_fraction prefill_gflops / peak_bf16_gflops (0 without)
 //   decode_tokens_per_s        greedy decode tokens per second (LM head fused with the argmax)
-//   decode_weight_bytes        weight bytes read per decoded token (decode_weight_bytes())
+//   decode_weight_bytes        weight bytes read per decoded token: decode_weight_bytes(), less
+//                              what the backend proved it need not read (with --hugepages, a BF16
+//                              LM head is screened by a Q8 copy: head_screen_saving_bytes)
+//   head_screen_saving_bytes   that saving per token (Backend::argmax_bytes_saved), 0 without
 //   decode_kv_bytes_per_token  KV cache bytes read per decoded token, averaged over the decode
 //   decode_bytes_per_token     decode_weight_bytes + decode_kv_bytes_per_token
 //   mem_bw_gbs                 memory read bandwidth, GB/s (1e9 bytes): the best probe of the
@@ -294,7 +297,8 @@ int cmd_bench(int argc, char** argv) {
   double kv_bytes = 0;
   for (int i = 1; i <= gen; ++i) kv_bytes += kv_per_pos * (i + 1);
   kv_bytes /= gen;
-  const double weight_bytes = double(model->decode_weight_bytes());
+  const double saved = runner.backend().argmax_bytes_saved();
+  const double weight_bytes = double(model->decode_weight_bytes()) - saved;
   const double bytes = weight_bytes + kv_bytes;
   const double best_bw = *std::max_element(bw.begin(), bw.end());
   const double pf = median(prefill_tps), dc = median(decode_tps);
@@ -320,7 +324,8 @@ int cmd_bench(int argc, char** argv) {
   w.field("prefill_bf16_peak_fraction", peak_bf16 > 0 ? pf_gflops / peak_bf16 : 0.0);
   w.field("decode_tokens_per_s", dc);
   w.key("decode_runs").array(decode_tps);
-  w.field("decode_weight_bytes", weight_bytes).field("decode_kv_bytes_per_token", kv_bytes);
+  w.field("decode_weight_bytes", weight_bytes).field("head_screen_saving_bytes", saved);
+  w.field("decode_kv_bytes_per_token", kv_bytes);
   w.field("decode_bytes_per_token", bytes);
   w.field("mem_bw_gbs", best_bw);
   w.key("mem_bw_runs").array(bw);

@@ -41,7 +41,8 @@ commands:
             FMA (and int8 dot) peaks measured in the same run; JSON fields: prefill_tokens_per_s,
             prefill_gflops, peak_gflops, prefill_peak_fraction, peak_int8_gops,
             prefill_int8_peak_fraction, decode_tokens_per_s, decode_bytes_per_token
-            (= decode_weight_bytes + decode_kv_bytes_per_token), mem_bw_gbs, decode_bw_fraction,
+            (= decode_weight_bytes + decode_kv_bytes_per_token; head_screen_saving_bytes: the
+            LM head bytes a screened greedy step did not read), mem_bw_gbs, decode_bw_fraction,
             prefill_cpu_share, decode_cpu_share (below 1: a busy machine), peak_rss_mb,
             weights_hugepage_mb; all in tools/cmd_bench.cpp
   eval      --model M --reference REF (--text FILE | --ids-file FILE) [--ctx 512] [--json]
@@ -55,7 +56,9 @@ engine options (all model commands):
                GEMM where bf16 dot products are fast (Zen 4/5, AMX); a named one gets them)
   --hugepages  keep private huge-page copies of the matmul weights, in the layouts the
                kernels read fastest, and the KV cache in huge pages (faster decode; a
-               private copy of the weights)
+               private copy of the weights); a BF16 LM head also gets a Q8 copy that
+               greedy decoding reads instead, computing exactly only the rows it cannot
+               rule out (the same tokens; about half the head's bytes)
 sampling: --temperature T --top-k K --top-p P --min-p M --seed S --repetition-penalty R
           --presence-penalty P --frequency-penalty F --greedy
 )";

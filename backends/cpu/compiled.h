@@ -8,6 +8,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/head_screen.h"
 #include "backends/cpu/plan.h"
 
 namespace hearth::cpu {
@@ -72,6 +73,20 @@ struct CpuCompiled : CompiledGraph {
   // Greedy decoding: each thread's best logit and its index per output row.
   std::vector<float> best_val;
   std::vector<int32_t> best_idx;
+
+  // Greedy decoding of one token through the LM head's screen (head_screen.h), when the backend
+  // keeps weight copies and the head is BF16: the head's weight id, the screen, and per thread
+  // room for the candidate rows of its range and its largest lower bound.
+  struct ScreenCandidate {
+    int32_t row;
+    float upper;
+  };
+  int screen_w = -1;
+  HeadScreen screen;
+  Buffer screen_cand;  // [threads][screen_cap]
+  int64_t screen_cap = 0;
+  std::vector<float> screen_lb;
+  ScreenStats* screen_stats = nullptr;
 
   std::atomic<int> next_item{0};  // long attention steps hand out (KV head, token block) items
   // Decode attention split over positions: per thread, one range's unnormalised rows and their

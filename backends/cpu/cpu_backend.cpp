@@ -177,7 +177,7 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
   // The weights linear steps read: the model's, or private huge-page copies. BF16, Q8 and Q4 ones
   // are packed a group of rows at a time for the AVX-512 decode kernels (pack_rows); the library
   // GEMMs unpack BF16 blocks, and the int8 GEMM gathers its panels from the packed rows.
-  enum Layout : int { kVerbatim = 0, kPacked = 1 };
+  enum Layout : int { kVerbatim = 0, kPacked = 1, kScreen = 2 };
   auto use_weight = [&](int id) {
     Tensor w = ts[size_t(id)].weight;
     if (weight_copies_ && cg->weight[size_t(id)].empty()) {
@@ -200,6 +200,33 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
                                        [&](void* dst) { std::memcpy(dst, w.scales, scale_bytes); });
     }
     cg->weight[size_t(id)] = w;
+  };
+
+  // A BF16 LM head gets a Q8 screen beside the weight copies, for greedy decoding (head_screen.h).
+  int64_t max_screen = 0;
+  auto use_screen = [&](int id) {
+    const Tensor& w = ts[size_t(id)].weight;
+    if (!weight_copies_ || !screenable(w) || cg->screen_w >= 0) return;
+    const bool pk = kernels_.isa == Isa::Avx512 && pack_fits(kPackQ8, w.rows(), w.cols());
+    const void* mem = weight_copies_->get(w.data, kScreen, head_screen_bytes(w), [&](void* dst) {
+      pool_.run([&](int tid, int nth) {
+        int64_t b, e;
+        ThreadPool::split(w.rows(), tid, nth, kPackQ8.rows, &b, &e);
+        build_head_screen(w, pk, dst, b, e);
+      });
+    });
+    cg->screen = head_screen_view(w, pk, mem);
+    cg->screen_w = id;
+    cg->screen_cap = w.rows();
+    cg->screen_cand.alloc(
+        size_t(pool_.size()) * size_t(w.rows()) * sizeof(CpuCompiled::ScreenCandidate),
+        "LM head screen candidates");
+    cg->screen_lb.assign(size_t(pool_.size()), 0.f);
+    cg->screen_stats = &screen_stats_;
+    screen_stats_.head_bytes = double(w.nbytes);
+    screen_stats_.screen_bytes = double(head_screen_bytes(w));
+    screen_stats_.row_bytes = double(w.nbytes) / double(w.rows());
+    max_screen = quant_matmul_scratch_floats(w.cols(), 1);
   };
 
   // Norm weights are widened to f32 once; they are small.
@@ -239,6 +266,7 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
         }
         if (s.lin.norm_w >= 0) max_norm = std::max(max_norm, ts[size_t(s.lin.x)].cols);
         if (s.lin.logits) cg->argmax_fused = true;
+        if (s.lin.logits && s.lin.parts.size() == 1) use_screen(s.lin.parts[0].w);
         break;
       case Step::Kind::Attention: {
         const AttentionStep& a = s.att;
@@ -320,7 +348,8 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
   // library (short steps, and steps with quantized weights).
   const size_t native_rows =
       gemm_ && max_qmm == 0 ? std::min(max_rows, size_t(gemm_min_tokens_)) : max_rows;
-  cg->off_mm = at, at += round16(std::max(size_t(max_k) * native_rows, size_t(max_qmm)));
+  cg->off_mm = at,
+  at += round16(std::max({size_t(max_k) * native_rows, size_t(max_qmm), size_t(max_screen)}));
   cg->off_attn = at, at += max_hd ? round16(size_t(attention_scratch_floats(max_hd))) : 0;
   cg->per_thread = std::max<size_t>(at, 16);
   cg->scratch.alloc(cg->per_thread * 4 * size_t(pool_.size()), "scratch");
@@ -357,6 +386,13 @@ std::unique_ptr<KVCache> CpuBackend::alloc_kv(const KVSpec& spec, int capacity) 
   }
   kv->mem = {static_cast<uint8_t*>(mem), std::free};
   return kv;
+}
+
+double CpuBackend::argmax_bytes_saved() const {
+  const ScreenStats& s = screen_stats_;
+  const int64_t steps = s.steps.load();
+  if (steps == 0) return 0;
+  return s.head_bytes - s.screen_bytes - double(s.exact_rows.load()) / double(steps) * s.row_bytes;
 }
 
 void CpuBackend::copy_kv(const KVCache& from_base, KVCache& to_base, int n) {

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/head_screen.h"
 #include "backends/cpu/kernels.h"
 #include "core/backend.h"
 #include "core/threadpool.h"
@@ -42,6 +43,7 @@ class CpuBackend : public Backend {
   std::unique_ptr<KVCache> alloc_kv(const KVSpec& spec, int capacity) override;
   void copy_kv(const KVCache& from, KVCache& to, int n) override;
   void run(CompiledGraph& cg, const StepInputs& in) override;
+  double argmax_bytes_saved() const override;
 
   Isa isa() const { return kernels_.isa; }
   const KernelTable& kernels() const { return kernels_; }
@@ -58,6 +60,7 @@ class CpuBackend : public Backend {
   int gemm_min_tokens_;
   std::shared_ptr<WeightStore> weight_copies_;  // BackendOptions::weight_copies
   bool kv_huge_pages_;                          // BackendOptions::kv_huge_pages
+  ScreenStats screen_stats_;                    // of every compiled graph's screened LM head
 };
 
 // The fused steps a compiled graph runs, one per line (see describe_steps), for tests and tools.

@@ -76,6 +76,53 @@ void matmul_rows(const StepCtx& c, const Tensor& w, const void* w_il, const floa
   c.kt.matmul[type_slot(w.dtype)](a);
 }
 
+// The greedy LM head of one token through its screen (head_screen.h). Every thread screens its
+// rows, keeping those whose upper bound reaches its best lower bound so far; after a barrier, the
+// 4-row groups of those that reach the best lower bound of all threads are computed from the head
+// itself. Groups start on multiples of 4, as in the whole head's calls, so each row's logit is the
+// one the whole head gives; every other row's is provably below the maximum.
+void argmax_screened(const StepCtx& c, const LinearStep& s, const float* x) {
+  CpuCompiled& cg = c.cg;
+  const HeadScreen& hs = cg.screen;
+  const LinearStep::Part& p = s.parts[0];
+  const Tensor& w = weight(c, p);
+  const int64_t N = w.rows(), K = w.cols();
+  int64_t b, e;
+  ThreadPool::split(N, c.tid, c.nth, 16, &b, &e);
+  float* tmp = c.scratch() + cg.off_tmp;
+  const int64_t br = epilogue_rows(1);
+  const ScreenInput in = screen_input(x, K);
+  auto* cand = reinterpret_cast<CpuCompiled::ScreenCandidate*>(cg.screen_cand.p.get()) +
+               c.tid * cg.screen_cap;
+  int64_t n = 0;
+  float best_lower = -INFINITY;
+  for (int64_t r = b; r < e; r += br) {
+    const int64_t r1 = std::min(e, r + br);
+    matmul_rows(c, hs.q8, hs.w_il, x, 1, r, r1, tmp, br, e, r > b);
+    for (int64_t i = 0; i < r1 - r; ++i) {
+      const float bound = screen_bound(in, hs.bounds + 3 * (r + i), K);
+      best_lower = std::max(best_lower, tmp[i] - bound);
+      if (tmp[i] + bound >= best_lower) cand[n++] = {int32_t(r + i), tmp[i] + bound};
+    }
+  }
+  cg.screen_lb[size_t(c.tid)] = best_lower;
+  c.barrier.wait();
+  float lower = -INFINITY;
+  for (int t = 0; t < c.nth; ++t) lower = std::max(lower, cg.screen_lb[size_t(t)]);
+  int64_t done = -1, exact = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t g0 = cand[i].row / 4 * 4;
+    if (!(cand[i].upper >= lower) || g0 == done) continue;
+    const int64_t g1 = std::min(g0 + 4, e);
+    matmul_rows(c, w, packed(c, p), x, 1, g0, g1, tmp, 4);
+    argmax_update(c, tmp, 4, 1, g0, g1 - g0);
+    done = g0;
+    exact += g1 - g0;
+  }
+  cg.screen_stats->exact_rows += exact;
+  if (c.tid == 0) ++cg.screen_stats->steps;
+}
+
 void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_t T,
                    const ActsI8* xi8) {
   float* tmp_a = c.scratch() + c.cg.off_tmp;
@@ -98,6 +145,8 @@ void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_
     }
     return;
   }
+  if (s.logits && c.in.argmax && T == 1 && s.parts.size() == 1 && s.parts[0].w == c.cg.screen_w)
+    return argmax_screened(c, s, x);
   // Store and AddResidual: the parts' rows as one range, split evenly over the threads.
   int64_t total = 0;
   for (const auto& p : s.parts) total += weight(c, p).rows();

@@ -23,16 +23,22 @@ void quantize_act_scalar(const float* x, int64_t k, int8_t* q, float* d, float* 
     for (int b = 0; b < m; ++b) {
       const float* xb = x + c0 + 32 * b;
       float amax = 0.f;
-      for (int i = 0; i < 32; ++i) amax = std::fabs(xb[i]) > amax ? std::fabs(xb[i]) : amax;
-      const float inv = amax > 0.f ? 127.f / amax : 0.f;
+      bool finite = true;
+      for (int i = 0; i < 32; ++i) {
+        amax = std::fabs(xb[i]) > amax ? std::fabs(xb[i]) : amax;
+        finite = finite && std::isfinite(xb[i]);
+      }
+      // A NaN or infinite input makes the block's scale NaN, so every dot it enters is NaN, as in
+      // float arithmetic (and no NaN reaches an integer conversion).
+      const float inv = finite && amax > 0.f ? 127.f / amax : 0.f;
       int sum = 0;
       for (int i = 0; i < 32; ++i) {
         // Round to nearest even (|x * inv| <= 127) without a libm call: 1.5 * 2^23 as a shifter.
-        const int v = int((xb[i] * inv + 12582912.f) - 12582912.f);
+        const int v = finite ? int((xb[i] * inv + 12582912.f) - 12582912.f) : 0;
         nat[32 * b + i] = int8_t(v);
         sum += v;
       }
-      d[(c0 + 32 * b) / kBlock] = amax / 127.f;
+      d[(c0 + 32 * b) / kBlock] = finite ? amax / 127.f : NAN;
       s[(c0 + 32 * b) / kBlock] = float(sum);
     }
     for (int b = 0; b < m; ++b)

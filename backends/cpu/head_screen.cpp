@@ -1,0 +1,134 @@
+// Building the LM head screen (head_screen.h): a Q8 g32 copy of a BF16 head made with the
+// quantizer's round-to-nearest, laid out [codes][F16 scales][bounds], and the per-token sums.
+#include "backends/cpu/head_screen.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backends/cpu/kernels.h"
+#include "core/error.h"
+#include "quant/format.h"
+#include "quant/quantize.h"
+
+namespace hearth::cpu {
+
+namespace {
+
+constexpr int kGroup = 32;
+constexpr int kBounds = 3;
+
+size_t align64(size_t n) {
+  return (n + 63) / 64 * 64;
+}
+size_t code_bytes(const Tensor& w) {
+  return align64(size_t(w.rows() * w.cols()));
+}
+size_t scale_bytes(const Tensor& w) {
+  return align64(size_t(w.rows() * (w.cols() / kGroup)) * 2);
+}
+
+// Rounds up to the next float, so that a bound computed in double stays a bound in float.
+float up(double v) {
+  const float f = float(v);
+  return double(f) >= v ? f : std::nextafter(f, INFINITY);
+}
+
+}  // namespace
+
+bool screenable(const Tensor& w) {
+  return w.dtype == DType::BF16 && w.ndim == 2 && w.cols() % kGroup == 0 && w.rows() > 0;
+}
+
+size_t head_screen_bytes(const Tensor& w) {
+  return code_bytes(w) + scale_bytes(w) + size_t(w.rows()) * kBounds * sizeof(float);
+}
+
+void build_head_screen(const Tensor& w, bool packed, void* dst, int64_t r0, int64_t r1) {
+  if (!screenable(w)) fail("head screen: a ", dtype_name(w.dtype), " head cannot be screened");
+  const int64_t k = w.cols(), ng = k / kGroup;
+  auto* base = static_cast<uint8_t*>(dst);
+  auto* scales = reinterpret_cast<uint16_t*>(base + code_bytes(w));
+  auto* bounds = reinterpret_cast<float*>(base + code_bytes(w) + scale_bytes(w));
+  const quant::Scheme scheme{8, kGroup, DType::F16};
+  const PackShape pack = kPackQ8;
+  if (packed && !pack_fits(pack, w.rows(), k)) fail("head screen: rows cannot be packed");
+
+  // Whole packed groups per call, so a range writes only its own bytes.
+  const int64_t step = packed ? pack.rows : 1;
+  std::vector<float> row(static_cast<size_t>(k * step));
+  std::vector<int8_t> q(static_cast<size_t>(k));
+  std::vector<uint8_t> codes(static_cast<size_t>(k * step));
+  for (int64_t g = r0 / step * step; g < r1; g += step) {
+    to_f32(w.dtype, static_cast<const uint16_t*>(w.data) + g * k, row.data(), size_t(k * step));
+    for (int64_t i = 0; i < step; ++i) {
+      const float* wr = row.data() + i * k;
+      uint16_t* sr = scales + (g + i) * ng;
+      quant::quantize_row(wr, k, scheme, quant::Method::Rtn, nullptr, q.data(), sr);
+      quant::pack_row(8, q.data(), k, codes.data() + i * k);
+      double m = 0, e = 0, n = 0;
+      for (int64_t b = 0; b < ng; ++b) {
+        const double d = quant::scale_to_f32(DType::F16, sr[b]);
+        double wb = 0, eb = 0;
+        for (int64_t j = b * kGroup; j < (b + 1) * kGroup; ++j) {
+          const double diff = double(wr[j]) - double(q[size_t(j)]) * d;
+          wb += double(wr[j]) * wr[j];
+          eb += diff * diff;
+        }
+        m = std::max(m, wb);
+        e = std::max(e, eb);
+        n += wb;
+      }
+      // A relative 1e-9 covers the rounding of the sums in double.
+      float* br = bounds + (g + i) * kBounds;
+      br[0] = up(std::sqrt(m) * (1 + 1e-9));
+      br[1] = up(std::sqrt(e) * (1 + 1e-9));
+      br[2] = up(std::sqrt(n) * (1 + 1e-9));
+    }
+    if (packed)
+      pack_rows(codes.data(), step, k, pack, base + g * k);
+    else
+      std::copy(codes.begin(), codes.end(), base + g * k);
+  }
+}
+
+HeadScreen head_screen_view(const Tensor& w, bool packed, const void* dst) {
+  const auto* base = static_cast<const uint8_t*>(dst);
+  HeadScreen s;
+  s.q8.dtype = DType::Q8;
+  s.q8.ndim = 2;
+  s.q8.shape = {w.rows(), w.cols(), 0, 0};
+  // With w_il the kernels read only packed groups (every call starts on one), never data.
+  s.q8.data = base;
+  s.q8.nbytes = size_t(w.rows() * w.cols());
+  s.q8.scales = base + code_bytes(w);
+  s.q8.scale_dtype = DType::F16;
+  s.q8.group_size = kGroup;
+  s.w_il = packed ? base : nullptr;
+  s.bounds = reinterpret_cast<const float*>(base + code_bytes(w) + scale_bytes(w));
+  return s;
+}
+
+ScreenInput screen_input(const float* x, int64_t k) {
+  // Per element |x - x'| <= d / 2, with a relative 2e-4 for the rounding of d and x / d.
+  const float half = 0.5001f * std::sqrt(float(kGroup));
+  double x1 = 0, x2 = 0, n = 0;
+  for (int64_t b = 0; b < k; b += kGroup) {
+    double amax = 0, sq = 0;
+    for (int64_t j = b; j < b + kGroup; ++j) {
+      amax = std::max(amax, double(std::fabs(x[j])));
+      sq += double(x[j]) * x[j];
+    }
+    const double err = half * (amax / 127);  // >= |x_b - x'_b|
+    x2 += err;
+    x1 += std::sqrt(sq) + err;  // |x'_b| <= |x_b| + |x_b - x'_b|
+    n += sq;
+  }
+  ScreenInput in;
+  in.x1 = up(x1 * (1 + 1e-9));
+  in.x2 = up(x2 * (1 + 1e-9));
+  in.norm = up(std::sqrt(n) * (1 + 1e-9));
+  return in;
+}
+
+}  // namespace hearth::cpu

@@ -1,0 +1,65 @@
+// A greedy LM head that reads about half of a 16-bit head per token and still returns the argmax
+// the whole head gives, bit for bit. A Q8 copy of the head (group 32, F16 scales) estimates every
+// row's logit; per-row bounds on how far an estimate can be from the head's own logit prove that
+// most rows cannot be the largest, and only the 4-row groups of the others are computed from the
+// head itself, with the same kernel and in the same groups as the whole head would be.
+//
+// The bound, for a row w with Q8 copy w' and activations x with int8 copy x' (what the Q8 kernel
+// multiplies; block scale d = amax / 127, so |x - x'| <= d / 2 per element):
+//   |x.w - x'.w'| <= |(x - x').w| + |x'.(w - w')|
+//                 <= sum_b |x_b - x'_b| |w_b| + sum_b |x'_b| |w_b - w'_b|      (Cauchy-Schwarz)
+//                 <= X2 M + X1 E
+// with X2 = sum_b |x_b - x'_b|, X1 = sum_b |x'_b| per token and M = max_b |w_b|, E = max_b
+// |w_b - w'_b| per row (b: blocks of 32, |.| the 2-norm), plus a margin for the f32 rounding of
+// both dot products. On Gaussian-like logits it leaves a few dozen candidates out of 151,936.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace hearth::cpu {
+
+struct HeadScreen {
+  Tensor q8;                      // the Q8 copy; with w_il its codes are only the packed ones
+  const void* w_il = nullptr;     // packed codes (kPackQ8) for the AVX-512 kernel, else null
+  const float* bounds = nullptr;  // per row {M, E, N}: N = |w| for the rounding margin
+  bool empty() const { return q8.empty(); }
+};
+
+// What screening saved, for the bench's bytes per token: per greedy step, the head's bytes
+// against the screen's, and the head rows computed exactly.
+struct ScreenStats {
+  std::atomic<int64_t> steps{0}, exact_rows{0};
+  double head_bytes = 0, screen_bytes = 0, row_bytes = 0;
+};
+
+// Whether build_head_screen takes this weight: BF16 (the kernels' 16-bit head) with k a multiple
+// of 32.
+bool screenable(const Tensor& w);
+// Bytes build_head_screen writes for w.
+size_t head_screen_bytes(const Tensor& w);
+// Writes rows [r0, r1) of the screen of w into dst (head_screen_bytes(w) bytes, 64-byte aligned),
+// so that threads can share the work; `packed` puts the codes in the kPackQ8 layout (rows a
+// multiple of 4, and r0 too).
+void build_head_screen(const Tensor& w, bool packed, void* dst, int64_t r0, int64_t r1);
+// The screen build_head_screen wrote at dst.
+HeadScreen head_screen_view(const Tensor& w, bool packed, const void* dst);
+
+// Per token: the sums X1 and X2 of the header and |x|, from the activations the head multiplies.
+struct ScreenInput {
+  float x1 = 0, x2 = 0, norm = 0;
+};
+ScreenInput screen_input(const float* x, int64_t k);
+// The largest |head logit - screen logit| row b (bounds + 3 b) can have.
+inline float screen_bound(const ScreenInput& in, const float* b, int64_t k) {
+  // f32 rounding: each dot accumulates at most k products of magnitude summing to at most
+  // |x| N (and X1 (M + E) for the screen), with a relative error of k x 2^-24 at worst; 2^-22
+  // doubles that.
+  const float margin = (float(k) * in.norm * b[2] + float(k / 32 + 8) * in.x1 * (b[0] + b[1])) *
+                       (1.f / float(1 << 22));
+  return in.x2 * b[0] + in.x1 * b[1] + margin;
+}
+
+}  // namespace hearth::cpu
