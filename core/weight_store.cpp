@@ -15,7 +15,7 @@ WeightStore::~WeightStore() {
 }
 
 const void* WeightStore::get(const void* src, int layout, size_t bytes,
-                             const std::function<void(void* dst)>& make) {
+                             const std::function<void(void* dst)>& make, bool release) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = copies_.find({src, layout});
   if (it != copies_.end()) return it->second;
@@ -37,7 +37,8 @@ const void* WeightStore::get(const void* src, int layout, size_t bytes,
   // Only whole pages inside the source: its neighbours may be in use.
   const uintptr_t page = 4096, s0 = (uintptr_t(src) + page - 1) & ~(page - 1),
                   s1 = (uintptr_t(src) + bytes) & ~(page - 1);
-  if (s1 > s0) (void)::madvise(reinterpret_cast<void*>(s0), s1 - s0, MADV_PAGEOUT);  // advice
+  if (release && s1 > s0)
+    (void)::madvise(reinterpret_cast<void*>(s0), s1 - s0, MADV_PAGEOUT);  // advice
 #endif
   bytes_ += bytes;
   return copies_.emplace(std::make_pair(src, layout), dst).first->second;

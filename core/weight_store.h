@@ -22,12 +22,13 @@ class WeightStore {
   WeightStore& operator=(const WeightStore&) = delete;
 
   // The copy of the weight at `src` in layout `layout` (a backend's own numbering), `bytes` long,
-  // written by make(dst) the first time it is asked for and shared afterwards. The pages of `src`
-  // are then handed back to the OS (MADV_PAGEOUT: their data is kept, in the page cache or swap),
-  // so a mapped checkpoint does not stay resident beside its copy. Safe to call from several
-  // threads. Throws hearth::Error when the memory cannot be had.
+  // written by make(dst) the first time it is asked for and shared afterwards. With `release`, the
+  // `bytes` bytes at `src` are then handed back to the OS (MADV_PAGEOUT: their data is kept, in the
+  // page cache or swap), so a mapped checkpoint does not stay resident beside its copy; without,
+  // they stay (a tied embedding table the model still reads, or a derived copy of another size).
+  // Safe to call from several threads. Throws hearth::Error when the memory cannot be had.
   const void* get(const void* src, int layout, size_t bytes,
-                  const std::function<void(void* dst)>& make);
+                  const std::function<void(void* dst)>& make, bool release = true);
   size_t bytes() const;  // all copies together
 
  private:
