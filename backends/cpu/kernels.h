@@ -43,7 +43,7 @@ struct PackShape {
 };
 constexpr PackShape kPackBf16{64, 4};  // 32 weights: one vector of the BF16 pairs kernel
 constexpr PackShape kPackQ8{128, 4};   // one 128-element chunk (quant/FORMAT.md), 4 rows per pass
-constexpr PackShape kPackQ4{64, 8};    // the same in nibbles, 8 rows per pass
+constexpr PackShape kPackQ4{64, 4};    // the same in nibbles, 4 rows per pass
 inline bool pack_fits(PackShape p, int64_t rows, int64_t row_bytes) {
   return rows % p.rows == 0 && row_bytes % p.chunk == 0;
 }

@@ -19,12 +19,15 @@ struct Q8Codes {
   static constexpr int kDecodeRows = 4;
   static constexpr PackShape kPack = kPackQ8;
   static constexpr int64_t kChunkBytes = 128;
+  template <bool kPrefetch = true>
   static __m512i dot(const uint8_t* c, __m512i xa, __m512i xb, __m512i init) {
     const __m512i flip = _mm512_set1_epi8(char(0x80));
     const __m512i u0 = _mm512_xor_si512(_mm512_loadu_si512(c), flip);
     const __m512i u1 = _mm512_xor_si512(_mm512_loadu_si512(c + 64), flip);
-    prefetch(c + kPrefetchAhead);
-    prefetch(c + kPrefetchAhead + 64);
+    if constexpr (kPrefetch) {
+      prefetch(c + kPrefetchAhead);
+      prefetch(c + kPrefetchAhead + 64);
+    }
     return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, u0, xa), u1, xb);
   }
   static void tail(const uint8_t* c, const int8_t* x, int m, int32_t* isum) {
