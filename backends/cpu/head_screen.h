@@ -11,7 +11,8 @@
 //                 <= X2 M + X1 E
 // with X2 = sum_b |x_b - x'_b|, X1 = sum_b |x'_b| per token and M = max_b |w_b|, E = max_b
 // |w_b - w'_b| per row (b: blocks of 32, |.| the 2-norm), plus a margin for the f32 rounding of
-// both dot products. On Gaussian-like logits it leaves a few dozen candidates out of 151,936.
+// both dot products. On the random stand-ins it leaves ~330 rows of 151,936 to compute at hidden
+// size 1024 and 1200-1800 at 2048.
 #pragma once
 #include <atomic>
 #include <cstddef>
