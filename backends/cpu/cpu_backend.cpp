@@ -234,9 +234,14 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
         false);
     cg->screen = head_screen_view(w, pk, mem);
     cg->screen_w = id;
-    cg->screen_cap = w.rows();
+    // Room for every row of the longest range a thread screens (argmax_screened's split).
+    for (int t = 0; t < pool_.size(); ++t) {
+      int64_t b, e;
+      ThreadPool::split(w.rows(), t, pool_.size(), 16, &b, &e);
+      cg->screen_cap = std::max(cg->screen_cap, e - b);
+    }
     cg->screen_cand.alloc(
-        size_t(pool_.size()) * size_t(w.rows()) * sizeof(CpuCompiled::ScreenCandidate),
+        size_t(pool_.size()) * size_t(cg->screen_cap) * sizeof(CpuCompiled::ScreenCandidate),
         "LM head screen candidates");
     cg->screen_lb.assign(size_t(pool_.size()), 0.f);
     cg->screen_stats = &screen_stats_;
