@@ -100,7 +100,7 @@ void argmax_screened(const StepCtx& c, const LinearStep& s, const float* x) {
     const int64_t r1 = std::min(e, r + br);
     matmul_rows(c, hs.q8, hs.w_il, x, 1, r, r1, tmp, br, e, r > b);
     for (int64_t i = 0; i < r1 - r; ++i) {
-      const float bound = screen_bound(in, hs.bounds + 3 * (r + i), K);
+      const float bound = screen_bound(in, hs, r + i);
       best_lower = std::max(best_lower, tmp[i] - bound);
       if (tmp[i] + bound >= best_lower) cand[n++] = {int32_t(r + i), tmp[i] + bound};
     }
@@ -145,7 +145,7 @@ void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_
     }
     return;
   }
-  if (s.logits && c.in.argmax && T == 1 && s.parts.size() == 1 && s.parts[0].w == c.cg.screen_w)
+  if (s.logits && c.in.argmax && T == 1 && s.parts[0].w == c.cg.screen_w)  // one part
     return argmax_screened(c, s, x);
   // Store and AddResidual: the parts' rows as one range, split evenly over the threads.
   int64_t total = 0;

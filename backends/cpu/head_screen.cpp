@@ -16,7 +16,6 @@ namespace hearth::cpu {
 namespace {
 
 constexpr int kGroup = 32;
-constexpr int kBounds = 3;
 
 size_t align64(size_t n) {
   return (n + 63) / 64 * 64;
@@ -41,7 +40,7 @@ bool screenable(const Tensor& w) {
 }
 
 size_t head_screen_bytes(const Tensor& w) {
-  return code_bytes(w) + scale_bytes(w) + size_t(w.rows()) * kBounds * sizeof(float);
+  return code_bytes(w) + scale_bytes(w) + size_t(w.rows()) * kScreenBounds * sizeof(float);
 }
 
 void build_head_screen(const Tensor& w, bool packed, void* dst, int64_t r0, int64_t r1) {
@@ -80,7 +79,7 @@ void build_head_screen(const Tensor& w, bool packed, void* dst, int64_t r0, int6
         n += wb;
       }
       // A relative 1e-9 covers the rounding of the sums in double.
-      float* br = bounds + (g + i) * kBounds;
+      float* br = bounds + (g + i) * kScreenBounds;
       br[0] = up(std::sqrt(m) * (1 + 1e-9));
       br[1] = up(std::sqrt(e) * (1 + 1e-9));
       br[2] = up(std::sqrt(n) * (1 + 1e-9));

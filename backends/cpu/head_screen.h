@@ -25,9 +25,9 @@ namespace hearth::cpu {
 struct HeadScreen {
   Tensor q8;                      // the Q8 copy; with w_il its codes are only the packed ones
   const void* w_il = nullptr;     // packed codes (kPackQ8) for the AVX-512 kernel, else null
-  const float* bounds = nullptr;  // per row {M, E, N}: N = |w| for the rounding margin
-  bool empty() const { return q8.empty(); }
+  const float* bounds = nullptr;  // per row kScreenBounds floats {M, E, N}: N = |w| for rounding
 };
+constexpr int kScreenBounds = 3;
 
 // What screening saved, for the bench's bytes per token: per greedy step, the head's bytes
 // against the screen's, and the head rows computed exactly.
@@ -53,8 +53,10 @@ struct ScreenInput {
   float x1 = 0, x2 = 0, norm = 0;
 };
 ScreenInput screen_input(const float* x, int64_t k);
-// The largest |head logit - screen logit| row b (bounds + 3 b) can have.
-inline float screen_bound(const ScreenInput& in, const float* b, int64_t k) {
+// The largest |head logit - screen logit| row `row` of the screen can have.
+inline float screen_bound(const ScreenInput& in, const HeadScreen& s, int64_t row) {
+  const float* b = s.bounds + kScreenBounds * row;
+  const int64_t k = s.q8.cols();
   // f32 rounding: each dot accumulates at most k products of magnitude summing to at most
   // |x| N (and X1 (M + E) for the screen), with a relative error of k x 2^-24 at worst; 2^-22
   // doubles that.

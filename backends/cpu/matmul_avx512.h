@@ -282,10 +282,6 @@ void matmul_avx512(const MatmulArgs& a) {
         // one prefetch stream); rows outside whole groups (a thread's range need not start on
         // one) from w.
         const auto [g0, g1] = whole_groups(a.r0, a.r1, kPackBf16.rows);
-        const char* il = static_cast<const char*>(a.w_il);
-        const size_t row_bytes = size_t(a.k) * 2;
-        Prefetcher pil{il + size_t(g0) * row_bytes + prefetch_ahead(row_bytes),
-                       il + size_t(pf_rows / 4 * 4) * row_bytes};
         const Prefetcher none{nullptr, nullptr};
         for (; r < g0; ++r) rows_bf16_pairs<1>(a, a.scratch, r, none);
         if (a.n_tokens == 1) {
@@ -299,6 +295,11 @@ void matmul_avx512(const MatmulArgs& a) {
           }
           r = g0 + 2 * half;
         }
+        // The groups left (all of them for several tokens), ahead of where they start.
+        const char* il = static_cast<const char*>(a.w_il);
+        const size_t row_bytes = size_t(a.k) * 2;
+        Prefetcher pil{il + size_t(r) * row_bytes + prefetch_ahead(row_bytes),
+                       il + size_t(pf_rows / 4 * 4) * row_bytes};
         for (; r < g1; r += 4) pil = rows_bf16_pairs<4, true>(a, a.scratch, r, pil);
         for (; r < a.r1; ++r) rows_bf16_pairs<1>(a, a.scratch, r, none);
         return;
