@@ -10,6 +10,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backends/cpu/cpu_features.h"
@@ -734,6 +735,7 @@ TEST_SUITE("kernels") {
 #include <fstream>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/head_screen.h"
 #include "core/backend.h"
 #include "core/huge_pages.h"
 #include "core/runner.h"
@@ -923,6 +925,166 @@ TEST_SUITE("kernels") {
           // The screen let most of the head go unread.
           CHECK(screened->argmax_bytes_saved() > 0.5 * double(N * K * 2 - (N * K * 17) / 16));
         }
+      }
+    }
+  }
+
+  TEST_CASE("Q8 head screen: every estimate within its bound of the Q8 kernel's logit") {
+    // Codes over the whole int8 range and signed scales of 7 binades. Row 6's low 2 bits are 3
+    // where its scale times x is positive and 0 elsewhere, so its estimate is off by all but the
+    // rounding margin of the bound: a bound any tighter fails there.
+    const KernelTable simd = make_kernel_table(detect_cpu_features().best());
+    if (!simd.screen_q8) MESSAGE("no screen kernel on this CPU (AVX-512 VBMI): reference only");
+    for (const int64_t K : {256, 1024})
+      for (const int group : {32, 128})
+        for (const DType st : {DType::F16, DType::BF16}) {
+          CAPTURE(K);
+          CAPTURE(group);
+          CAPTURE(int(st));
+          const int64_t N = 44;
+          QWeights w = make_qweights(8, group, st, N, K, uint32_t(K + group));
+          const auto x = randn(size_t(K), 7);
+          for (int64_t i = 0; i < K; ++i) {
+            bool high;
+            auto& c = w.codes[size_t(6 * K + test::q_place(8, i, K, &high))];
+            const uint16_t sc = w.scales[size_t((6 * K + i) / group)];
+            const float s = st == DType::BF16 ? bf16_to_f32(sc) : f16_to_f32(sc);
+            c = uint8_t((int8_t(c) & ~3) | (s * x[size_t(i)] > 0 ? 3 : 0));
+          }
+          const Tensor t = w.view();
+          std::vector<uint8_t> screen(head_screen_bytes(t)), packed(w.codes.size());
+          build_head_screen(t, false, screen.data(), 0, N);
+          pack_rows(w.codes.data(), N, K, kPackQ8, packed.data());
+          std::vector<float> scratch(size_t(quant_matmul_scratch_floats(K, 1)));
+          auto screen_run = [&](ScreenQ8Fn fn, int64_t r0, int64_t r1, bool reuse,
+                                std::vector<float>& est, std::vector<float>& hw) {
+            est.assign(size_t(N), NAN);
+            hw.assign(size_t(N), NAN);
+            ScreenQ8Args a{
+                screen.data(),  w.scales.data(), st,   group, x.data(), K, r0, r1, est.data() + r0,
+                hw.data() + r0, scratch.data(),  reuse};
+            fn(a);
+          };
+          std::vector<float> ref_est, ref_hw, est, hw;
+          screen_run(screen_q8_scalar, 0, N, false, ref_est, ref_hw);
+          if (!simd.screen_q8) continue;
+          std::vector<float> exact(static_cast<size_t>(N)), exact_packed(static_cast<size_t>(N));
+          auto q8 = [&](const void* il, std::vector<float>& y) {
+            QuantMatmulArgs a =
+                test::quant_args({w.codes.data(), w.scales.data(), st, group, nullptr, K}, x.data(),
+                                 K, 1, y.data(), N, 0, N, scratch.data());
+            a.w_il = il;
+            simd.matmul_q8(a);
+          };
+          q8(nullptr, exact);
+          q8(packed.data(), exact_packed);
+          // Row ranges: the whole head, an even and an odd number of 4-row groups, and a range
+          // after another on the same activations (reuse_x).
+          for (auto [r0, r1, reuse] : {std::tuple<int64_t, int64_t, bool>{0, N, false},
+                                       {4, 40, false},
+                                       {8, 20, false},
+                                       {24, 44, true}}) {
+            CAPTURE(r0);
+            CAPTURE(reuse);
+            screen_run(simd.screen_q8, r0, r1, reuse, est, hw);
+            bool within = true, agree = true;
+            double slack = 0;
+            for (int64_t r = r0; r < r1; ++r) {
+              const size_t i = size_t(r);
+              for (const float e : {exact[i], exact_packed[i]}) {
+                within &= std::fabs(e - est[i]) <= hw[i];
+                within &= std::fabs(e - ref_est[i]) <= ref_hw[i];
+              }
+              agree &= std::fabs(est[i] - ref_est[i]) <= 1e-3f * hw[i];
+              agree &= std::fabs(hw[i] - ref_hw[i]) <= 1e-5f * hw[i];
+              if (r != 6) slack += std::fabs(exact[i] - est[i]) / hw[i] / double(r1 - r0);
+            }
+            CHECK(within);
+            CHECK(agree);
+            CHECK(slack < 0.25);  // a bound of some use
+            if (r0 <= 6 && 6 < r1) CHECK(std::fabs(exact[6] - est[6]) >= 0.999f * hw[6]);
+          }
+        }
+  }
+
+  TEST_CASE("screened Q8 LM head (weight copies): the whole head's first argmax") {
+    // Exact ties (rows equal to row 5), near ties (one code step away), and rows 10 and 50 on
+    // block 0 alone, where the screen ranks row 10 far above row 50 and the head does not: row 50's
+    // codes are 3 (high part 0, low 3), row 10's 4 (high 1, low 0) on 20 of the 32 elements.
+    const int64_t N = 4104, K = 256;
+    QWeights w = make_qweights(8, 32, DType::F16, N, K, 61);
+    auto code = [&](int64_t r, int64_t i) -> uint8_t& {
+      bool high;
+      return w.codes[size_t(r * K + test::q_place(8, i, K, &high))];
+    };
+    for (int64_t r = 0; r < N; ++r)
+      for (int64_t i = 0; i < 32; ++i) code(r, i) = 0;
+    for (int64_t i = 0; i < 32; ++i) code(50, i) = 3, code(10, i) = i < 20 ? 4 : 0;
+    w.scales[size_t(50 * K / 32)] = w.scales[size_t(10 * K / 32)] = f32_to_f16(1.f);
+    auto copy_row = [&](int64_t from, int64_t to) {
+      std::copy(w.codes.begin() + from * K, w.codes.begin() + (from + 1) * K,
+                w.codes.begin() + to * K);
+      std::copy(w.scales.begin() + from * K / 32, w.scales.begin() + (from + 1) * K / 32,
+                w.scales.begin() + to * K / 32);
+    };
+    // Row 5's scales above all others (at most 1.6e-2), so that token 0 picks it or a near tie.
+    for (int64_t b = 0; b < K / 32; ++b) w.scales[size_t(5 * K / 32 + b)] = f32_to_f16(0.05f);
+    for (int64_t r : {700, 2900, 4100, 1234, 3000}) copy_row(5, r);
+    code(1234, 40) = uint8_t(int8_t(code(1234, 40)) == 127 ? 126 : int8_t(code(1234, 40)) + 1);
+    code(3000, 40) = uint8_t(int8_t(code(3000, 40)) == -127 ? -126 : int8_t(code(3000, 40)) - 1);
+    // Token 0: x along row 5; 1 to 6: random; 7: NaN; 8: ones on block 0 (rows 50 and 10).
+    const int n_x = 9;
+    auto x = randn(size_t(n_x * K), 62);
+    for (int64_t k = 0; k < K; ++k) {
+      const uint16_t sc = w.scales[size_t((5 * K + k) / 32)];
+      x[size_t(k)] = float(int8_t(code(5, k))) * f16_to_f32(sc) * 20.f;
+      x[size_t(7 * K + k)] = NAN;
+      x[size_t(8 * K + k)] = k < 32 ? 1.f : 0.f;
+    }
+    Graph g;
+    int xi = g.add(Op::Embed, g.activation("x", K),
+                   {g.weight("x", view(DType::F32, {n_x, K}, x.data()))});
+    g.output = g.add(Op::MatMul, g.activation("logits", N, Rows::Outputs),
+                     {xi, g.weight("lm_head", w.view())});
+    for (const Isa isa_kind : isas_here()) {
+      const std::string isa = isa_name(isa_kind);
+      const bool screens = make_kernel_table(isa_kind).screen_q8 != nullptr;
+      for (int threads : {1, 2, 3}) {
+        CAPTURE(isa);
+        CAPTURE(threads);
+        auto store = std::make_shared<WeightStore>();
+        BackendOptions o;
+        o.isa = isa;
+        o.threads = threads;
+        auto full = create_backend("cpu", o);
+        o.weight_copies = store;
+        auto screened = create_backend("cpu", o);
+        auto cg_full = full->compile(g, 1, 1), cg_screened = screened->compile(g, 1, 1);
+        auto kv = full->alloc_kv({1, 1, 16}, 1);
+        for (int32_t t = 0; t < n_x; ++t) {
+          CAPTURE(t);
+          int32_t row = 0, arg = -2;
+          std::vector<float> logits(static_cast<size_t>(N));
+          StepInputs in;
+          in.tokens = &t;
+          in.n_tokens = 1;
+          in.out_rows = &row;
+          in.n_out = 1;
+          in.kv = kv.get();
+          in.logits = logits.data();
+          full->run(*cg_full, in);
+          in.logits = nullptr;
+          in.argmax = &arg;
+          screened->run(*cg_screened, in);
+          int32_t want = -1;
+          for (int32_t r = 0; r < N; ++r)
+            if (logits[size_t(r)] > (want < 0 ? -INFINITY : logits[size_t(want)])) want = r;
+          CHECK(arg == want);
+          if (t == 0) CHECK((want == 5 || want == 1234 || want == 3000));
+          if (t == 8) CHECK(want == 50);
+        }
+        // The screen left most of the head's low bits unread.
+        if (screens) CHECK(screened->argmax_bytes_saved() > 0.2 * double(N * K));
       }
     }
   }

@@ -94,9 +94,12 @@ inline void scores(const float* q, const float* kt, int n, int hd, float scale, 
 }
 
 // The same for two query rows that see the same keys: each key vector loaded once feeds both
-// rows, halving the loads per FMA. Lanes 0-7 of each reduction are row 0's, 8-15 row 1's.
-inline void scores2(const float* q0, const float* q1, const float* kt, int n, int hd, float scale,
-                    float* s0, float* s1) {
+// rows, halving the loads per FMA. Lanes 0-7 of each reduction are row 0's, 8-15 row 1's. The
+// value rows of the same keys (vt) are prefetched meanwhile: decode reads a cache head once, and
+// without it accumulate_v2 waited on each value row (0.6B, 64 positions, one Zen 5 thread: 0.65 ->
+// 0.56 ms of attention per token; 200 positions 1.60 -> 1.55).
+inline void scores2(const float* q0, const float* q1, const float* kt, const float* vt, int n,
+                    int hd, float scale, float* s0, float* s1) {
   for (int j0 = 0; j0 < n; j0 += 8) {
     __m512 acc[16];
     const float* rows[8];
@@ -110,6 +113,7 @@ inline void scores2(const float* q0, const float* q1, const float* kt, int n, in
 #pragma GCC unroll 8
       for (int j = 0; j < 8; ++j) {
         const __m512 k = _mm512_loadu_ps(rows[j] + c);
+        _mm_prefetch(reinterpret_cast<const char*>(vt + (rows[j] - kt) + c), _MM_HINT_T0);
         acc[j] = _mm512_fmadd_ps(a, k, acc[j]);
         acc[j + 8] = _mm512_fmadd_ps(b, k, acc[j + 8]);
       }
@@ -402,7 +406,7 @@ void attention_avx512(const AttentionArgs& a) {
         float* s1 = s + kTile;
         if (i + 1 < nr && visible(i + 1) == visible(i)) {
           // Two heads of one token (GQA) see the same keys: share the K and V loads.
-          scores2(q_row(i), q_row(i + 1), kt, n, hd, a.scale, s0, s1);
+          scores2(q_row(i), q_row(i + 1), kt, vt, n, hd, a.scale, s0, s1);
           for (int j = n; j < (n + 15) / 16 * 16; ++j) s0[j] = s1[j] = -INFINITY;
           softmax_tile(s0, n, hd, m + i, l + i, acc + i * hd);
           softmax_tile(s1, n, hd, m + i + 1, l + i + 1, acc + (i + 1) * hd);

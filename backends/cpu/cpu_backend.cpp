@@ -215,11 +215,13 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
     cg->weight[size_t(id)] = w;
   };
 
-  // A BF16 LM head gets a Q8 screen beside the weight copies, for greedy decoding (head_screen.h).
+  // A BF16 LM head gets a Q8 screen beside the weight copies, for greedy decoding, and a Q8 head
+  // one of 6 bits where a kernel reads it (head_screen.h).
   int64_t max_screen = 0;
   auto use_screen = [&](int id) {
     const Tensor& w = ts[size_t(id)].weight;
     if (!weight_copies_ || !screenable(w) || cg->screen_w >= 0) return;
+    if (w.dtype == DType::Q8 && !kernels_.screen_q8) return;
     const bool pk = kernels_.isa == Isa::Avx512 && pack_fits(kPackQ8, w.rows(), w.cols());
     // The head's pages are the head copy's to hand back, not the screen's (of another size).
     const void* mem = weight_copies_->get(
@@ -245,9 +247,10 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
         "LM head screen candidates");
     cg->screen_lb.assign(size_t(pool_.size()), 0.f);
     cg->screen_stats = &screen_stats_;
-    screen_stats_.head_bytes = double(w.nbytes);
-    screen_stats_.screen_bytes = double(head_screen_bytes(w));
-    screen_stats_.row_bytes = double(w.nbytes) / double(w.rows());
+    const double scale_bytes = w.quantized() ? double(w.rows() * (w.cols() / w.group_size)) * 2 : 0;
+    screen_stats_.head_bytes = double(w.nbytes) + scale_bytes;
+    screen_stats_.screen_bytes = double(head_screen_read_bytes(w));
+    screen_stats_.row_bytes = screen_stats_.head_bytes / double(w.rows());
     max_screen = quant_matmul_scratch_floats(w.cols(), 1);
   };
 

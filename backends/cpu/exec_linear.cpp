@@ -91,18 +91,25 @@ void argmax_screened(const StepCtx& c, const LinearStep& s, const float* x) {
   ThreadPool::split(N, c.tid, c.nth, 16, &b, &e);
   float* tmp = c.scratch() + cg.off_tmp;
   const int64_t br = epilogue_rows(1);
-  const ScreenInput in = screen_input(x, K);
+  const ScreenInput in = hs.hi6 ? ScreenInput() : screen_input(x, K);
   auto* cand = reinterpret_cast<CpuCompiled::ScreenCandidate*>(cg.screen_cand.p.get()) +
                c.tid * cg.screen_cap;
   int64_t n = 0;
   float best_lower = -INFINITY;
   for (int64_t r = b; r < e; r += br) {
     const int64_t r1 = std::min(e, r + br);
-    matmul_rows(c, hs.q8, hs.w_il, x, 1, r, r1, tmp, br, e, r > b);
+    float* hw = tmp + br;
+    if (hs.hi6) {
+      ScreenQ8Args a{hs.hi6, w.scales, w.scale_dtype,           w.group_size, x, K, r, r1,
+                     tmp,    hw,       c.scratch() + cg.off_mm, r > b};
+      c.kt.screen_q8(a);
+    } else {
+      matmul_rows(c, hs.q8, hs.w_il, x, 1, r, r1, tmp, br, e, r > b);
+      for (int64_t i = 0; i < r1 - r; ++i) hw[i] = screen_bound(in, hs, r + i);
+    }
     for (int64_t i = 0; i < r1 - r; ++i) {
-      const float bound = screen_bound(in, hs, r + i);
-      best_lower = std::max(best_lower, tmp[i] - bound);
-      if (tmp[i] + bound >= best_lower) cand[n++] = {int32_t(r + i), tmp[i] + bound};
+      best_lower = std::max(best_lower, tmp[i] - hw[i]);
+      if (tmp[i] + hw[i] >= best_lower) cand[n++] = {int32_t(r + i), tmp[i] + hw[i]};
     }
   }
   cg.screen_lb[size_t(c.tid)] = best_lower;
@@ -114,7 +121,7 @@ void argmax_screened(const StepCtx& c, const LinearStep& s, const float* x) {
     const int64_t g0 = cand[i].row / 4 * 4;
     if (!(cand[i].upper >= lower) || g0 == done) continue;
     const int64_t g1 = std::min(g0 + 4, e);
-    matmul_rows(c, w, packed(c, p), x, 1, g0, g1, tmp, 4);
+    matmul_rows(c, w, packed(c, p), x, 1, g0, g1, tmp, 4, 0, exact > 0);
     argmax_update(c, tmp, 4, 1, g0, g1 - g0);
     done = g0;
     exact += g1 - g0;

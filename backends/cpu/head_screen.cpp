@@ -1,5 +1,6 @@
-// Building the LM head screen (head_screen.h): a Q8 g32 copy of a BF16 head made with the
-// quantizer's round-to-nearest, laid out [codes][F16 scales][bounds], and the per-token sums.
+// Building the LM head screens (head_screen.h): a Q8 g32 copy of a BF16 head made with the
+// quantizer's round-to-nearest, laid out [codes][F16 scales][bounds], and the per-token sums; the
+// high 6 bits of a Q8 head's codes.
 #include "backends/cpu/head_screen.h"
 
 #include <algorithm>
@@ -36,15 +37,46 @@ float up(double v) {
 }  // namespace
 
 bool screenable(const Tensor& w) {
-  return w.dtype == DType::BF16 && w.ndim == 2 && w.cols() % kGroup == 0 && w.rows() > 0;
+  if (w.ndim != 2 || w.rows() <= 0) return false;
+  if (w.dtype == DType::Q8)
+    return !w.codebook && w.cols() % 128 == 0 && w.rows() % 4 == 0 && w.group_size % 32 == 0;
+  return w.dtype == DType::BF16 && w.cols() % kGroup == 0;
 }
 
 size_t head_screen_bytes(const Tensor& w) {
+  if (w.dtype == DType::Q8) return align64(size_t(w.rows() * w.cols()) / 4 * 3);
   return code_bytes(w) + scale_bytes(w) + size_t(w.rows()) * kScreenBounds * sizeof(float);
 }
 
+size_t head_screen_read_bytes(const Tensor& w) {
+  if (w.dtype != DType::Q8) return head_screen_bytes(w);
+  return head_screen_bytes(w) + size_t(w.rows() * (w.cols() / w.group_size)) * 2;
+}
+
+namespace {
+
+// Rows [r0, r1) of a Q8 head's 6-bit screen (head_screen.h's layout).
+void build_hi6(const Tensor& w, uint8_t* dst, int64_t r0, int64_t r1) {
+  const int64_t k = w.cols(), nc = k / 128;
+  const auto* codes = static_cast<const int8_t*>(w.data);
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t j = 0; j < nc; ++j)
+      for (int h = 0; h < 2; ++h) {
+        const int8_t* q = codes + r * k + 128 * j + 64 * h;
+        uint8_t* out = dst + (r / 4 * 4) * (k / 4 * 3) + (4 * j + r % 4) * 96 + 48 * h;
+        for (int p = 0; p < 64; p += 4) {
+          uint32_t bits = 0;
+          for (int i = 0; i < 4; ++i) bits |= uint32_t((q[p + i] >> 2) + 32) << (6 * i);
+          for (int i = 0; i < 3; ++i) out[p / 4 * 3 + i] = uint8_t(bits >> (8 * i));
+        }
+      }
+}
+
+}  // namespace
+
 void build_head_screen(const Tensor& w, bool packed, void* dst, int64_t r0, int64_t r1) {
   if (!screenable(w)) fail("head screen: a ", dtype_name(w.dtype), " head cannot be screened");
+  if (w.dtype == DType::Q8) return build_hi6(w, static_cast<uint8_t*>(dst), r0, r1);
   const int64_t k = w.cols(), ng = k / kGroup;
   auto* base = static_cast<uint8_t*>(dst);
   auto* scales = reinterpret_cast<uint16_t*>(base + code_bytes(w));
@@ -94,6 +126,10 @@ void build_head_screen(const Tensor& w, bool packed, void* dst, int64_t r0, int6
 HeadScreen head_screen_view(const Tensor& w, bool packed, const void* dst) {
   const auto* base = static_cast<const uint8_t*>(dst);
   HeadScreen s;
+  if (w.dtype == DType::Q8) {
+    s.hi6 = base;
+    return s;
+  }
   s.q8.dtype = DType::Q8;
   s.q8.ndim = 2;
   s.q8.shape = {w.rows(), w.cols(), 0, 0};

@@ -1,11 +1,12 @@
-// A greedy LM head that reads about half of a 16-bit head per token and still returns the argmax
-// the whole head gives, bit for bit. A Q8 copy of the head (group 32, F16 scales) estimates every
-// row's logit; per-row bounds on how far an estimate can be from the head's own logit prove that
-// most rows cannot be the largest, and only the 4-row groups of the others are computed from the
-// head itself, with the same kernel and in the same groups as the whole head would be.
+// A greedy LM head that reads part of the head per token and still returns the argmax the whole
+// head gives, bit for bit. A smaller copy of the head (the screen) estimates every row's logit;
+// per-row bounds on how far an estimate can be from the head's own logit prove that most rows
+// cannot be the largest, and only the 4-row groups of the others are computed from the head
+// itself, with the same kernel and in the same groups as the whole head would be.
 //
-// The bound, for a row w with Q8 copy w' and activations x with int8 copy x' (what the Q8 kernel
-// multiplies; block scale d = amax / 127, so |x - x'| <= d / 2 per element):
+// A BF16 head's screen is a Q8 copy (group 32, F16 scales), 0.53x its bytes. The bound, for a row
+// w with Q8 copy w' and activations x with int8 copy x' (what the Q8 kernel multiplies; block
+// scale d = amax / 127, so |x - x'| <= d / 2 per element):
 //   |x.w - x'.w'| <= |(x - x').w| + |x'.(w - w')|
 //                 <= sum_b |x_b - x'_b| |w_b| + sum_b |x'_b| |w_b - w'_b|      (Cauchy-Schwarz)
 //                 <= X2 M + X1 E
@@ -13,6 +14,18 @@
 // |w_b - w'_b| per row (b: blocks of 32, |.| the 2-norm), plus a margin for the f32 rounding of
 // both dot products. On the random stand-ins it leaves ~330 rows of 151,936 to compute at hidden
 // size 1024 and 1200-1800 at 2048.
+//
+// A Q8 head's screen is the high 6 bits of its codes, 0.75x their bytes, read with the head's own
+// scales. Each code q splits as q = 4h + l with h = q >> 2 in [-32, 31] and l in [0, 3]; the
+// screen's logit takes l as 1.5, so with x' the int8 activations the Q8 kernel multiplies (block
+// scale d_b) and s_b the row's weight scale of block b:
+//   |logit - estimate| = |sum_b s_b d_b sum_i (l_i - 1.5) x'_i| <= 1.5 sum_b |s_b| d_b sum_i |x'_i|
+// plus the f32 rounding of both sums, each at most (chunks + 6) 2^-24 of 128 times that sum
+// (|q| and |4h + 1.5| are at most 128): the kernel returns hw = (1.5 + (chunks + 8) 2^-15) times
+// it. A 4-bit screen would be 3 standard deviations of the logits wide, too loose to rule much out;
+// 6 bits leave a few hundred rows of 151,936 on the random 0.6B stand-in.
+// Layout: per 4-row group, per 128-element chunk, per row, the chunk's two 64-code halves (slot
+// order, quant/FORMAT.md) as 48 bytes each, slot p's u = h + 32 at bits 6p .. 6p + 5.
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -23,9 +36,12 @@
 namespace hearth::cpu {
 
 struct HeadScreen {
+  // A BF16 head's:
   Tensor q8;                      // the Q8 copy; with w_il its codes are only the packed ones
   const void* w_il = nullptr;     // packed codes (kPackQ8) for the AVX-512 kernel, else null
   const float* bounds = nullptr;  // per row kScreenBounds floats {M, E, N}: N = |w| for rounding
+  // A Q8 head's: the 6-bit codes (KernelTable::screen_q8 reads them), else null.
+  const uint8_t* hi6 = nullptr;
 };
 constexpr int kScreenBounds = 3;
 
@@ -37,13 +53,16 @@ struct ScreenStats {
 };
 
 // Whether build_head_screen takes this weight: BF16 (the kernels' 16-bit head) with k a multiple
-// of 32.
+// of 32, or Q8 without a codebook with k a multiple of 128 and rows of 4.
 bool screenable(const Tensor& w);
 // Bytes build_head_screen writes for w.
 size_t head_screen_bytes(const Tensor& w);
+// Bytes the screen reads per token (a Q8 head's scales too).
+size_t head_screen_read_bytes(const Tensor& w);
 // Writes rows [r0, r1) of the screen of w into dst (head_screen_bytes(w) bytes, 64-byte aligned),
-// so that threads can share the work; `packed` puts the codes in the kPackQ8 layout (rows a
-// multiple of 4, and r0 too).
+// so that threads can share the work; `packed` puts a BF16 head's Q8 codes in the kPackQ8 layout
+// (rows a multiple of 4, and r0 too). A Q8 head's screen is always in 4-row groups (r0 a multiple
+// of 4).
 void build_head_screen(const Tensor& w, bool packed, void* dst, int64_t r0, int64_t r1);
 // The screen build_head_screen wrote at dst.
 HeadScreen head_screen_view(const Tensor& w, bool packed, const void* dst);

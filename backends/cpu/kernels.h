@@ -159,6 +159,26 @@ using ToBf16Fn = void (*)(const float* x, uint16_t* out, int64_t n);
 using ReadSumFn = float (*)(const float* x, int64_t n);
 using FmaLoopFn = float (*)(int64_t iters, double* flops);
 
+// The 6-bit screen of a Q8 LM head (head_screen.h) against one token x: for rows [r0, r1) (both
+// multiples of 4), est[i] estimates row r0 + i's logit and hw[i] is the most the Q8 kernels'
+// logit of that row can differ from it. scales are the head's own.
+struct ScreenQ8Args {
+  const uint8_t* codes;
+  const void* scales;
+  DType scale_dtype;
+  int group;
+  const float* x;
+  int64_t k;
+  int64_t r0, r1;
+  float* est;
+  float* hw;
+  float* scratch;        // per thread, quant_matmul_scratch_floats(k, 1) floats
+  bool reuse_x = false;  // as QuantMatmulArgs::reuse_x, between calls of this kernel
+};
+using ScreenQ8Fn = void (*)(const ScreenQ8Args&);
+// The portable reference the SIMD screen is checked against (too slow to pay for itself).
+void screen_q8_scalar(const ScreenQ8Args& a);
+
 constexpr int kNumTypes = 4;  // F32, F16, BF16 (weight and KV cache types), I8 (KV cache only)
 constexpr int type_slot(DType t) {
   return t == DType::F32 ? 0 : t == DType::F16 ? 1 : t == DType::BF16 ? 2 : 3;
@@ -190,6 +210,8 @@ struct KernelTable {
   // weights stay on them unless a library was asked for by name.
   bool quant_prefill = false;
   QuantActFn quant_act = nullptr;  // with quant_prefill
+  // Null where no kernel reads the screen faster than the Q8 kernel reads the head (AVX-512 VBMI).
+  ScreenQ8Fn screen_q8 = nullptr;
 };
 
 // One fill function per kernel file; make_kernel_table calls those of each level up to the ISA.
@@ -216,6 +238,7 @@ void fill_vecops_avx512(KernelTable& k);
 void fill_matmul_q8_avx512(KernelTable& k);
 void fill_matmul_q4_avx512(KernelTable& k);
 void fill_matmul_q4cb_avx512(KernelTable& k);
+void fill_screen_q8_avx512(KernelTable& k);  // needs f.avx512vbmi
 #endif
 #if defined(__aarch64__)
 void fill_matmul_neon(KernelTable& k);  // attention and vecops stay scalar on NEON for now

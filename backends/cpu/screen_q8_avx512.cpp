@@ -1,0 +1,152 @@
+// The 6-bit screen of a Q8 LM head (layout and bound in head_screen.h), AVX-512 VNNI + VBMI. Per
+// 4-row group and 128-element chunk, each row's two 48-byte halves hold 64 codes of 6 bits in the
+// Q8 kernel's slot order: vpermb moves each 6 bytes into a qword and vpmultishiftqb pulls out its
+// 8 fields, giving u = h + 32 as the unsigned operand of vpdpbusd against the same int8
+// activations as the Q8 kernel. Rows are read as two streams, as rows_dot_pair reads Q8 rows.
+#include <array>
+
+#include "backends/cpu/matmul_quant_avx512.h"
+
+#define HEARTH_VBMI __attribute__((target("avx512vbmi")))
+
+namespace hearth::cpu {
+
+namespace {
+
+using namespace qk;
+
+constexpr int64_t kHalfBytes = 48, kChunkBytes = 96;
+
+// Per token: the int8 activations in slot order and their block scales, and per chunk three
+// vectors of 16 lanes (lane i covers 8 activations of block i mod 4): -32 sum x' (so vpdpbusd on
+// u = h + 32 yields sum h x' exactly), 1.5 sum x' (l's midpoint's share) and sum |x'|.
+struct Token {
+  const int8_t* q;
+  const float* d;
+  const int32_t* init;
+  const float* mid;
+  const float* abs;
+};
+
+Token prepare(const ScreenQ8Args& a) {
+  const int64_t k = a.k, nc = k / kChunk;
+  ActTile at;
+  float* rest = carve_act_tile(a.scratch, k, &at);
+  auto* init = reinterpret_cast<int32_t*>(rest);
+  float* mid = rest + 16 * nc;
+  float* abs = rest + 32 * nc;
+  if (!a.reuse_x) {
+    quantize_act_avx512(a.x, k, at.q, at.d, at.s);
+    const __m512i ones = _mm512_set1_epi8(1), zero = _mm512_setzero_si512();
+    for (int64_t j = 0; j < nc; ++j) {
+      const __m512i xa = _mm512_loadu_si512(at.q + j * kChunk);
+      const __m512i xb = _mm512_loadu_si512(at.q + j * kChunk + 64);
+      const __m512i sum = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, ones, xa), ones, xb);
+      const __m512i sabs = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, _mm512_abs_epi8(xa), ones),
+                                               _mm512_abs_epi8(xb), ones);
+      _mm512_storeu_si512(init + 16 * j, _mm512_sub_epi32(zero, _mm512_slli_epi32(sum, 5)));
+      _mm512_storeu_ps(mid + 16 * j, _mm512_mul_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(1.5f)));
+      _mm512_storeu_ps(abs + 16 * j, _mm512_cvtepi32_ps(sabs));
+    }
+  }
+  return {at.q, at.d, init, mid, abs};
+}
+
+// vpermb indices: qword j of a half gets bytes 6j .. 6j + 7 of it; the second half is loaded 32
+// bytes into the chunk, so its bytes start at 16 (indices past 63 wrap, into bytes no field uses).
+constexpr std::array<uint8_t, 64> spread(int start) {
+  std::array<uint8_t, 64> t{};
+  for (int j = 0; j < 8; ++j)
+    for (int m = 0; m < 8; ++m) t[size_t(8 * j + m)] = uint8_t((start + 6 * j + m) & 63);
+  return t;
+}
+alignas(64) constexpr std::array<uint8_t, 64> kSpread0 = spread(0), kSpread1 = spread(16);
+
+// S streams of one 4-row group each (codes at w[s], scales at sw[s]): est[s][r] the estimate and
+// tsum[s][r] the sum the bound scales (head_screen.h).
+template <int G, DType ST, int S>
+HEARTH_VBMI void groups_dot(const uint8_t* const* w, const uint16_t* const* sw, int64_t ng,
+                            const Token& t, int64_t nc, float* const* est, float* const* tsum) {
+  const __m512i spread0 = _mm512_load_si512(kSpread0.data());
+  const __m512i spread1 = _mm512_load_si512(kSpread1.data());
+  const __m512i shifts = _mm512_set1_epi64(0x2A241E18120C0600);  // fields at bits 0, 6, .., 42
+  const __m512i six = _mm512_set1_epi8(63);
+  const __m512 four = _mm512_set1_ps(4.f);
+  __m512 acc[S][4], acct[S][4];
+  for (int s = 0; s < S; ++s)
+    for (int r = 0; r < 4; ++r) acc[s][r] = acct[s][r] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < nc; ++j) {
+    const __m512i xa = _mm512_loadu_si512(t.q + j * kChunk);
+    const __m512i xb = _mm512_loadu_si512(t.q + j * kChunk + 64);
+    const __m512i init = _mm512_loadu_si512(t.init + 16 * j);
+    const __m512 mid = _mm512_loadu_ps(t.mid + 16 * j);
+    const __m512 abs = _mm512_loadu_ps(t.abs + 16 * j);
+    const __m512 dx = _mm512_broadcast_f32x4(_mm_loadu_ps(t.d + 4 * j));
+    for (int s = 0; s < S; ++s)
+      for (int r = 0; r < 4; ++r) {
+        const uint8_t* c = w[s] + (4 * j + r) * kChunkBytes;
+        const __m512i u0 =
+            _mm512_and_si512(_mm512_multishift_epi64_epi8(
+                                 shifts, _mm512_permutexvar_epi8(spread0, _mm512_loadu_si512(c))),
+                             six);
+        const __m512i u1 = _mm512_and_si512(
+            _mm512_multishift_epi64_epi8(
+                shifts, _mm512_permutexvar_epi8(spread1, _mm512_loadu_si512(c + 32))),
+            six);
+        const __m512i h = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, u0, xa), u1, xb);
+        // 4 sum h x' + 1.5 sum x', exact in f32 (under 2^20 in magnitude, in halves).
+        const __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(h), four, mid);
+        const __m512 f = _mm512_mul_ps(chunk_scales<G, ST>(sw[s] + r * ng, j), dx);
+        acc[s][r] = _mm512_fmadd_ps(v, f, acc[s][r]);
+        acct[s][r] = _mm512_fmadd_ps(_mm512_abs_ps(f), abs, acct[s][r]);
+      }
+  }
+  for (int s = 0; s < S; ++s) {
+    _mm_storeu_ps(est[s], hsum4(acc[s][0], acc[s][1], acc[s][2], acc[s][3]));
+    _mm_storeu_ps(tsum[s], hsum4(acct[s][0], acct[s][1], acct[s][2], acct[s][3]));
+  }
+}
+
+template <int G, DType ST>
+HEARTH_VBMI void screen_st(const ScreenQ8Args& a) {
+  const Token t = prepare(a);
+  const int64_t k = a.k, nc = k / kChunk, ng = k / G, row_bytes = k / 4 * 3;
+  const auto* scales = static_cast<const uint16_t*>(a.scales);
+  // Whole groups as two streams: [r0, r0 + half) beside [r0 + half, r0 + 2 half).
+  const int64_t half = (a.r1 - a.r0) / 8 * 4;
+  for (int64_t r = a.r0; r < a.r0 + half; r += 4) {
+    const int64_t i = r - a.r0;
+    const uint8_t* w[2] = {a.codes + r * row_bytes, a.codes + (r + half) * row_bytes};
+    const uint16_t* sw[2] = {scales + r * ng, scales + (r + half) * ng};
+    float* est[2] = {a.est + i, a.est + i + half};
+    float* tsum[2] = {a.hw + i, a.hw + i + half};
+    groups_dot<G, ST, 2>(w, sw, ng, t, nc, est, tsum);
+  }
+  if (const int64_t r = a.r0 + 2 * half; r < a.r1) {
+    const uint8_t* w[1] = {a.codes + r * row_bytes};
+    const uint16_t* sw[1] = {scales + r * ng};
+    float* est[1] = {a.est + (r - a.r0)};
+    float* tsum[1] = {a.hw + (r - a.r0)};
+    groups_dot<G, ST, 1>(w, sw, ng, t, nc, est, tsum);
+  }
+  const float factor = 1.5f + float(nc + 8) / 32768.f;
+  for (int64_t i = 0; i < a.r1 - a.r0; ++i) a.hw[i] *= factor;
+}
+
+void screen_q8_avx512(const ScreenQ8Args& a) {
+  with_group(a.group, [&](auto g) {
+    constexpr int G = decltype(g)::value;
+    if (a.scale_dtype == DType::BF16)
+      screen_st<G, DType::BF16>(a);
+    else
+      screen_st<G, DType::F16>(a);
+  });
+}
+
+}  // namespace
+
+void fill_screen_q8_avx512(KernelTable& k) {
+  k.screen_q8 = screen_q8_avx512;
+}
+
+}  // namespace hearth::cpu
