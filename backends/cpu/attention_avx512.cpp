@@ -69,22 +69,41 @@ void widen_tile_i8(const void* src, const float* scale, const float* factor, int
     }
 }
 
+// The per-row kernels below read the cache in its own type L (F32, F16 or BF16: decode reads each
+// cache row once, so widening a tile into scratch first only added a write and a read; an I8
+// cache's tiles are widened, to f32). Element i of p as f32, 16 at a time:
+template <DType L>
+inline __m512 load16(const void* p, int64_t i) {
+  if constexpr (L == DType::F32) {
+    return _mm512_loadu_ps(static_cast<const float*>(p) + i);
+  } else {
+    const __m256i h =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(p) + i));
+    if constexpr (L == DType::F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+template <DType L>
+inline const char* at(const void* p, int64_t i) {
+  return static_cast<const char*>(p) + i * (L == DType::F32 ? 4 : 2);
+}
+
 // Scores of one query row against `n` keys (rows of kt, head_dim hd), scaled, into s[0..16*ceil);
 // lanes past n are -inf. Keys past n are read from row n-1 so no load leaves the tile.
-inline void scores(const float* q, const float* kt, int n, int hd, float scale, float* s) {
+template <DType L>
+inline void scores(const float* q, const void* kt, int n, int hd, float scale, float* s) {
   for (int j0 = 0; j0 < n; j0 += 16) {
     __m512 acc[16];
-    const float* rows[16];
+    int64_t rows[16];
 #pragma GCC unroll 16
     for (int j = 0; j < 16; ++j) {
       acc[j] = _mm512_setzero_ps();
-      rows[j] = kt + int64_t(j0 + j < n ? j0 + j : n - 1) * hd;
+      rows[j] = int64_t(j0 + j < n ? j0 + j : n - 1) * hd;
     }
     for (int c = 0; c < hd; c += 16) {
       const __m512 qc = _mm512_loadu_ps(q + c);
 #pragma GCC unroll 16
-      for (int j = 0; j < 16; ++j)
-        acc[j] = _mm512_fmadd_ps(qc, _mm512_loadu_ps(rows[j] + c), acc[j]);
+      for (int j = 0; j < 16; ++j) acc[j] = _mm512_fmadd_ps(qc, load16<L>(kt, rows[j] + c), acc[j]);
     }
     __m512 r = _mm512_mul_ps(reduce16(acc), _mm512_set1_ps(scale));
     const int valid = n - j0 < 16 ? n - j0 : 16;
@@ -98,22 +117,23 @@ inline void scores(const float* q, const float* kt, int n, int hd, float scale, 
 // value rows of the same keys (vt) are prefetched meanwhile: decode reads a cache head once, and
 // without it accumulate_v2 waited on each value row (0.6B, 64 positions, one Zen 5 thread: 0.65 ->
 // 0.56 ms of attention per token; 200 positions 1.60 -> 1.55).
-inline void scores2(const float* q0, const float* q1, const float* kt, const float* vt, int n,
-                    int hd, float scale, float* s0, float* s1) {
+template <DType L>
+inline void scores2(const float* q0, const float* q1, const void* kt, const void* vt, int n, int hd,
+                    float scale, float* s0, float* s1) {
   for (int j0 = 0; j0 < n; j0 += 8) {
     __m512 acc[16];
-    const float* rows[8];
+    int64_t rows[8];
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
       acc[j] = acc[j + 8] = _mm512_setzero_ps();
-      rows[j] = kt + int64_t(j0 + j < n ? j0 + j : n - 1) * hd;
+      rows[j] = int64_t(j0 + j < n ? j0 + j : n - 1) * hd;
     }
     for (int c = 0; c < hd; c += 16) {
       const __m512 a = _mm512_loadu_ps(q0 + c), b = _mm512_loadu_ps(q1 + c);
 #pragma GCC unroll 8
       for (int j = 0; j < 8; ++j) {
-        const __m512 k = _mm512_loadu_ps(rows[j] + c);
-        _mm_prefetch(reinterpret_cast<const char*>(vt + (rows[j] - kt) + c), _MM_HINT_T0);
+        const __m512 k = load16<L>(kt, rows[j] + c);
+        if (L == DType::F32 || c % 32 == 0) _mm_prefetch(at<L>(vt, rows[j] + c), _MM_HINT_T0);
         acc[j] = _mm512_fmadd_ps(a, k, acc[j]);
         acc[j + 8] = _mm512_fmadd_ps(b, k, acc[j + 8]);
       }
@@ -152,7 +172,8 @@ inline void softmax_tile(float* s, int n, int hd, float* m, float* l, float* o) 
 }
 
 // o += sum_j e[j] v_j over n value rows; eight vectors of o stay in registers per pass.
-inline void accumulate_v(const float* e, const float* vt, int n, int hd, float* o) {
+template <DType L>
+inline void accumulate_v(const float* e, const void* vt, int n, int hd, float* o) {
   int d0 = 0;
   for (; d0 + 128 <= hd; d0 += 128) {
     __m512 ov[8];
@@ -160,9 +181,9 @@ inline void accumulate_v(const float* e, const float* vt, int n, int hd, float* 
     for (int c = 0; c < 8; ++c) ov[c] = _mm512_loadu_ps(o + d0 + c * 16);
     for (int j = 0; j < n; ++j) {
       const __m512 ej = _mm512_set1_ps(e[j]);
-      const float* vr = vt + int64_t(j) * hd + d0;
+      const int64_t vr = int64_t(j) * hd + d0;
 #pragma GCC unroll 8
-      for (int c = 0; c < 8; ++c) ov[c] = _mm512_fmadd_ps(ej, _mm512_loadu_ps(vr + c * 16), ov[c]);
+      for (int c = 0; c < 8; ++c) ov[c] = _mm512_fmadd_ps(ej, load16<L>(vt, vr + c * 16), ov[c]);
     }
 #pragma GCC unroll 8
     for (int c = 0; c < 8; ++c) _mm512_storeu_ps(o + d0 + c * 16, ov[c]);
@@ -170,13 +191,14 @@ inline void accumulate_v(const float* e, const float* vt, int n, int hd, float* 
   for (; d0 < hd; d0 += 16) {
     __m512 ov = _mm512_loadu_ps(o + d0);
     for (int j = 0; j < n; ++j)
-      ov = _mm512_fmadd_ps(_mm512_set1_ps(e[j]), _mm512_loadu_ps(vt + int64_t(j) * hd + d0), ov);
+      ov = _mm512_fmadd_ps(_mm512_set1_ps(e[j]), load16<L>(vt, int64_t(j) * hd + d0), ov);
     _mm512_storeu_ps(o + d0, ov);
   }
 }
 
 // The same for two rows: each value vector loaded once feeds both.
-inline void accumulate_v2(const float* e0, const float* e1, const float* vt, int n, int hd,
+template <DType L>
+inline void accumulate_v2(const float* e0, const float* e1, const void* vt, int n, int hd,
                           float* o0, float* o1) {
   int d0 = 0;
   for (; d0 + 128 <= hd; d0 += 128) {
@@ -188,10 +210,10 @@ inline void accumulate_v2(const float* e0, const float* e1, const float* vt, int
     }
     for (int j = 0; j < n; ++j) {
       const __m512 x = _mm512_set1_ps(e0[j]), y = _mm512_set1_ps(e1[j]);
-      const float* vr = vt + int64_t(j) * hd + d0;
+      const int64_t vr = int64_t(j) * hd + d0;
 #pragma GCC unroll 8
       for (int c = 0; c < 8; ++c) {
-        const __m512 v = _mm512_loadu_ps(vr + c * 16);
+        const __m512 v = load16<L>(vt, vr + c * 16);
         a[c] = _mm512_fmadd_ps(x, v, a[c]);
         b[c] = _mm512_fmadd_ps(y, v, b[c]);
       }
@@ -203,8 +225,8 @@ inline void accumulate_v2(const float* e0, const float* e1, const float* vt, int
     }
   }
   if (d0 < hd) {
-    accumulate_v(e0, vt + d0, n, hd, o0 + d0);
-    accumulate_v(e1, vt + d0, n, hd, o1 + d0);
+    accumulate_v<L>(e0, at<L>(vt, d0), n, hd, o0 + d0);
+    accumulate_v<L>(e1, at<L>(vt, d0), n, hd, o1 + d0);
   }
 }
 
@@ -391,11 +413,19 @@ void attention_avx512(const AttentionArgs& a) {
       std::memset(acc + i * hd, 0, size_t(hd) * 4);
     }
     const int n_pos = visible(nr - 1);
+    constexpr DType L = T == DType::I8 ? DType::F32 : T;  // what kt and vt hold
     for (int p0 = a.kv_begin; p0 < n_pos; p0 += kTile) {
       const int tile_n = n_pos - p0 < kTile ? n_pos - p0 : kTile;
-      const float* kt;
-      const float* vt;
-      tile(p0, tile_n, &kt, &vt);
+      const void* kt;
+      const void* vt;
+      if constexpr (T == DType::I8) {
+        const float *kw, *vw;
+        tile(p0, tile_n, &kw, &vw);
+        kt = kw, vt = vw;
+      } else {
+        kt = at<L>(a.k, int64_t(p0) * hd);
+        vt = at<L>(a.v, int64_t(p0) * hd);
+      }
       for (int i = 0; i < nr;) {
         const int n = visible(i) - p0 < tile_n ? visible(i) - p0 : tile_n;
         if (n <= 0) {
@@ -406,16 +436,16 @@ void attention_avx512(const AttentionArgs& a) {
         float* s1 = s + kTile;
         if (i + 1 < nr && visible(i + 1) == visible(i)) {
           // Two heads of one token (GQA) see the same keys: share the K and V loads.
-          scores2(q_row(i), q_row(i + 1), kt, vt, n, hd, a.scale, s0, s1);
+          scores2<L>(q_row(i), q_row(i + 1), kt, vt, n, hd, a.scale, s0, s1);
           for (int j = n; j < (n + 15) / 16 * 16; ++j) s0[j] = s1[j] = -INFINITY;
           softmax_tile(s0, n, hd, m + i, l + i, acc + i * hd);
           softmax_tile(s1, n, hd, m + i + 1, l + i + 1, acc + (i + 1) * hd);
-          accumulate_v2(s0, s1, vt, n, hd, acc + i * hd, acc + (i + 1) * hd);
+          accumulate_v2<L>(s0, s1, vt, n, hd, acc + i * hd, acc + (i + 1) * hd);
           i += 2;
         } else {
-          scores(q_row(i), kt, n, hd, a.scale, s0);
+          scores<L>(q_row(i), kt, n, hd, a.scale, s0);
           softmax_tile(s0, n, hd, m + i, l + i, acc + i * hd);
-          accumulate_v(s0, vt, n, hd, acc + i * hd);
+          accumulate_v<L>(s0, vt, n, hd, acc + i * hd);
           ++i;
         }
       }
