@@ -196,10 +196,12 @@ inline void accumulate_v(const float* e, const void* vt, int n, int hd, float* o
   }
 }
 
-// The same for two rows: each value vector loaded once feeds both.
+// The same for two rows: each value vector loaded once feeds both. The same rows of `next` (the
+// next head's keys, or null) are prefetched meanwhile, so two streams run at once (0.6B, 80
+// positions, one Zen 5 thread: 0.68 -> 0.63 ms of attention per token).
 template <DType L>
 inline void accumulate_v2(const float* e0, const float* e1, const void* vt, int n, int hd,
-                          float* o0, float* o1) {
+                          float* o0, float* o1, const void* next = nullptr) {
   int d0 = 0;
   for (; d0 + 128 <= hd; d0 += 128) {
     __m512 a[8], b[8];
@@ -214,6 +216,8 @@ inline void accumulate_v2(const float* e0, const float* e1, const void* vt, int 
 #pragma GCC unroll 8
       for (int c = 0; c < 8; ++c) {
         const __m512 v = load16<L>(vt, vr + c * 16);
+        if (next && (L == DType::F32 || c % 2 == 0))
+          _mm_prefetch(at<L>(next, vr + c * 16), _MM_HINT_T0);
         a[c] = _mm512_fmadd_ps(x, v, a[c]);
         b[c] = _mm512_fmadd_ps(y, v, b[c]);
       }
@@ -440,7 +444,9 @@ void attention_avx512(const AttentionArgs& a) {
           for (int j = n; j < (n + 15) / 16 * 16; ++j) s0[j] = s1[j] = -INFINITY;
           softmax_tile(s0, n, hd, m + i, l + i, acc + i * hd);
           softmax_tile(s1, n, hd, m + i + 1, l + i + 1, acc + (i + 1) * hd);
-          accumulate_v2<L>(s0, s1, vt, n, hd, acc + i * hd, acc + (i + 1) * hd);
+          accumulate_v2<L>(
+              s0, s1, vt, n, hd, acc + i * hd, acc + (i + 1) * hd,
+              T != DType::I8 && a.next_k ? at<L>(a.next_k, int64_t(p0) * hd) : nullptr);
           i += 2;
         } else {
           scores<L>(q_row(i), kt, n, hd, a.scale, s0);

@@ -86,8 +86,9 @@ struct Heads {
 
   void prepare_q(int t, int h) const { norm_rope(q, nh, t, h, s.q_norm, s.rope_q); }
 
-  // Tokens [t0, t1) of the query heads sharing KV head g.
-  void attend(int g, int t0, int t1) const {
+  // Tokens [t0, t1) of the query heads sharing KV head g; next: the KV head this thread attends
+  // next, or -1 (AttentionArgs::next_k).
+  void attend(int g, int t0, int t1, int next = -1) const {
     AttentionArgs a;
     a.q = q + (int64_t(t0) * nh + int64_t(g) * group) * hd;
     a.q_stride = int64_t(nh) * hd;
@@ -100,6 +101,7 @@ struct Heads {
     a.head_dim = hd;
     a.scale = 1.f / std::sqrt(float(hd));
     a.scratch = c.scratch() + c.cg.off_attn;
+    if (next >= 0) a.next_k = c.kv->k(s.p.layer, next);
     c.kt.attention[type_slot(c.kv->dtype)](a);
   }
 
@@ -182,7 +184,7 @@ void run_attention_step(const StepCtx& c, const AttentionStep& s) {
         h.prepare_kv(t, g);
         for (int j = 0; j < h.group; ++j) h.prepare_q(t, g * h.group + j);
       }
-      h.attend(g, 0, T);
+      h.attend(g, 0, T, T == 1 && g + 1 < int(e) ? g + 1 : -1);
     }
     return;
   }

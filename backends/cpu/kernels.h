@@ -128,6 +128,9 @@ struct AttentionArgs {
   int kv_begin = 0;
   int kv_end = 1 << 30;
   float* ml = nullptr;
+  // Decode: the K rows of the KV head the caller attends next (same capacity layout), prefetched
+  // during this head's value pass so that two streams run at once; null for none.
+  const void* next_k = nullptr;
   // I8 caches: element d of position p is code * scale[p], times k_factor[d] for keys (kv_quant.h).
   const float* k_scale = nullptr;
   const float* v_scale = nullptr;
