@@ -512,6 +512,46 @@ TEST_SUITE("kernels") {
     }
   }
 
+  TEST_CASE("screen_select: the 4-row groups that reach the bound, on every ISA") {
+    // NaN estimates and bounds, a short last group, a bound no row reaches.
+    std::mt19937 g(3);
+    std::normal_distribution<float> nd;
+    for (const int64_t n : {4096, 100, 36, 7, 4}) {
+      std::vector<float> est(static_cast<size_t>(n)), hw(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) est[size_t(i)] = nd(g), hw[size_t(i)] = 0.5f + 0.1f * nd(g);
+      est[size_t(n / 2)] = NAN;
+      hw[size_t(n - 1)] = NAN;
+      for (const float start : {-INFINITY, 1.f, 10.f}) {
+        // The reference: the largest est - hw (NaNs skipped), then each group's largest upper
+        // bound (NaNs skipped).
+        float lower = start;
+        for (int64_t i = 0; i < n; ++i)
+          if (est[size_t(i)] - hw[size_t(i)] > lower) lower = est[size_t(i)] - hw[size_t(i)];
+        std::vector<ScreenCandidate> want;
+        for (int64_t g0 = 0; g0 < n; g0 += 4) {
+          float up = -INFINITY;
+          for (int64_t i = g0; i < std::min(n, g0 + 4); ++i)
+            if (est[size_t(i)] + hw[size_t(i)] > up) up = est[size_t(i)] + hw[size_t(i)];
+          if (up >= lower) want.push_back({int32_t(8 + g0), up});
+        }
+        for (Isa isa : isas_here()) {
+          CAPTURE(n);
+          CAPTURE(start);
+          CAPTURE(isa_name(isa));
+          const KernelTable kt = make_kernel_table(isa);
+          std::vector<ScreenCandidate> got(size_t(n + 16));
+          float got_lower = start;
+          got.resize(size_t(kt.screen_select(est.data(), hw.data(), n, 8, &got_lower, got.data())));
+          CHECK(got_lower == lower);
+          bool same = got.size() == want.size();
+          for (size_t i = 0; same && i < got.size(); ++i)
+            same = got[i].row == want[i].row && got[i].upper == want[i].upper;
+          CHECK(same);
+        }
+      }
+    }
+  }
+
   TEST_CASE("rms_norm and widen against float64") {
     for (Isa isa : isas_here()) {
       const KernelTable kt = make_kernel_table(isa);
@@ -922,17 +962,18 @@ TEST_SUITE("kernels") {
             if (t == 0) CHECK((want == 5 || want == 1234));
             if (t == 8) CHECK(want == 50);
           }
-          // The screen let most of the head go unread.
-          CHECK(screened->argmax_bytes_saved() > 0.5 * double(N * K * 2 - (N * K * 17) / 16));
+          // The screen let most of what it could save go unread (on a head this small, each
+          // thread's own 4-row groups are a sizeable part).
+          CHECK(screened->argmax_bytes_saved() > 0.4 * double(N * K * 2 - (N * K * 17) / 16));
         }
       }
     }
   }
 
   TEST_CASE("Q8 head screen: every estimate within its bound of the Q8 kernel's logit") {
-    // Codes over the whole int8 range and signed scales of 7 binades. Row 6's low 2 bits are 3
-    // where its scale times x is positive and 0 elsewhere, so its estimate is off by all but the
-    // rounding margin of the bound: a bound any tighter fails there.
+    // Codes over the whole int8 range and signed scales of 7 binades. Row 6's low bits (those the
+    // screen drops) are all ones where its scale times x is positive and 0 elsewhere, so its
+    // estimate is off by all but the rounding margin of the bound: a bound any tighter fails there.
     const KernelTable simd = make_kernel_table(detect_cpu_features().best());
     if (!simd.screen_q8) MESSAGE("no screen kernel on this CPU (AVX-512 VBMI): reference only");
     for (const int64_t K : {256, 1024})
@@ -949,7 +990,8 @@ TEST_SUITE("kernels") {
             auto& c = w.codes[size_t(6 * K + test::q_place(8, i, K, &high))];
             const uint16_t sc = w.scales[size_t((6 * K + i) / group)];
             const float s = st == DType::BF16 ? bf16_to_f32(sc) : f16_to_f32(sc);
-            c = uint8_t((int8_t(c) & ~3) | (s * x[size_t(i)] > 0 ? 3 : 0));
+            const int low = (1 << (8 - kScreenQ8Bits)) - 1;
+            c = uint8_t((int8_t(c) & ~low) | (s * x[size_t(i)] > 0 ? low : 0));
           }
           const Tensor t = w.view();
           std::vector<uint8_t> screen(head_screen_bytes(t)), packed(w.codes.size());
@@ -1010,7 +1052,8 @@ TEST_SUITE("kernels") {
   TEST_CASE("screened Q8 LM head (weight copies): the whole head's first argmax") {
     // Exact ties (rows equal to row 5), near ties (one code step away), and rows 10 and 50 on
     // block 0 alone, where the screen ranks row 10 far above row 50 and the head does not: row 50's
-    // codes are 3 (high part 0, low 3), row 10's 4 (high 1, low 0) on 20 of the 32 elements.
+    // codes are the largest low part (high part 0), row 10's the smallest code of high part 1 on
+    // 20 of the 32 elements.
     const int64_t N = 4104, K = 256;
     QWeights w = make_qweights(8, 32, DType::F16, N, K, 61);
     auto code = [&](int64_t r, int64_t i) -> uint8_t& {
@@ -1019,7 +1062,9 @@ TEST_SUITE("kernels") {
     };
     for (int64_t r = 0; r < N; ++r)
       for (int64_t i = 0; i < 32; ++i) code(r, i) = 0;
-    for (int64_t i = 0; i < 32; ++i) code(50, i) = 3, code(10, i) = i < 20 ? 4 : 0;
+    const int step = 1 << (8 - kScreenQ8Bits);
+    for (int64_t i = 0; i < 32; ++i)
+      code(50, i) = uint8_t(step - 1), code(10, i) = uint8_t(i < 20 ? step : 0);
     w.scales[size_t(50 * K / 32)] = w.scales[size_t(10 * K / 32)] = f32_to_f16(1.f);
     auto copy_row = [&](int64_t from, int64_t to) {
       std::copy(w.codes.begin() + from * K, w.codes.begin() + (from + 1) * K,
@@ -1083,8 +1128,8 @@ TEST_SUITE("kernels") {
           if (t == 0) CHECK((want == 5 || want == 1234 || want == 3000));
           if (t == 8) CHECK(want == 50);
         }
-        // The screen left most of the head's low bits unread.
-        if (screens) CHECK(screened->argmax_bytes_saved() > 0.2 * double(N * K));
+        // The screen left much of the head's low bits unread (at most 3/8 of the codes).
+        if (screens) CHECK(screened->argmax_bytes_saved() > 0.12 * double(N * K));
       }
     }
   }

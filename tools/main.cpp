@@ -58,8 +58,8 @@ engine options (all model commands):
                kernels read fastest, and the KV cache in huge pages (faster decode; a
                private copy of the weights); the LM head also gets a smaller copy
                that greedy decoding reads instead (a BF16 head a Q8 one, a Q8 head its
-               codes' high 6 bits), computing exactly only the rows it cannot rule out
-               (the same tokens; 0.53x or 0.75x of the head's bytes)
+               codes' high 5 bits), computing exactly only the rows it cannot rule out
+               (the same tokens; 0.53x or 0.63x of the head's bytes)
 sampling: --temperature T --top-k K --top-p P --min-p M --seed S --repetition-penalty R
           --presence-penalty P --frequency-penalty F --greedy
 )";

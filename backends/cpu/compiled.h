@@ -2,6 +2,7 @@
 // Everything a step touches is allocated by compile(); a step allocates nothing.
 #pragma once
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <vector>
@@ -75,17 +76,16 @@ struct CpuCompiled : CompiledGraph {
   std::vector<int32_t> best_idx;
 
   // Greedy decoding of one token through the LM head's screen (head_screen.h), when the backend
-  // keeps weight copies and the head is BF16: the head's weight id, the screen, and per thread
-  // room for the candidate rows of its range and its largest lower bound.
-  struct ScreenCandidate {
-    int32_t row;
-    float upper;
-  };
+  // keeps weight copies and the head is BF16, or Q8 where a kernel reads its screen: the head's
+  // weight id, the screen, and per thread room for the candidate rows of its range.
   int screen_w = -1;
   HeadScreen screen;
   Buffer screen_cand;  // [threads][screen_cap]
   int64_t screen_cap = 0;
-  std::vector<float> screen_lb;
+  int64_t screen_scratch = 0;  // where the screen's part of the off_mm scratch starts
+  // The largest head logit any thread has computed this step: no row whose upper bound is below
+  // it can be the argmax, whichever thread's range it is in.
+  std::atomic<float> screen_best{-INFINITY};
   ScreenStats* screen_stats = nullptr;
 
   std::atomic<int> next_item{0};  // long attention steps hand out (KV head, token block) items

@@ -216,7 +216,7 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
   };
 
   // A BF16 LM head gets a Q8 screen beside the weight copies, for greedy decoding, and a Q8 head
-  // one of 6 bits where a kernel reads it (head_screen.h).
+  // one of its codes' high bits where a kernel reads it (head_screen.h).
   int64_t max_screen = 0;
   auto use_screen = [&](int id) {
     const Tensor& w = ts[size_t(id)].weight;
@@ -242,16 +242,16 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
       ThreadPool::split(w.rows(), t, pool_.size(), 16, &b, &e);
       cg->screen_cap = std::max(cg->screen_cap, e - b);
     }
-    cg->screen_cand.alloc(
-        size_t(pool_.size()) * size_t(cg->screen_cap) * sizeof(CpuCompiled::ScreenCandidate),
-        "LM head screen candidates");
-    cg->screen_lb.assign(size_t(pool_.size()), 0.f);
+    cg->screen_cand.alloc(size_t(pool_.size()) * size_t(cg->screen_cap) * sizeof(ScreenCandidate),
+                          "LM head screen candidates");
     cg->screen_stats = &screen_stats_;
     const double scale_bytes = w.quantized() ? double(w.rows() * (w.cols() / w.group_size)) * 2 : 0;
     screen_stats_.head_bytes = double(w.nbytes) + scale_bytes;
     screen_stats_.screen_bytes = double(head_screen_read_bytes(w));
     screen_stats_.row_bytes = screen_stats_.head_bytes / double(w.rows());
-    max_screen = quant_matmul_scratch_floats(w.cols(), 1);
+    // The screen's own activations after the head kernel's (argmax_screened).
+    cg->screen_scratch = quant_matmul_scratch_floats(w.cols(), 1);
+    max_screen = 2 * cg->screen_scratch;
   };
 
   // Norm weights are widened to f32 once; they are small.
@@ -472,6 +472,7 @@ void CpuBackend::run(CompiledGraph& base, const StepInputs& in) {
   if (argmax) {
     std::fill(cg.best_val.begin(), cg.best_val.end(), -INFINITY);
     std::fill(cg.best_idx.begin(), cg.best_idx.end(), -1);
+    cg.screen_best.store(-INFINITY, std::memory_order_relaxed);
   }
 
   SpinBarrier barrier(pool_.size());

@@ -1,6 +1,6 @@
 // Building the LM head screens (head_screen.h): a Q8 g32 copy of a BF16 head made with the
 // quantizer's round-to-nearest, laid out [codes][F16 scales][bounds], and the per-token sums; the
-// high 6 bits of a Q8 head's codes.
+// high bits of a Q8 head's codes.
 #include "backends/cpu/head_screen.h"
 
 #include <algorithm>
@@ -44,7 +44,7 @@ bool screenable(const Tensor& w) {
 }
 
 size_t head_screen_bytes(const Tensor& w) {
-  if (w.dtype == DType::Q8) return align64(size_t(w.rows() * w.cols()) / 4 * 3);
+  if (w.dtype == DType::Q8) return align64(size_t(w.rows() * w.cols()) / 8 * kScreenQ8Bits);
   return code_bytes(w) + scale_bytes(w) + size_t(w.rows()) * kScreenBounds * sizeof(float);
 }
 
@@ -55,19 +55,21 @@ size_t head_screen_read_bytes(const Tensor& w) {
 
 namespace {
 
-// Rows [r0, r1) of a Q8 head's 6-bit screen (head_screen.h's layout).
-void build_hi6(const Tensor& w, uint8_t* dst, int64_t r0, int64_t r1) {
+// Rows [r0, r1) of a Q8 head's screen (head_screen.h's layout).
+void build_hi(const Tensor& w, uint8_t* dst, int64_t r0, int64_t r1) {
+  constexpr int B = kScreenQ8Bits;
   const int64_t k = w.cols(), nc = k / 128;
   const auto* codes = static_cast<const int8_t*>(w.data);
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t j = 0; j < nc; ++j)
       for (int h = 0; h < 2; ++h) {
         const int8_t* q = codes + r * k + 128 * j + 64 * h;
-        uint8_t* out = dst + (r / 4 * 4) * (k / 4 * 3) + (4 * j + r % 4) * 96 + 48 * h;
-        for (int p = 0; p < 64; p += 4) {
-          uint32_t bits = 0;
-          for (int i = 0; i < 4; ++i) bits |= uint32_t((q[p + i] >> 2) + 32) << (6 * i);
-          for (int i = 0; i < 3; ++i) out[p / 4 * 3 + i] = uint8_t(bits >> (8 * i));
+        uint8_t* out = dst + (r / 4 * 4) * (k / 8 * B) + (4 * j + r % 4) * 16 * B + 8 * B * h;
+        for (int p = 0; p < 64; p += 8) {  // 8 fields fill B bytes
+          uint64_t bits = 0;
+          for (int i = 0; i < 8; ++i)
+            bits |= uint64_t((q[p + i] >> (8 - B)) + (1 << (B - 1))) << (B * i);
+          for (int i = 0; i < B; ++i) out[p / 8 * B + i] = uint8_t(bits >> (8 * i));
         }
       }
 }
@@ -76,7 +78,7 @@ void build_hi6(const Tensor& w, uint8_t* dst, int64_t r0, int64_t r1) {
 
 void build_head_screen(const Tensor& w, bool packed, void* dst, int64_t r0, int64_t r1) {
   if (!screenable(w)) fail("head screen: a ", dtype_name(w.dtype), " head cannot be screened");
-  if (w.dtype == DType::Q8) return build_hi6(w, static_cast<uint8_t*>(dst), r0, r1);
+  if (w.dtype == DType::Q8) return build_hi(w, static_cast<uint8_t*>(dst), r0, r1);
   const int64_t k = w.cols(), ng = k / kGroup;
   auto* base = static_cast<uint8_t*>(dst);
   auto* scales = reinterpret_cast<uint16_t*>(base + code_bytes(w));
@@ -127,7 +129,7 @@ HeadScreen head_screen_view(const Tensor& w, bool packed, const void* dst) {
   const auto* base = static_cast<const uint8_t*>(dst);
   HeadScreen s;
   if (w.dtype == DType::Q8) {
-    s.hi6 = base;
+    s.hi = base;
     return s;
   }
   s.q8.dtype = DType::Q8;

@@ -15,17 +15,19 @@
 // both dot products. On the random stand-ins it leaves ~330 rows of 151,936 to compute at hidden
 // size 1024 and 1200-1800 at 2048.
 //
-// A Q8 head's screen is the high 6 bits of its codes, 0.75x their bytes, read with the head's own
-// scales. Each code q splits as q = 4h + l with h = q >> 2 in [-32, 31] and l in [0, 3]; the
-// screen's logit takes l as 1.5, so with x' the int8 activations the Q8 kernel multiplies (block
+// A Q8 head's screen is the high B = 5 bits of its codes, 0.625x their bytes, read with the head's
+// own scales. Each code q splits as q = 8h + l with h = q >> 3 in [-16, 15] and l in [0, 7]; the
+// screen's logit takes l as 3.5, so with x' the int8 activations the Q8 kernel multiplies (block
 // scale d_b) and s_b the row's weight scale of block b:
-//   |logit - estimate| = |sum_b s_b d_b sum_i (l_i - 1.5) x'_i| <= 1.5 sum_b |s_b| d_b sum_i |x'_i|
+//   |logit - estimate| = |sum_b s_b d_b sum_i (l_i - 3.5) x'_i| <= 3.5 sum_b |s_b| d_b sum_i |x'_i|
 // plus the f32 rounding of both sums, each at most (chunks + 6) 2^-24 of 128 times that sum
-// (|q| and |4h + 1.5| are at most 128): the kernel returns hw = (1.5 + (chunks + 8) 2^-15) times
-// it. A 4-bit screen would be 3 standard deviations of the logits wide, too loose to rule much out;
-// 6 bits leave a few hundred rows of 151,936 on the random 0.6B stand-in.
+// (|q| and |8h + 3.5| are at most 128): the kernel returns hw = (3.5 + (chunks + 8) 2^-15) times
+// it. That bound alone leaves ~1000 rows of 151,936 to compute on the random 0.6B stand-in, but the
+// largest logit computed so far rules out every row whose upper bound is below it, and on the
+// model's own activations ~100 groups of 4 rows remain. (4 bits: 3.5 standard deviations of the
+// logits wide, ~30% of the rows left; 6 bits: ~15 groups left for 0.75x the bytes.)
 // Layout: per 4-row group, per 128-element chunk, per row, the chunk's two 64-code halves (slot
-// order, quant/FORMAT.md) as 48 bytes each, slot p's u = h + 32 at bits 6p .. 6p + 5.
+// order, quant/FORMAT.md) as 8B bytes each, slot p's u = h + 2^(B-1) at bits Bp .. Bp + B - 1.
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -40,10 +42,11 @@ struct HeadScreen {
   Tensor q8;                      // the Q8 copy; with w_il its codes are only the packed ones
   const void* w_il = nullptr;     // packed codes (kPackQ8) for the AVX-512 kernel, else null
   const float* bounds = nullptr;  // per row kScreenBounds floats {M, E, N}: N = |w| for rounding
-  // A Q8 head's: the 6-bit codes (KernelTable::screen_q8 reads them), else null.
-  const uint8_t* hi6 = nullptr;
+  // A Q8 head's: the high bits of its codes (KernelTable::screen_q8 reads them), else null.
+  const uint8_t* hi = nullptr;
 };
 constexpr int kScreenBounds = 3;
+constexpr int kScreenQ8Bits = 5;
 
 // What screening saved, for the bench's bytes per token: per greedy step, the head's bytes
 // against the screen's, and the head rows computed exactly.

@@ -162,7 +162,7 @@ using ToBf16Fn = void (*)(const float* x, uint16_t* out, int64_t n);
 using ReadSumFn = float (*)(const float* x, int64_t n);
 using FmaLoopFn = float (*)(int64_t iters, double* flops);
 
-// The 6-bit screen of a Q8 LM head (head_screen.h) against one token x: for rows [r0, r1) (both
+// The screen of a Q8 LM head (head_screen.h) against one token x: for rows [r0, r1) (both
 // multiples of 4), est[i] estimates row r0 + i's logit and hw[i] is the most the Q8 kernels'
 // logit of that row can differ from it. scales are the head's own.
 struct ScreenQ8Args {
@@ -179,6 +179,17 @@ struct ScreenQ8Args {
   bool reuse_x = false;  // as QuantMatmulArgs::reuse_x, between calls of this kernel
 };
 using ScreenQ8Fn = void (*)(const ScreenQ8Args&);
+// A screened head's candidates (exec_linear.cpp): given n rows' estimates and bounds (row0 a
+// multiple of 4), raises *lower to the largest est - hw if larger, then writes {g0, upper} for
+// every 4-row group (the last may be short) whose largest upper bound est + hw reaches *lower, g0
+// its first row and upper that bound, in row order, and returns how many. NaNs never raise *lower
+// and never count.
+struct ScreenCandidate {
+  int32_t row;
+  float upper;
+};
+using ScreenSelectFn = int64_t (*)(const float* est, const float* hw, int64_t n, int32_t row0,
+                                   float* lower, ScreenCandidate* out);
 // The portable reference the SIMD screen is checked against (too slow to pay for itself).
 void screen_q8_scalar(const ScreenQ8Args& a);
 
@@ -215,6 +226,7 @@ struct KernelTable {
   QuantActFn quant_act = nullptr;  // with quant_prefill
   // Null where no kernel reads the screen faster than the Q8 kernel reads the head (AVX-512 VBMI).
   ScreenQ8Fn screen_q8 = nullptr;
+  ScreenSelectFn screen_select = nullptr;
 };
 
 // One fill function per kernel file; make_kernel_table calls those of each level up to the ISA.

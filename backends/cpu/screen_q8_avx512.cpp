@@ -1,10 +1,11 @@
-// The 6-bit screen of a Q8 LM head (layout and bound in head_screen.h), AVX-512 VNNI + VBMI. Per
-// 4-row group and 128-element chunk, each row's two 48-byte halves hold 64 codes of 6 bits in the
-// Q8 kernel's slot order: vpermb moves each 6 bytes into a qword and vpmultishiftqb pulls out its
-// 8 fields, giving u = h + 32 as the unsigned operand of vpdpbusd against the same int8
+// The B-bit screen of a Q8 LM head (layout and bound in head_screen.h), AVX-512 VNNI + VBMI. Per
+// 4-row group and 128-element chunk, each row's two 8B-byte halves hold 64 codes of B bits in the
+// Q8 kernel's slot order: vpermb moves each B bytes into a qword and vpmultishiftqb pulls out its
+// 8 fields, giving u = h + 2^(B-1) as the unsigned operand of vpdpbusd against the same int8
 // activations as the Q8 kernel. Rows are read as two streams, as rows_dot_pair reads Q8 rows.
 #include <array>
 
+#include "backends/cpu/head_screen.h"
 #include "backends/cpu/matmul_quant_avx512.h"
 
 #define HEARTH_VBMI __attribute__((target("avx512vbmi")))
@@ -15,11 +16,15 @@ namespace {
 
 using namespace qk;
 
-constexpr int64_t kHalfBytes = 48, kChunkBytes = 96;
+constexpr int kBits = kScreenQ8Bits;
+constexpr int64_t kHalfBytes = 8 * kBits, kChunkBytes = 16 * kBits;
+constexpr int kStep = 1 << (8 - kBits);  // q = kStep h + l, l in [0, kStep)
+constexpr float kMid = float(kStep - 1) / 2;
 
 // Per token: the int8 activations in slot order and their block scales, and per chunk three
-// vectors of 16 lanes (lane i covers 8 activations of block i mod 4): -32 sum x' (so vpdpbusd on
-// u = h + 32 yields sum h x' exactly), 1.5 sum x' (l's midpoint's share) and sum |x'|.
+// vectors of 16 lanes (lane i covers 8 activations of block i mod 4): -2^(B-1) sum x' (so
+// vpdpbusd on u = h + 2^(B-1) yields sum h x' exactly), kMid sum x' (l's midpoint's share) and
+// sum |x'|.
 struct Token {
   const int8_t* q;
   const float* d;
@@ -44,23 +49,31 @@ Token prepare(const ScreenQ8Args& a) {
       const __m512i sum = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, ones, xa), ones, xb);
       const __m512i sabs = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, _mm512_abs_epi8(xa), ones),
                                                _mm512_abs_epi8(xb), ones);
-      _mm512_storeu_si512(init + 16 * j, _mm512_sub_epi32(zero, _mm512_slli_epi32(sum, 5)));
-      _mm512_storeu_ps(mid + 16 * j, _mm512_mul_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(1.5f)));
+      _mm512_storeu_si512(init + 16 * j, _mm512_sub_epi32(zero, _mm512_slli_epi32(sum, kBits - 1)));
+      _mm512_storeu_ps(mid + 16 * j, _mm512_mul_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(kMid)));
       _mm512_storeu_ps(abs + 16 * j, _mm512_cvtepi32_ps(sabs));
     }
   }
   return {at.q, at.d, init, mid, abs};
 }
 
-// vpermb indices: qword j of a half gets bytes 6j .. 6j + 7 of it; the second half is loaded 32
-// bytes into the chunk, so its bytes start at 16 (indices past 63 wrap, into bytes no field uses).
+// vpermb indices: qword j of a half gets bytes Bj .. Bj + 7 of it; the second half is loaded
+// so that the load ends with the chunk, its bytes starting at 64 - 8B (indices past 63 wrap, into
+// bytes no field uses). vpmultishiftqb then takes the fields at bits 0, B, .., 7B of each qword.
 constexpr std::array<uint8_t, 64> spread(int start) {
   std::array<uint8_t, 64> t{};
   for (int j = 0; j < 8; ++j)
-    for (int m = 0; m < 8; ++m) t[size_t(8 * j + m)] = uint8_t((start + 6 * j + m) & 63);
+    for (int m = 0; m < 8; ++m) t[size_t(8 * j + m)] = uint8_t((start + kBits * j + m) & 63);
   return t;
 }
-alignas(64) constexpr std::array<uint8_t, 64> kSpread0 = spread(0), kSpread1 = spread(16);
+constexpr int64_t kSecondLoad = kChunkBytes - 64;
+alignas(64) constexpr std::array<uint8_t, 64> kSpread0 = spread(0), kSpread1 = spread(int(
+                                                                        kHalfBytes - kSecondLoad));
+constexpr int64_t field_shifts() {
+  int64_t v = 0;
+  for (int m = 0; m < 8; ++m) v |= int64_t(kBits * m) << (8 * m);
+  return v;
+}
 
 // S streams of one 4-row group each (codes at w[s], scales at sw[s]): est[s][r] the estimate and
 // tsum[s][r] the sum the bound scales (head_screen.h).
@@ -69,9 +82,9 @@ HEARTH_VBMI void groups_dot(const uint8_t* const* w, const uint16_t* const* sw, 
                             const Token& t, int64_t nc, float* const* est, float* const* tsum) {
   const __m512i spread0 = _mm512_load_si512(kSpread0.data());
   const __m512i spread1 = _mm512_load_si512(kSpread1.data());
-  const __m512i shifts = _mm512_set1_epi64(0x2A241E18120C0600);  // fields at bits 0, 6, .., 42
-  const __m512i six = _mm512_set1_epi8(63);
-  const __m512 four = _mm512_set1_ps(4.f);
+  const __m512i shifts = _mm512_set1_epi64(field_shifts());
+  const __m512i field = _mm512_set1_epi8((1 << kBits) - 1);
+  const __m512 step = _mm512_set1_ps(float(kStep));
   __m512 acc[S][4], acct[S][4];
   for (int s = 0; s < S; ++s)
     for (int r = 0; r < 4; ++r) acc[s][r] = acct[s][r] = _mm512_setzero_ps();
@@ -88,14 +101,14 @@ HEARTH_VBMI void groups_dot(const uint8_t* const* w, const uint16_t* const* sw, 
         const __m512i u0 =
             _mm512_and_si512(_mm512_multishift_epi64_epi8(
                                  shifts, _mm512_permutexvar_epi8(spread0, _mm512_loadu_si512(c))),
-                             six);
+                             field);
         const __m512i u1 = _mm512_and_si512(
             _mm512_multishift_epi64_epi8(
-                shifts, _mm512_permutexvar_epi8(spread1, _mm512_loadu_si512(c + 32))),
-            six);
+                shifts, _mm512_permutexvar_epi8(spread1, _mm512_loadu_si512(c + kSecondLoad))),
+            field);
         const __m512i h = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, u0, xa), u1, xb);
-        // 4 sum h x' + 1.5 sum x', exact in f32 (under 2^20 in magnitude, in halves).
-        const __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(h), four, mid);
+        // kStep sum h x' + kMid sum x', exact in f32 (under 2^20 in magnitude, in halves).
+        const __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(h), step, mid);
         const __m512 f = _mm512_mul_ps(chunk_scales<G, ST>(sw[s] + r * ng, j), dx);
         acc[s][r] = _mm512_fmadd_ps(v, f, acc[s][r]);
         acct[s][r] = _mm512_fmadd_ps(_mm512_abs_ps(f), abs, acct[s][r]);
@@ -110,7 +123,7 @@ HEARTH_VBMI void groups_dot(const uint8_t* const* w, const uint16_t* const* sw, 
 template <int G, DType ST>
 HEARTH_VBMI void screen_st(const ScreenQ8Args& a) {
   const Token t = prepare(a);
-  const int64_t k = a.k, nc = k / kChunk, ng = k / G, row_bytes = k / 4 * 3;
+  const int64_t k = a.k, nc = k / kChunk, ng = k / G, row_bytes = k / 8 * kBits;
   const auto* scales = static_cast<const uint16_t*>(a.scales);
   // Whole groups as two streams: [r0, r0 + half) beside [r0 + half, r0 + 2 half).
   const int64_t half = (a.r1 - a.r0) / 8 * 4;
@@ -129,7 +142,7 @@ HEARTH_VBMI void screen_st(const ScreenQ8Args& a) {
     float* tsum[1] = {a.hw + (r - a.r0)};
     groups_dot<G, ST, 1>(w, sw, ng, t, nc, est, tsum);
   }
-  const float factor = 1.5f + float(nc + 8) / 32768.f;
+  const float factor = kMid + float(nc + 8) / 32768.f;
   for (int64_t i = 0; i < a.r1 - a.r0; ++i) a.hw[i] *= factor;
 }
 

@@ -1,7 +1,8 @@
-// The 6-bit screen of a Q8 LM head (layout and bound in head_screen.h), element by element in
+// The screen of a Q8 LM head (layout and bound in head_screen.h), element by element in
 // double: the reference the SIMD screen is checked against.
 #include <cmath>
 
+#include "backends/cpu/head_screen.h"
 #include "backends/cpu/matmul_quant.h"
 #include "quant/format.h"
 
@@ -10,6 +11,8 @@ namespace hearth::cpu {
 using namespace qk;
 
 void screen_q8_scalar(const ScreenQ8Args& a) {
+  constexpr int B = kScreenQ8Bits, kStep = 1 << (8 - B);
+  constexpr double kMid = (kStep - 1) / 2.0;
   const int64_t k = a.k, nc = k / kChunk, ng = k / a.group;
   ActTile at;
   carve_act_tile(a.scratch, k, &at);
@@ -18,16 +21,17 @@ void screen_q8_scalar(const ScreenQ8Args& a) {
   for (int64_t r = a.r0; r < a.r1; ++r) {
     double est = 0, t = 0;
     for (int64_t j = 0; j < nc; ++j) {
-      double e[4] = {}, ax[4] = {};  // per block of the chunk: sum (4h + 1.5) x', sum |x'|
+      double e[4] = {}, ax[4] = {};  // per block of the chunk: sum (kStep h + kMid) x', sum |x'|
       for (int h = 0; h < 2; ++h) {
-        const uint8_t* half = a.codes + (r / 4 * 4) * (k / 4 * 3) + (4 * j + r % 4) * 96 + 48 * h;
+        const uint8_t* half =
+            a.codes + (r / 4 * 4) * (k / 8 * B) + (4 * j + r % 4) * 16 * B + 8 * B * h;
         for (int p = 0; p < 64; ++p) {
-          const int bit = 6 * p;
-          const int lo = half[bit / 8], hi = bit % 8 > 2 ? half[bit / 8 + 1] : 0;
-          const int v = ((lo | hi << 8) >> (bit % 8)) & 63;
+          const int bit = B * p;
+          const int lo = half[bit / 8], hi = bit % 8 > 8 - B ? half[bit / 8 + 1] : 0;
+          const int v = ((lo | hi << 8) >> (bit % 8)) & ((1 << B) - 1);
           const int b = (p / 4) % 4;  // slot lane p / 4 belongs to block lane mod 4
           const int xq = at.q[j * kChunk + 64 * h + p];
-          e[b] += (4.0 * (v - 32) + 1.5) * xq;
+          e[b] += (kStep * (v - (1 << (B - 1))) + kMid) * xq;
           ax[b] += std::abs(xq);
         }
       }
@@ -40,7 +44,7 @@ void screen_q8_scalar(const ScreenQ8Args& a) {
       }
     }
     a.est[r - a.r0] = float(est);
-    a.hw[r - a.r0] = float(t * (1.5 + double(nc + 8) / 32768));
+    a.hw[r - a.r0] = float(t * (kMid + double(nc + 8) / 32768));
   }
 }
 

@@ -20,7 +20,7 @@ void silu_mul_avx512(const float* a, const float* b, float* out, int64_t n) {
   for (; i + 16 <= n; i += 16)
     _mm512_storeu_ps(out + i, silu_mul16(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)));
   if (i < n) {
-    const __mmask16 m = tail_mask16(n - i);
+    const __mmask16 m = n - i < 16 ? tail_mask16(n - i) : __mmask16(0xFFFF);
     _mm512_mask_storeu_ps(
         out + i, m, silu_mul16(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i)));
   }
@@ -74,7 +74,7 @@ void widen_avx512(const void* src, float* dst, int64_t n) {
                        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
   }
   if (i < n) {
-    const __mmask16 m = tail_mask16(n - i);
+    const __mmask16 m = n - i < 16 ? tail_mask16(n - i) : __mmask16(0xFFFF);
     const __m256i h = _mm256_maskz_loadu_epi16(m, s + i);
     if constexpr (T == DType::F16)
       _mm512_mask_storeu_ps(dst + i, m, _mm512_cvtph_ps(h));
@@ -91,7 +91,7 @@ void to_bf16_avx512(const float* x, uint16_t* out, int64_t n) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
                         (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
   if (i < n) {
-    const __mmask16 m = tail_mask16(n - i);
+    const __mmask16 m = n - i < 16 ? tail_mask16(n - i) : __mmask16(0xFFFF);
     _mm256_mask_storeu_epi16(out + i, m,
                              (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + i)));
   }
@@ -145,7 +145,45 @@ float dot_bf16_loop_avx512(int64_t iters, double* flops) {
 
 }  // namespace
 
+// Candidates 16 rows (4 groups, one per 128-bit lane) at a time: most groups fail, so most
+// vectors store nothing.
+int64_t screen_select_avx512(const float* est, const float* hw, int64_t n, int32_t row0,
+                             float* lower, ScreenCandidate* out) {
+  __m512 lo = _mm512_set1_ps(*lower);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i < 16 ? tail_mask16(n - i) : __mmask16(0xFFFF);
+    const __m512 l =
+        _mm512_sub_ps(_mm512_maskz_loadu_ps(m, est + i), _mm512_maskz_loadu_ps(m, hw + i));
+    lo = _mm512_mask_max_ps(lo, m, l, lo);  // a NaN in l yields lo, the second operand
+  }
+  const float L = hmax16(lo);
+  *lower = L;
+  const __m512 t = _mm512_set1_ps(L), ninf = _mm512_set1_ps(-INFINITY);
+  const __m512i first = _mm512_setr_epi32(0, 0, 0, 0, 4, 0, 0, 0, 8, 0, 0, 0, 12, 0, 0, 0);
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i < 16 ? tail_mask16(n - i) : __mmask16(0xFFFF);
+    __m512 up = _mm512_add_ps(_mm512_maskz_loadu_ps(m, est + i), _mm512_maskz_loadu_ps(m, hw + i));
+    // Rows past n and NaNs count as -inf, so that neither can pass nor hide a group's maximum.
+    up = _mm512_mask_mov_ps(ninf, m & _mm512_cmp_ps_mask(up, up, _CMP_ORD_Q), up);
+    up = _mm512_max_ps(up, _mm512_permute_ps(up, 0xB1));
+    up = _mm512_max_ps(up, _mm512_permute_ps(up, 0x4E));
+    const __mmask16 pass = _mm512_mask_cmp_ps_mask(m & 0x1111, up, t, _CMP_GE_OQ);
+    if (!pass) continue;
+    alignas(64) int32_t rows[16];
+    alignas(64) float ups[16];
+    _mm512_mask_compressstoreu_epi32(rows, pass,
+                                     _mm512_add_epi32(first, _mm512_set1_epi32(row0 + int32_t(i))));
+    _mm512_mask_compressstoreu_ps(ups, pass, up);
+    const int c = __builtin_popcount(pass);
+    for (int j = 0; j < c; ++j) out[count + j] = {rows[j], ups[j]};
+    count += c;
+  }
+  return count;
+}
+
 void fill_vecops_avx512(KernelTable& k) {
+  k.screen_select = screen_select_avx512;
   k.silu_mul = silu_mul_avx512;
   k.rms_norm = rms_norm_avx512;
   k.widen[type_slot(DType::F16)] = widen_avx512<DType::F16>;

@@ -1,5 +1,8 @@
 // Reference element-wise kernels on contiguous f32 arrays (16-bit input for widen, bf16 output
 // for to_bf16) and the machine probes of hearth bench.
+#include <algorithm>
+#include <cmath>
+
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/ops.h"
 
@@ -41,7 +44,23 @@ float fma_loop_scalar(int64_t iters, double* flops) {
 
 }  // namespace
 
+int64_t screen_select_scalar(const float* est, const float* hw, int64_t n, int32_t row0,
+                             float* lower, ScreenCandidate* out) {
+  float lo = *lower;
+  for (int64_t i = 0; i < n; ++i) lo = std::max(lo, est[i] - hw[i]);  // NaN: keeps lo
+  *lower = lo;
+  int64_t m = 0;
+  for (int64_t g = 0; g < n; g += 4) {
+    float up = -INFINITY;
+    for (int64_t i = g; i < std::min(n, g + 4); ++i) up = std::max(up, est[i] + hw[i]);
+    out[m] = {row0 + int32_t(g), up};  // written always, kept when it passes
+    m += up >= lo;
+  }
+  return m;
+}
+
 void fill_vecops_scalar(KernelTable& k) {
+  k.screen_select = screen_select_scalar;
   k.silu_mul = silu_mul_scalar;
   k.rms_norm = rms_norm_scalar;
   k.widen[type_slot(DType::F32)] = widen_scalar<DType::F32>;
