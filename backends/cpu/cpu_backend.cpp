@@ -178,7 +178,8 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
   // The weights linear steps read: the model's, or private huge-page copies. BF16, Q8 and Q4 ones
   // are packed a group of rows at a time for the AVX-512 decode kernels (pack_rows); the library
   // GEMMs unpack BF16 blocks, and the int8 GEMM gathers its panels from the packed rows.
-  enum Layout : int { kVerbatim = 0, kPacked = 1, kScreen = 2 };
+  // A screen's layout is part of its key: backends of different ISAs may share the store.
+  enum Layout : int { kVerbatim = 0, kPacked = 1, kScreen = 2, kScreenPacked = 3 };
   // A tied LM head is also the embedding table, which the Embed step reads where the model mapped
   // it: its pages stay (handed back, each prefill row would fault them in again: ~30 ms of a
   // 512-token 1.7B prefill on one Zen 5 core).
@@ -225,7 +226,7 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
     const bool pk = kernels_.isa == Isa::Avx512 && pack_fits(kPackQ8, w.rows(), w.cols());
     // The head's pages are the head copy's to hand back, not the screen's (of another size).
     const void* mem = weight_copies_->get(
-        w.data, kScreen, head_screen_bytes(w),
+        w.data, pk ? kScreenPacked : kScreen, head_screen_bytes(w),
         [&](void* dst) {
           pool_.run([&](int tid, int nth) {
             int64_t b, e;
