@@ -186,6 +186,17 @@ std::vector<QuantTable> quant_tables() {
   std::vector<QuantTable> v;
   for (Isa isa : isas_here()) {
     v.push_back({isa_name(isa), make_kernel_table(isa), isa == Isa::Neon});
+    if (isa == Isa::Avx2) {
+      // AVX2 with AVX-VNNI where the CPU has it, and the table without it (maddubs) always.
+      CpuFeatures f = detect_cpu_features();
+      const bool vnni = f.avxvnni;
+      if (vnni) v.back().name = "avx2 avx-vnni";
+      f.avxvnni = false;
+      v.push_back({"avx2 without avx-vnni", make_kernel_table(isa, f), false});
+      const KernelTable &a = v[v.size() - 2].kt, &b = v.back().kt;
+      CHECK((a.matmul_q8 != b.matmul_q8) == vnni);
+      CHECK((a.matmul_q4 != b.matmul_q4) == vnni);
+    }
     if (isa == Isa::Neon) {
       CpuFeatures f = detect_cpu_features();
       const bool dotprod = f.neon_dotprod;

@@ -1,5 +1,6 @@
-// AVX2 pieces shared by the Q8, Q4 and Q4-codebook kernels; include only from *_avx2.cpp files
-// (anonymous namespace: no AVX2 code may become the copy a lower-ISA file links against).
+// AVX2 pieces shared by the Q8, Q4 and Q4-codebook kernels; include only from *_avx2.cpp and
+// *_avxvnni.cpp files (anonymous namespace: no AVX2 code may become the copy a lower-ISA file
+// links against).
 #pragma once
 #include <immintrin.h>
 
