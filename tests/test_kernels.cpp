@@ -186,29 +186,23 @@ std::vector<QuantTable> quant_tables() {
   std::vector<QuantTable> v;
   for (Isa isa : isas_here()) {
     v.push_back({isa_name(isa), make_kernel_table(isa), isa == Isa::Neon});
-    if (isa == Isa::Avx2) {
-      // AVX2 with AVX-VNNI where the CPU has it, and the table without it (maddubs) always.
-      CpuFeatures f = detect_cpu_features();
-      const bool vnni = f.avxvnni;
-      if (vnni) v.back().name = "avx2 avx-vnni";
-      f.avxvnni = false;
-      v.push_back({"avx2 without avx-vnni", make_kernel_table(isa, f), false});
-      const KernelTable &a = v[v.size() - 2].kt, &b = v.back().kt;
-      CHECK((a.matmul_q8 != b.matmul_q8) == vnni);
-      CHECK((a.matmul_q4 != b.matmul_q4) == vnni);
-    }
-    if (isa == Isa::Neon) {
-      CpuFeatures f = detect_cpu_features();
-      const bool dotprod = f.neon_dotprod;
-      if (dotprod) v.back().name = "neon dotprod";
-      f.neon_dotprod = false;
-      v.push_back({"neon without dotprod", make_kernel_table(isa, f), true});
-      // With dotprod, the two tables must really hold different kernels.
-      const KernelTable &a = v[v.size() - 2].kt, &b = v.back().kt;
-      CHECK((a.matmul_q8 != b.matmul_q8) == dotprod);
-      CHECK((a.matmul_q4 != b.matmul_q4) == dotprod);
-      CHECK((a.matmul_q4cb != b.matmul_q4cb) == dotprod);
-    }
+    // An extension within the level (AVX2's AVX-VNNI, NEON's dotprod) is used where the CPU has
+    // it; the table without it is checked too, and with it the two must hold different kernels.
+    bool CpuFeatures::*ext = isa == Isa::Avx2   ? &CpuFeatures::avxvnni
+                             : isa == Isa::Neon ? &CpuFeatures::neon_dotprod
+                                                : nullptr;
+    if (!ext) continue;
+    CpuFeatures f = detect_cpu_features();
+    const bool has = f.*ext;
+    const std::string ext_name = isa == Isa::Avx2 ? "avx-vnni" : "dotprod";
+    if (has) v.back().name += " " + ext_name;
+    f.*ext = false;
+    v.push_back({std::string(isa_name(isa)) + " without " + ext_name, make_kernel_table(isa, f),
+                 isa == Isa::Neon});
+    const KernelTable &a = v[v.size() - 2].kt, &b = v.back().kt;
+    CHECK((a.matmul_q8 != b.matmul_q8) == has);
+    CHECK((a.matmul_q4 != b.matmul_q4) == has);
+    if (isa == Isa::Neon) CHECK((a.matmul_q4cb != b.matmul_q4cb) == has);
   }
   return v;
 }

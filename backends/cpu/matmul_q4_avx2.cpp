@@ -15,15 +15,12 @@ struct Q4Codes {
   static constexpr int64_t kChunkBytes = 64;
   static constexpr int kVecOffset = 8, kTailOffset = 8;  // nibbles hold q + 8
   static __m256i dot(const uint8_t* c, const int8_t* x) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const __m256i v0 = load256(c), v1 = load256(c + 32);
-    const __m256i lo0 = _mm256_and_si256(v0, m4), lo1 = _mm256_and_si256(v1, m4);
-    const __m256i hi0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4);
-    const __m256i hi1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
-    __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo0, load256(x)),
-                                   _mm256_maddubs_epi16(lo1, load256(x + 32)));
-    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(hi0, load256(x + 64)));
-    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(hi1, load256(x + 96)));
+    __m256i n[4];
+    q4_nibbles(c, n);
+    __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(n[0], load256(x)),
+                                   _mm256_maddubs_epi16(n[1], load256(x + 32)));
+    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(n[2], load256(x + 64)));
+    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(n[3], load256(x + 96)));
     return _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
   }
   static void tail(const uint8_t* c, const int8_t* x, int m, int32_t* isum) {

@@ -14,15 +14,11 @@ struct Q4CodesVnni {
   static constexpr int64_t kChunkBytes = 64;
   static constexpr int kVecOffset = 8, kTailOffset = 8;  // nibbles hold q + 8
   static __m256i dot(const uint8_t* c, const int8_t* x) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const __m256i v0 = load256(c), v1 = load256(c + 32);
-    __m256i acc =
-        _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), _mm256_and_si256(v0, m4), load256(x));
-    acc = _mm256_dpbusd_avx_epi32(acc, _mm256_and_si256(v1, m4), load256(x + 32));
-    acc = _mm256_dpbusd_avx_epi32(acc, _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4),
-                                  load256(x + 64));
-    return _mm256_dpbusd_avx_epi32(acc, _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4),
-                                   load256(x + 96));
+    __m256i n[4];
+    q4_nibbles(c, n);
+    __m256i acc = _mm256_setzero_si256();
+    for (int i = 0; i < 4; ++i) acc = _mm256_dpbusd_avx_epi32(acc, n[i], load256(x + 32 * i));
+    return acc;
   }
   static void tail(const uint8_t* c, const int8_t* x, int m, int32_t* isum) {
     tail_block_dots(4, c, x, m, isum);

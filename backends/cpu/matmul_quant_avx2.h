@@ -82,6 +82,18 @@ inline __m256i load256(const void* p) {
   return _mm256_loadu_si256(static_cast<const __m256i*>(p));
 }
 
+// A Q4 chunk's nibbles as four vectors of bytes, in the order of the activations they meet (32
+// bytes each at x, x + 32, x + 64, x + 96): the low nibbles of its two 32-byte halves, then their
+// high nibbles.
+inline void q4_nibbles(const uint8_t* c, __m256i* n) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i v0 = load256(c), v1 = load256(c + 32);
+  n[0] = _mm256_and_si256(v0, m4);
+  n[1] = _mm256_and_si256(v1, m4);
+  n[2] = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4);
+  n[3] = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
+}
+
 // Decode streams the codes once, row after row; the hardware prefetchers alone left the kernel
 // waiting on memory half the time. Prefetching into L2 this far ahead of each 64 bytes read makes
 // one linear stream over the matrix, as the AVX-512 kernels do (matmul_quant_avx512.h).
