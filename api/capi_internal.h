@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/engine.h"
 #include "core/error.h"
 #include "core/runner.h"
 #include "core/session.h"
@@ -139,20 +140,17 @@ struct ModelCore {
   bool has_template = false;
   BackendOptions backend_options;
   std::string backend_name;
-  int prefill_chunk = 256;
+  RunnerOptions runner_options;
   std::string dtype, backend_desc;
   uint64_t n_params = 0;
 
-  // Runners built with the model's default thread count, not in use by a session. A runner holds
-  // compiled graphs and a thread pool, so it serves one session at a time; keeping one idle runner
-  // makes the common "free a session, start a new one" cheap. Declared last so it is destroyed
-  // before the graph its runners point into.
-  std::mutex pool_mutex;
-  std::vector<std::unique_ptr<Runner>> pool;
+  // The model's one runner (backend, thread pool, KV pool) and the engine every session generates
+  // through: sessions running at once share its steps. Declared last so they are destroyed before
+  // the graph the runner points into.
+  std::unique_ptr<Runner> runner;
+  std::unique_ptr<Engine> engine;
 
-  std::unique_ptr<Runner> make_runner(int threads) const;
-  std::unique_ptr<Runner> take_runner(int threads);
-  void return_runner(std::unique_ptr<Runner> r);
+  std::unique_ptr<Runner> make_runner() const;
   std::vector<int32_t> encode(const char* text, size_t len) const;
 };
 
@@ -169,8 +167,7 @@ struct hearth_model {
 
 struct hearth_session {
   std::shared_ptr<hearth::capi::ModelCore> core;
-  std::unique_ptr<hearth::Runner> runner;
-  std::unique_ptr<hearth::Session> session;  // refers to *runner; destroyed first
+  std::unique_ptr<hearth::Session> session;  // on core->engine
   hearth::Json messages = hearth::Json::array();
   std::string system_prompt;
   bool has_system = false;

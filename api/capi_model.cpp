@@ -9,7 +9,7 @@
 #include <filesystem>
 
 #include "api/capi_internal.h"
-#include "backends/cpu/cpu_backend.h"
+#include "core/threadpool.h"
 
 namespace fs = std::filesystem;
 
@@ -113,36 +113,16 @@ DType kv_dtype(const hearth_kv_type& field) {
 
 }  // namespace
 
-std::unique_ptr<Runner> ModelCore::make_runner(int threads) const {
-  BackendOptions bo = backend_options;
-  bo.threads = threads;
+std::unique_ptr<Runner> ModelCore::make_runner() const {
   std::unique_ptr<Backend> backend;
   try {
-    backend = create_backend(backend_name, bo);
+    backend = create_backend(backend_name, backend_options);
   } catch (const hearth::Error& e) {
     throw ApiError(HEARTH_ERR_UNSUPPORTED, e.what());
   }
   const auto& c = model->config();
   return std::make_unique<Runner>(std::move(backend), model->graph(), c.vocab_size,
-                                  c.max_position_embeddings, prefill_chunk);
-}
-
-std::unique_ptr<Runner> ModelCore::take_runner(int threads) {
-  if (threads == backend_options.threads) {
-    std::lock_guard<std::mutex> lock(pool_mutex);
-    if (!pool.empty()) {
-      auto r = std::move(pool.back());
-      pool.pop_back();
-      return r;
-    }
-  }
-  return make_runner(threads);
-}
-
-void ModelCore::return_runner(std::unique_ptr<Runner> r) {
-  if (!r || r->backend().threads() != backend_options.threads) return;
-  std::lock_guard<std::mutex> lock(pool_mutex);
-  if (pool.empty()) pool.push_back(std::move(r));  // one idle runner is enough; free the rest
+                                  c.max_position_embeddings, runner_options);
 }
 
 std::vector<int32_t> ModelCore::encode(const char* text, size_t len) const {
@@ -206,6 +186,8 @@ hearth_status hearth_model_load(const char* path, const hearth_model_params* par
                      p.n_threads, "; expected 0 (automatic) or a positive count");
     HEARTH_CHECK_ARG(p.prefill_chunk >= 0, "hearth_model_params.prefill_chunk is ", p.prefill_chunk,
                      "; expected 0 (automatic) or a positive count");
+    HEARTH_CHECK_ARG(p.kv_budget_mib >= 0, "hearth_model_params.kv_budget_mib is ", p.kv_budget_mib,
+                     "; expected 0 (automatic) or a positive count of MiB");
 
     const fs::path dir(path);
     std::error_code ec;
@@ -236,24 +218,23 @@ hearth_status hearth_model_load(const char* path, const hearth_model_params* par
     if (p.prefault && !p.hugepages) prefault_weights(core->model->checkpoint(), prog);
 
     core->backend_name = p.backend ? p.backend : "";
-    core->backend_options.isa = p.isa ? p.isa : "";
+    core->backend_options.cpu.isa = p.isa ? p.isa : "";
     core->backend_options.kv_dtype = kv_dtype(p.kv_type);
     // Huge pages: every session's backend shares one set of private copies of the matmul weights,
     // in the layouts its kernels read fastest, and KV caches in huge pages.
     if (p.hugepages) {
-      core->backend_options.weight_copies = std::make_shared<WeightStore>();
-      core->backend_options.kv_huge_pages = true;
+      core->backend_options.cpu.weight_copies = std::make_shared<WeightStore>();
+      core->backend_options.cpu.kv_huge_pages = true;
     }
     // Resolving "automatic" here gives every session the same count, which is what lets sessions
-    // reuse runners. Calling into the CPU backend's object file also keeps it, and with it the
-    // backend's self-registration, in programs that link the static library.
-    core->backend_options.threads = p.n_threads > 0 ? p.n_threads : cpu::default_thread_count();
-    core->prefill_chunk = p.prefill_chunk > 0 ? p.prefill_chunk : 256;
-    // One runner now: it checks the backend options at load time rather than at the first session,
-    // and the first session takes it from the pool.
-    auto runner = core->make_runner(core->backend_options.threads);
-    core->backend_desc = runner->backend().describe();
-    core->pool.push_back(std::move(runner));
+    // reuse runners.
+    core->backend_options.threads = p.n_threads > 0 ? p.n_threads : default_thread_count();
+    core->runner_options.prefill_chunk = p.prefill_chunk > 0 ? p.prefill_chunk : 256;
+    core->runner_options.kv_budget_bytes = size_t(p.kv_budget_mib) << 20;
+    // The model's one runner and engine, shared by all its sessions.
+    core->runner = core->make_runner();
+    core->engine = std::make_unique<Engine>(*core->runner);
+    core->backend_desc = core->runner->backend().describe();
     core->dtype = core->model->weight_dtypes();
     core->n_params = count_params(core->model->config());
     prog.step("backend");

@@ -180,9 +180,8 @@ hearth_status hearth_session_new(hearth_model* model, const hearth_session_param
       s->system_prompt = p.system_prompt;
     }
     reset_messages(s.get());
-    s->runner =
-        s->core->take_runner(p.n_threads > 0 ? p.n_threads : s->core->backend_options.threads);
-    s->session = std::make_unique<Session>(*s->runner);
+    // n_threads is the model's: all sessions run on the model's one thread pool.
+    s->session = std::make_unique<Session>(*s->core->engine);
     s->metrics.struct_size = sizeof s->metrics;
     *out_session = s.release();
     return HEARTH_OK;
@@ -191,13 +190,6 @@ hearth_status hearth_session_new(hearth_model* model, const hearth_session_param
 
 void hearth_session_free(hearth_session* session) {
   if (!session) return;
-  // Freeing must not fail; returning the runner to the pool is an optimisation, so any error in
-  // it (out of memory growing the pool) just frees the runner instead.
-  try {
-    session->session.reset();
-    session->core->return_runner(std::move(session->runner));
-  } catch (...) {
-  }
   delete session;
 }
 

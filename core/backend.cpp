@@ -6,27 +6,15 @@
 
 namespace hearth {
 
-namespace {
-std::vector<BackendFactory>& factories() {
-  static std::vector<BackendFactory> f;
-  return f;
-}
-}  // namespace
-
-bool register_backend(BackendFactory f) {
-  factories().push_back(std::move(f));
-  return true;
-}
-
 std::vector<std::string> backend_names() {
   std::vector<std::string> names;
-  for (auto& f : factories()) names.push_back(f.name);
+  for (auto& f : backend_list()) names.push_back(f.name);
   return names;
 }
 
 std::unique_ptr<Backend> create_backend(const std::string& name, const BackendOptions& opt) {
   const BackendFactory* best = nullptr;
-  for (auto& f : factories()) {
+  for (auto& f : backend_list()) {
     if (!name.empty()) {
       if (f.name == name) {
         if (f.available && !f.available()) fail("backend '", name, "' is not available here");

@@ -1,6 +1,7 @@
 // The backend interface. A backend says which ops it supports, compiles a graph once (placing
 // every activation in memory it owns), allocates KV caches, and runs a compiled graph per step.
-// Backends register themselves in the registry; the runner picks one by name or by priority.
+// The backends a build has are listed in core/backend_list.cpp; the runner picks one by name or by
+// priority.
 #pragma once
 #include <functional>
 #include <memory>
@@ -12,38 +13,56 @@
 
 namespace hearth {
 
-struct BackendOptions {
-  int threads = 0;  // 0: one per physical core
-  std::string isa;  // CPU: force a lower ISA ("avx2", "scalar"); empty: best available
-  DType kv_dtype = DType::F32;
-  // CPU: the GEMM library for long steps ("auto", "dnnl", "dnnl-bf16", "openblas", "native");
-  // empty: $HEARTH_GEMM, else auto (an FP32-exact one).
+// What the CPU backend alone reads.
+struct CpuOptions {
+  std::string isa;  // force a lower ISA ("avx2", "scalar"); empty: best available
+  // The GEMM library for long steps ("auto", "dnnl", "dnnl-bf16", "openblas", "native"); empty:
+  // auto (an FP32-exact one).
   std::string gemm;
-  // CPU: steps of at least this many tokens use the GEMM; 0: $HEARTH_GEMM_MIN_TOKENS, else the
-  // backend's default.
-  int gemm_min_tokens = 0;
+  int gemm_min_tokens = 0;  // steps of at least this many tokens use the GEMM; 0: the default
   // Where the backend keeps private huge-page copies of the weights its matmuls read, in the
-  // layouts its kernels read fastest, shared with the other backends of the same model; null: the
-  // weights are used where the model mapped them.
+  // layouts its kernels read fastest; null: the weights are used where the model mapped them.
   std::shared_ptr<WeightStore> weight_copies;
-  // CPU: KV caches in transparent huge pages. Decode reads 2 x layers x KV heads short streams of
-  // the cache per token, and their 4 KiB pages cost TLB misses (0.6B decode on Zen 5: INT4 77-79
-  // -> 80-81 t/s, INT8 53-54 -> 55, BF16 30.6-31.0 -> 31.5-31.9). Off unless asked for: a cache
-  // is sized for the longest request, and each 2 MiB page it touches is resident at once.
+  // KV blocks in transparent huge pages. Decode reads 2 x layers x KV heads short streams of the
+  // cache per token, and their 4 KiB pages cost TLB misses. Off unless asked for: each 2 MiB page
+  // a request touches is resident at once.
   bool kv_huge_pages = false;
 };
 
-// The KV cache of one request. The backend owns the memory layout.
-struct KVCache {
-  virtual ~KVCache() = default;
+// Options for creating a model's backend: the generic ones, then one set per backend kind. The
+// memory budget of the KV cache and the step sizes are the runner's (RunnerOptions).
+struct BackendOptions {
+  int threads = 0;  // 0: one per physical core
+  DType kv_dtype = DType::F32;
+  int device = 0;  // GPU backends: which device
+  CpuOptions cpu;
+};
+
+// A model's KV memory, owned by the backend: n_blocks blocks of block_size positions, each with
+// every layer's keys and values for those positions (the layout is the backend's). KVPool does the
+// bookkeeping; a step's SeqRows name the blocks each sequence reads and writes.
+struct KVStorage {
+  virtual ~KVStorage() = default;
   KVSpec spec;
-  int capacity = 0;  // positions it can hold
   DType dtype = DType::F32;
-  size_t bytes() const {
-    // An I8 cache also keeps one f32 scale per position, head and K/V.
+  int n_blocks = 0, block_size = 0;
+  // An I8 cache also keeps one f32 scale per position, head and K/V.
+  static size_t position_bytes(const KVSpec& spec, DType dtype) {
     const size_t per_row = size_t(spec.head_dim) * dtype_size(dtype) + (dtype == DType::I8 ? 4 : 0);
-    return size_t(spec.n_layers) * 2 * spec.n_kv_heads * size_t(capacity) * per_row;
+    return size_t(spec.n_layers) * 2 * size_t(spec.n_kv_heads) * per_row;
   }
+  size_t bytes() const {
+    return position_bytes(spec, dtype) * size_t(n_blocks) * size_t(block_size);
+  }
+};
+
+// Ceilings of the machine as a backend uses it (its threads and kernels), to quote measured speed
+// against (`hearth bench`); 0 where not measured or where the backend has no such kernel.
+struct MachinePeaks {
+  double read_gbs = 0;     // memory read bandwidth, GB/s
+  double fma_gflops = 0;   // independent f32 FMAs from registers, GFLOP/s
+  double int8_gops = 0;    // int8 dot products, G ops/s
+  double bf16_gflops = 0;  // bf16 pair dot products, GFLOP/s
 };
 
 struct CompiledGraph {
@@ -65,14 +84,20 @@ class Backend {
   // of logits. Throws if an op is not supported.
   virtual std::unique_ptr<CompiledGraph> compile(const Graph& g, int max_tokens,
                                                  int max_outputs) = 0;
-  virtual std::unique_ptr<KVCache> alloc_kv(const KVSpec& spec, int capacity) = 0;
-  // Copies the first n positions of every layer and head (to.capacity >= n).
-  virtual void copy_kv(const KVCache& from, KVCache& to, int n) = 0;
+  virtual DType kv_dtype() const = 0;
+  // Memory for n_blocks KV blocks of block_size positions; pages are committed as blocks are first
+  // written, so a generous pool costs only what is used.
+  virtual std::unique_ptr<KVStorage> alloc_kv(const KVSpec& spec, int n_blocks, int block_size) = 0;
+  // Copies block `from` of kv into block `to` (copy on write of a shared block).
+  virtual void copy_kv_block(KVStorage& kv, int from, int to) = 0;
   virtual void run(CompiledGraph& cg, const StepInputs& in) = 0;
   // Mean weight bytes per greedy (argmax) step that the backend did not read because it proved
   // them unneeded (the CPU backend's screened LM head), since it was created; 0 when it reads
   // every weight.
   virtual double argmax_bytes_saved() const { return 0; }
+  // Measures the machine with this backend's threads and kernels: read bandwidth, and with
+  // `compute` the compute peaks too; takes a second or two. Default: nothing measured (all 0).
+  virtual MachinePeaks measure_peaks(bool compute) const { return {}; }
 };
 
 struct BackendFactory {
@@ -82,9 +107,8 @@ struct BackendFactory {
   std::function<std::unique_ptr<Backend>(const BackendOptions&)> create;
 };
 
-// Backends call this from a static initializer in their own folder. The table is written only
-// before main() and read-only afterwards.
-bool register_backend(BackendFactory f);
+// Every backend this build has, one entry each (core/backend_list.cpp).
+const std::vector<BackendFactory>& backend_list();
 std::vector<std::string> backend_names();
 // name empty: the available backend with the highest priority.
 std::unique_ptr<Backend> create_backend(const std::string& name, const BackendOptions& opt);

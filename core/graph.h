@@ -80,15 +80,28 @@ class Graph {
   std::vector<Node> nodes_;
 };
 
-// What changes from one step to the next.
-struct KVCache;
+// One sequence's rows in a step: rows [row0, row0 + n_rows) are its positions pos0, pos0 + 1, ...
+// in order. Its keys and values live in the KV blocks of its table: position p in
+// blocks[p / block_size]; the step appends its rows' keys and values there, so the table must
+// already cover pos0 + n_rows - 1, and no block the rows write may be shared (KVPool).
+struct SeqRows {
+  int row0 = 0, n_rows = 0;
+  int pos0 = 0;
+  const int32_t* blocks = nullptr;
+  int n_blocks = 0;
+};
+
+// What changes from one step to the next: rows of one or many sequences (a batched step reads
+// every weight once for all of them; attention runs per sequence over its own blocks).
+struct KVStorage;
 struct StepInputs {
-  const int32_t* tokens = nullptr;
+  const int32_t* tokens = nullptr;  // one per row
   int n_tokens = 0;
-  int pos0 = 0;                       // position of tokens[0]; the cache holds pos0 earlier tokens
+  const SeqRows* seqs = nullptr;  // covering rows 0 .. n_tokens - 1 in order
+  int n_seqs = 0;
+  KVStorage* kv = nullptr;
   const int32_t* out_rows = nullptr;  // which of this step's rows need logits
   int n_out = 0;
-  KVCache* kv = nullptr;
   float* logits = nullptr;  // [n_out, vocab], written by the run
   // Greedy decoding: when set (and the compiled graph has argmax_fused), the run writes the index
   // of each output row's largest logit here (first index on ties, NaN ignored, -1 if no logit is

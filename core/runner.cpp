@@ -17,48 +17,143 @@ int32_t first_argmax(const float* x, int n) {
     if (x[i] > best) best = x[i], arg = i;
   return arg;
 }
+
+// The smallest of `sizes` (ascending) that is at least n.
+int bucket(const std::vector<int>& sizes, int n) {
+  for (int s : sizes)
+    if (s >= n) return s;
+  return sizes.back();
+}
 }  // namespace
+
+KVCache::KVCache(KVPool& p, int cap, size_t pos_bytes)
+    : pool(p), capacity(cap), position_bytes(pos_bytes) {}
+
+KVCache::~KVCache() {
+  for (int32_t b : blocks) pool.release(b);
+}
+
+void KVCache::reserve(int n) {
+  const int need = (n + pool.block_size() - 1) / pool.block_size();
+  while (int(blocks.size()) < need) {
+    const int b = pool.alloc();
+    if (b < 0)
+      fail("the KV cache budget (", pool.n_blocks(), " blocks of ", pool.block_size(),
+           " positions) is used up: ", n, " positions do not fit beside the other sequences");
+    blocks.push_back(b);
+  }
+}
 
 Runner::Runner(std::unique_ptr<Backend> backend, const Graph& graph, int vocab_size,
                int max_positions, int prefill_chunk)
+    : Runner(std::move(backend), graph, vocab_size, max_positions, [&] {
+        RunnerOptions o;
+        o.prefill_chunk = prefill_chunk;
+        return o;
+      }()) {}
+
+Runner::Runner(std::unique_ptr<Backend> backend, const Graph& graph, int vocab_size,
+               int max_positions, const RunnerOptions& opt)
     : backend_(std::move(backend)),
       graph_(graph),
       vocab_(vocab_size),
       max_pos_(max_positions),
-      chunk_(std::max(1, prefill_chunk)) {
-  rows_.resize(size_t(chunk_));
+      opt_(opt) {
+  opt_.prefill_chunk = std::max(1, opt_.prefill_chunk);
+  opt_.max_seqs = std::max(1, std::min(opt_.max_seqs, opt_.prefill_chunk));
+  if (opt_.block_size <= 0 || opt_.block_size > 4096)
+    fail("KV block size must be in [1, 4096] (got ", opt_.block_size, ")");
+  rows_.resize(size_t(opt_.prefill_chunk));
   std::iota(rows_.begin(), rows_.end(), 0);
   for (const Node& n : graph_.nodes())
     if (!backend_->supports_op(graph_, n))
       fail("backend ", backend_->name(), " does not support op ", op_name(n.op));
+  const size_t per_block =
+      KVStorage::position_bytes(graph_.kv, backend_->kv_dtype()) * size_t(opt_.block_size);
+  const size_t budget =
+      opt_.kv_budget_bytes ? opt_.kv_budget_bytes
+                           : per_block * size_t((max_pos_ + opt_.block_size - 1) / opt_.block_size);
+  const size_t n_blocks = budget / std::max<size_t>(per_block, 1);
+  if (n_blocks < 1)
+    fail("the KV budget of ", budget >> 20, " MiB holds no block of ", opt_.block_size,
+         " positions (", per_block >> 20, " MiB each)");
+  if (n_blocks > size_t(std::numeric_limits<int32_t>::max() / 2))
+    fail("the KV budget of ", budget >> 20, " MiB is too large");
+  kv_ = backend_->alloc_kv(graph_.kv, int(n_blocks), opt_.block_size);
+  pool_ = std::make_unique<KVPool>(int(n_blocks), opt_.block_size);
 }
 
 std::unique_ptr<KVCache> Runner::new_kv(int capacity) {
   if (capacity <= 0) fail("KV cache capacity must be positive");
   if (capacity > max_pos_)
     fail("context of ", capacity, " tokens exceeds max_position_embeddings (", max_pos_, ")");
-  return backend_->alloc_kv(graph_.kv, capacity);
-}
-
-std::unique_ptr<KVCache> Runner::grow_kv(const KVCache& old, int n, int capacity) {
-  auto kv = new_kv(capacity);
-  backend_->copy_kv(old, *kv, n);
-  return kv;
+  return std::make_unique<KVCache>(*pool_, capacity, kv_position_bytes());
 }
 
 CompiledGraph& Runner::compiled_for(int n_tokens, int n_out) {
-  if (n_tokens == 1) {
-    if (!decode_) decode_ = backend_->compile(graph_, 1, 1);
-    return *decode_;
+  // Decode of one sequence, batched decode (one row per sequence), prefill chunks; one row of
+  // logits per sequence, or a whole chunk's for `logits`-style callers (chunk x vocab floats).
+  std::vector<int> token_sizes{1, opt_.max_seqs, opt_.prefill_chunk};
+  std::vector<int> out_sizes{1, opt_.max_seqs, opt_.prefill_chunk};
+  const int t = bucket(token_sizes, n_tokens);
+  const int o = std::min(t, bucket(out_sizes, std::max(n_out, 1)));
+  for (auto& [key, cg] : compiled_)
+    if (key.first == t && key.second == o) return *cg;
+  compiled_.emplace_back(std::make_pair(t, o), backend_->compile(graph_, t, o));
+  return *compiled_.back().second;
+}
+
+void Runner::check(const StepInputs& in) const {
+  if (in.n_tokens <= 0) fail("no tokens to run");
+  if (in.n_tokens > opt_.prefill_chunk)
+    fail("a step of ", in.n_tokens, " tokens exceeds the runner's ", opt_.prefill_chunk);
+  if (in.n_out < 0 || in.n_out > std::max(opt_.max_seqs, in.n_tokens))
+    fail("a step asks for ", in.n_out, " rows of logits");
+  for (int i = 0; i < in.n_tokens; ++i)
+    if (in.tokens[i] < 0 || in.tokens[i] >= vocab_)
+      fail("token id ", in.tokens[i], " is out of range (vocab_size ", vocab_, ")");
+  for (int i = 0; i < in.n_out; ++i)
+    if (in.out_rows[i] < 0 || in.out_rows[i] >= in.n_tokens)
+      fail("logits asked for row ", in.out_rows[i], " of a ", in.n_tokens, "-row step");
+  int row = 0;
+  const int bs = pool_->block_size();
+  for (int s = 0; s < in.n_seqs; ++s) {
+    const SeqRows& q = in.seqs[s];
+    if (q.row0 != row || q.n_rows <= 0) fail("step: sequence ", s, " does not start at row ", row);
+    row += q.n_rows;
+    const int end = q.pos0 + q.n_rows;
+    if (q.pos0 < 0 || end > max_pos_)
+      fail("context of ", end, " tokens exceeds max_position_embeddings (", max_pos_, ")");
+    if (int64_t(q.n_blocks) * bs < end)
+      fail("context of ", end, " tokens exceeds the sequence's KV blocks (",
+           int64_t(q.n_blocks) * bs, " positions)");
+    for (int b = 0; b < q.n_blocks; ++b)
+      if (q.blocks[b] < 0 || q.blocks[b] >= pool_->n_blocks())
+        fail("step: sequence ", s, " names KV block ", q.blocks[b]);
   }
-  // Generation needs one row of logits per prefill; only `logits`-style callers want them all,
-  // and a graph compiled for chunk-many output rows costs ~chunk x vocab floats of scratch.
-  if (n_out <= 1) {
-    if (!prefill_) prefill_ = backend_->compile(graph_, chunk_, 1);
-    return *prefill_;
+  if (row != in.n_tokens) fail("step: its sequences cover ", row, " of ", in.n_tokens, " rows");
+}
+
+void Runner::step(StepInputs in) {
+  check(in);
+  in.kv = kv_.get();
+  std::lock_guard<std::mutex> lk(mu_);
+  CompiledGraph& cg = compiled_for(in.n_tokens, in.n_out);
+  int32_t* argmax = in.argmax;
+  if (argmax && !cg.argmax_fused) {
+    argmax_logits_.resize(size_t(in.n_out) * size_t(vocab_));
+    in.logits = argmax_logits_.data();
+    in.argmax = nullptr;
   }
-  if (!prefill_all_) prefill_all_ = backend_->compile(graph_, chunk_, chunk_);
-  return *prefill_all_;
+  backend_->run(cg, in);
+  if (argmax && !cg.argmax_fused)
+    for (int i = 0; i < in.n_out; ++i)
+      argmax[i] = first_argmax(in.logits + size_t(i) * size_t(vocab_), vocab_);
+}
+
+void Runner::copy_kv_block(int from, int to) {
+  std::lock_guard<std::mutex> lk(mu_);
+  backend_->copy_kv_block(*kv_, from, to);
 }
 
 void Runner::forward(KVCache& kv, const int32_t* tokens, int n, int pos0, float* all_logits,
@@ -75,20 +170,23 @@ int32_t Runner::forward_argmax(KVCache& kv, const int32_t* tokens, int n, int po
 void Runner::run_chunks(KVCache& kv, const int32_t* tokens, int n, int pos0, float* all_logits,
                         float* last_logits, int32_t* argmax, int chunk) {
   if (n <= 0) fail("no tokens to run");
-  for (int i = 0; i < n; ++i)
-    if (tokens[i] < 0 || tokens[i] >= vocab_)
-      fail("token id ", tokens[i], " is out of range (vocab_size ", vocab_, ")");
-  if (pos0 + n > kv.capacity)
+  if (pos0 < 0 || pos0 + n > kv.capacity)
     fail("context of ", pos0 + n, " tokens exceeds the KV cache (", kv.capacity, ")");
-  chunk = chunk > 0 ? std::min(chunk, chunk_) : chunk_;
+  kv.reserve(pos0 + n);
+  chunk = chunk > 0 ? std::min(chunk, opt_.prefill_chunk) : opt_.prefill_chunk;
   for (int done = 0; done < n;) {
     const int m = std::min(chunk, n - done);
     const bool last_chunk = done + m == n;
+    SeqRows seq;
+    seq.n_rows = m;
+    seq.pos0 = pos0 + done;
+    seq.blocks = kv.blocks.data();
+    seq.n_blocks = int(kv.blocks.size());
     StepInputs in;
     in.tokens = tokens + done;
     in.n_tokens = m;
-    in.pos0 = pos0 + done;
-    in.kv = &kv;
+    in.seqs = &seq;
+    in.n_seqs = 1;
     int32_t last_row = m - 1;
     if (all_logits) {
       in.out_rows = rows_.data();
@@ -98,18 +196,9 @@ void Runner::run_chunks(KVCache& kv, const int32_t* tokens, int n, int pos0, flo
       in.out_rows = &last_row;
       in.n_out = 1;
       in.logits = last_logits;
+      if (argmax) in.argmax = argmax;
     }
-    CompiledGraph& cg = compiled_for(m, in.n_out);
-    if (argmax && last_chunk) {
-      if (cg.argmax_fused) {
-        in.argmax = argmax;
-      } else {
-        argmax_logits_.resize(size_t(vocab_));
-        in.logits = argmax_logits_.data();
-      }
-    }
-    backend_->run(cg, in);
-    if (argmax && last_chunk && !cg.argmax_fused) *argmax = first_argmax(in.logits, vocab_);
+    step(in);
     done += m;
   }
 }

@@ -1,46 +1,23 @@
-// A session is one conversation's state: the KV cache and the tokens it holds. generate() takes
-// the whole prompt each time and prefills only what the cache does not hold yet, which is what
-// makes multi-turn chat cost only the new turn.
+// A session is one conversation: the tokens its last request left in the cache. generate() takes
+// the whole prompt each time and continues the last request's parked sequence, computing only what
+// follows the common prefix (or, if its blocks were needed elsewhere meanwhile, what the KV pool's
+// prefix cache lacks), which is what makes multi-turn chat cost only the new turn. The session
+// owns no threads: all sessions of a model share its engine.
 #pragma once
 #include <atomic>
 #include <functional>
-#include <memory>
-#include <string>
 #include <vector>
 
-#include "core/runner.h"
-#include "core/sampler.h"
+#include "core/engine.h"
 
 namespace hearth {
 
-struct GenerateOptions {
-  int max_new_tokens = 128;
-  SamplingParams sampling;
-  std::vector<int32_t> stop_ids;  // generation ends after emitting one of these
-  bool ignore_eos = false;        // keep going past stop ids (benchmarks, golden tests)
-};
-
-struct GenerationMetrics {
-  int prompt_tokens = 0;   // tokens in the prompt
-  int prefill_tokens = 0;  // of those, how many had to be computed (the rest came from the cache)
-  int new_tokens = 0;
-  double prefill_ms = 0;    // prompt processing
-  double ttft_ms = 0;       // request start to first token sampled
-  double decode_ms = 0;     // first token to last
-  double ms_per_token = 0;  // decode_ms / (new_tokens - 1)
-  double tokens_per_s = 0;  // decode speed
-  double prefill_tokens_per_s = 0;
-};
-
-struct GenerationResult {
-  std::vector<int32_t> tokens;  // generated ids, including the stop id when one ended it
-  std::string finish_reason;    // "stop", "length" or "cancelled"
-  GenerationMetrics metrics;
-};
-
 class Session {
  public:
-  explicit Session(Runner& runner);
+  explicit Session(Engine& engine);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
 
   // on_token is called with each new token as it is sampled; returning false stops generation
   // (finish reason "stop"). cancel, when set from any thread, stops it within one decode step.
@@ -49,17 +26,16 @@ class Session {
                             const std::atomic<bool>* cancel = nullptr);
 
   void reset();
-  // Tokens whose keys and values are in the cache, oldest first.
+  // The tokens the last request computed (its prompt and every generated token but the last),
+  // oldest first: what a next turn starting with them finds cached, unless evicted meanwhile.
   const std::vector<int32_t>& cached_tokens() const { return cached_; }
-  size_t kv_bytes() const { return kv_ ? kv_->bytes() : 0; }
+  // KV memory those tokens occupy.
+  size_t kv_bytes() const;
 
  private:
-  void ensure_capacity(int needed, int keep);
-
-  Runner& runner_;
-  std::unique_ptr<KVCache> kv_;
+  Engine& engine_;
   std::vector<int32_t> cached_;
-  std::vector<float> logits_;
+  Scheduler::Id cache_ = 0;  // the last request, parked with its blocks for the next turn
 };
 
 }  // namespace hearth

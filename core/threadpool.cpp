@@ -1,6 +1,11 @@
 #include "core/threadpool.h"
 
+#include <sched.h>
+
 #include <algorithm>
+#include <fstream>
+#include <set>
+#include <string>
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -12,6 +17,26 @@
 #endif
 
 namespace hearth {
+
+int default_thread_count() {
+  // Physical cores among the CPUs this process may run on: one per distinct set of hardware
+  // threads sharing a core (SMT siblings share its FMA units and would only contend for them).
+  std::set<std::string> cores;
+  cpu_set_t mask;
+  if (sched_getaffinity(0, sizeof mask, &mask) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (!CPU_ISSET(c, &mask)) continue;
+      std::ifstream f("/sys/devices/system/cpu/cpu" + std::to_string(c) +
+                      "/topology/thread_siblings_list");
+      std::string siblings;
+      if (!std::getline(f, siblings)) siblings = "cpu" + std::to_string(c);
+      cores.insert(siblings);
+    }
+  }
+  if (!cores.empty()) return int(cores.size());
+  const unsigned n = std::thread::hardware_concurrency();
+  return n ? int(n) : 1;
+}
 
 namespace {
 constexpr int kSpinIterations = 1 << 14;

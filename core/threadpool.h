@@ -11,6 +11,10 @@
 
 namespace hearth {
 
+// Threads when the caller names none: one per physical core this process may run on (SMT
+// siblings counted once; at least 1).
+int default_thread_count();
+
 class ThreadPool {
  public:
   explicit ThreadPool(int n_threads);

@@ -49,11 +49,11 @@
  *   concurrently (a second concurrent call is refused with HEARTH_ERR_BUSY rather than corrupting
  *   the cache). The exception is hearth_session_cancel(), which may be called from any thread at
  *   any time while the session exists.
- * - Sessions of the same model run in parallel: each session has its own KV cache, its own
- *   compiled graph (activation memory for prefill_chunk tokens) and its own backend with its own
- *   worker threads (n_threads each), so running many sessions at once shares the weights but
- *   multiplies the threads; size n_threads so that the sum fits the machine's cores. A freed
- *   session's compiled graph and threads are kept by the model for the next session.
+ * - Sessions of the same model run in parallel on the model's one engine: its thread pool
+ *   (n_threads), compiled graph and paged KV cache (kv_budget_mib) are shared, and sessions
+ *   generating at the same time are batched into the same steps, which read every weight once for
+ *   all of them. KV blocks of a common prefix (a system prompt, the earlier turns of a chat) are
+ *   computed once and shared.
  * - hearth_model_free() may be called while sessions of the model still exist: the weights are
  *   released when the last session is freed.
  * - Callbacks run on the thread that called the function they were passed to. From inside a
@@ -145,7 +145,7 @@ typedef int (*hearth_progress_fn)(float fraction, const char* stage, void* user_
 
 typedef struct hearth_model_params {
   size_t struct_size;  /* sizeof(hearth_model_params) */
-  int32_t n_threads;   /* compute threads per session; 0: one per physical core */
+  int32_t n_threads;   /* compute threads of the model, shared by its sessions; 0: physical cores */
   const char* backend; /* "cpu", ...; NULL or "": the best available */
   const char* isa;     /* CPU: force a lower ISA ("avx2", "scalar"); NULL or "": best */
   hearth_kv_type kv_type;
@@ -161,6 +161,9 @@ typedef struct hearth_model_params {
    * copy of the weights beside the shared page cache. KV caches go into huge pages too. Added in
    * 0.1; older callers get 0. */
   int32_t hugepages;
+  /* KV cache memory shared by all sessions of the model, in MiB; 0: the model's whole context
+   * once. Pages are committed as they are used. Added in 0.1; older callers get 0. */
+  int32_t kv_budget_mib;
 } hearth_model_params;
 
 HEARTH_API hearth_status hearth_model_params_init(hearth_model_params* params, size_t struct_size);
@@ -194,7 +197,7 @@ typedef struct hearth_model_info {
   const char* backend; /* backend description: name, ISA, threads */
   const char* path;    /* the folder it was loaded from */
   int32_t has_chat_template;
-  int32_t n_threads; /* compute threads each session uses */
+  int32_t n_threads; /* compute threads of the model, shared by its sessions */
 } hearth_model_info;
 
 HEARTH_API hearth_status hearth_model_get_info(const hearth_model* model, hearth_model_info* info);
@@ -261,7 +264,7 @@ typedef struct hearth_session hearth_session;
 
 typedef struct hearth_session_params {
   size_t struct_size;        /* sizeof(hearth_session_params) */
-  int32_t n_threads;         /* 0: the model's n_threads */
+  int32_t n_threads;         /* ignored: sessions share the model's threads */
   int32_t context_length;    /* most positions the cache may hold; 0: the model's context length */
   const char* system_prompt; /* NULL, or the first message of the conversation (role "system") */
 } hearth_session_params;
@@ -274,8 +277,8 @@ static inline hearth_session_params hearth_session_params_default(void) {
   return p;
 }
 
-/* A conversation: a KV cache, a compute graph and worker threads of its own, and the chat
- * messages so far. params may be NULL. The session keeps the model alive. */
+/* A conversation: the chat messages so far and the tokens its last reply left in the model's KV
+ * cache, which the next turn reuses. params may be NULL. The session keeps the model alive. */
 HEARTH_API hearth_status hearth_session_new(hearth_model* model,
                                             const hearth_session_params* params,
                                             hearth_session** out_session);

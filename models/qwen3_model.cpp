@@ -2,8 +2,8 @@
 
 #include <set>
 
+#include "core/quant_format.h"
 #include "models/qwen3_graph.h"
-#include "quant/format.h"
 
 namespace hearth {
 

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "quant/format.h"
-#include "quant/load.h"
+#include "core/quant_format.h"
+#include "models/quant_load.h"
 
 namespace hearth {
 

@@ -8,8 +8,8 @@
 
 #include "core/backend.h"
 #include "core/error.h"
+#include "core/quant_format.h"
 #include "core/threadpool.h"
-#include "quant/format.h"
 
 namespace hearth::quant {
 
@@ -215,15 +215,22 @@ Calibration calibrate(const Qwen3Model& model, const std::vector<int32_t>& ids,
   bo.threads = opt.threads;
   auto backend = create_backend("cpu", bo);
   auto cg = backend->compile(g, ctx, 1);
-  auto kv = backend->alloc_kv(g.kv, ctx);
+  // One window at a time in one KV block of the window's length.
+  auto kv = backend->alloc_kv(g.kv, 1, ctx);
+  const int32_t block = 0;
   std::vector<float> logits(size_t(c.vocab_size));
   for (size_t w0 = 0; w0 < ids.size(); w0 += size_t(ctx)) {
     const int n = int(std::min(ids.size() - w0, size_t(ctx)));
     int32_t last = n - 1;
+    SeqRows seq;
+    seq.n_rows = n;
+    seq.blocks = &block;
+    seq.n_blocks = 1;
     StepInputs in;
     in.tokens = ids.data() + w0;
     in.n_tokens = n;
-    in.pos0 = 0;
+    in.seqs = &seq;
+    in.n_seqs = 1;
     in.out_rows = &last;
     in.n_out = 1;
     in.kv = kv.get();

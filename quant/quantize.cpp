@@ -4,20 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "quant/format.h"
-
 namespace hearth::quant {
-
-std::string scheme_str(const Scheme& s) {
-  if (!s.quantized()) return "float";
-  return "int" + std::to_string(s.bits) + " g" + std::to_string(s.group) + " " +
-         dtype_name(s.scale_dtype);
-}
-
-double scheme_bits_per_weight(const Scheme& s, int float_bits) {
-  if (!s.quantized()) return float_bits;
-  return s.bits + 16.0 / s.group;
-}
 
 namespace {
 
@@ -25,27 +12,6 @@ struct Fit {
   float err = INFINITY;
   uint16_t stored = 0;
 };
-
-// Round to nearest even for |v| < 2^22, as nearbyint does in the default rounding mode, without
-// the library call baseline x86-64 makes for nearbyintf (this loop runs ~50 times per weight).
-inline float round_even(float v) {
-  constexpr float kMagic = 12582912.f;  // 1.5 * 2^23
-  return (v + kMagic) - kMagic;
-}
-
-// Codes for n weights against the stored scale d (already rounded to its storage type).
-inline void round_codes(const float* w, int64_t n, float d, int lo, int hi, int8_t* q) {
-  const float flo = float(lo), fhi = float(hi);
-  if (d == 0.f) {
-    for (int64_t i = 0; i < n; ++i) q[i] = 0;
-    return;
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    float v = w[i] / d;  // a division, not a reciprocal: exactly round(w / scale) as specified
-    v = v < flo ? flo : v > fhi ? fhi : v;  // clamp first: keeps round_even in range
-    q[i] = int8_t(round_even(v));
-  }
-}
 
 // Codes for n weights against scale d and a codebook: the nearest level's index - 8 (ties go to
 // the lower level). Levels are increasing, so the index is the count of midpoints below w / d.
@@ -183,6 +149,7 @@ void quantize_group(const float* w, const float* h, int64_t n, const Scheme& s, 
 
 void quantize_row(const float* w, int64_t n, const Scheme& s, Method m, const float* importance,
                   int8_t* q, uint16_t* scales, const int8_t* codebook) {
+  if (m == Method::Rtn && !(codebook && s.bits == 4)) return quantize_row_rtn(w, n, s, q, scales);
   for (int64_t g = 0; g < n / s.group; ++g) {
     const float* h = importance ? importance + g * s.group : nullptr;
     if (codebook && s.bits == 4)

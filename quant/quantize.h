@@ -4,21 +4,9 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "core/quant_format.h"
 
 namespace hearth::quant {
-
-// How one tensor is stored. bits 16 means "kept float" (no codes, no scales).
-struct Scheme {
-  int bits = 4;
-  int group = 32;
-  DType scale_dtype = DType::F16;
-  bool quantized() const { return bits == 4 || bits == 8; }
-  bool operator==(const Scheme& o) const {
-    return bits == o.bits && (!quantized() || (group == o.group && scale_dtype == o.scale_dtype));
-  }
-  bool operator!=(const Scheme& o) const { return !(*this == o); }
-};
-std::string scheme_str(const Scheme& s);  // "int4 g32 F16", "bf16"
 
 enum class Method {
   Rtn,     // round to nearest with the max-magnitude scale: the plain baseline
@@ -40,8 +28,5 @@ void quantize_row(const float* w, int64_t n, const Scheme& s, Method m, const fl
 // which stays a level), weighted by d^2 so the fit minimises squared error in weight units.
 // Deterministic; returns strictly increasing levels in [-127, 127].
 void fit_codebook(const float* w, int64_t n, int group, int8_t* levels);
-
-// Bits per weight of a scheme including its scales.
-double scheme_bits_per_weight(const Scheme& s, int float_bits = 16);
 
 }  // namespace hearth::quant

@@ -11,12 +11,12 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/quant_format.h"
 #include "core/threadpool.h"
+#include "models/quant_config.h"
 #include "models/qwen3_model.h"
 #include "models/safetensors_writer.h"
 #include "quant/calibrate.h"
-#include "quant/format.h"
-#include "quant/quant_config.h"
 
 namespace fs = std::filesystem;
 

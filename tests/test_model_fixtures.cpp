@@ -74,15 +74,20 @@ std::vector<std::string> isas_here() {
   return v;
 }
 
+// KV blocks of 4 positions unless told: the fixtures' sequences then span several blocks.
 std::unique_ptr<Runner> make_runner(const Qwen3Model& m, const std::string& isa, int threads,
-                                    int chunk = 256, DType kv = DType::F32, bool copies = false) {
+                                    int chunk = 256, DType kv = DType::F32, bool copies = false,
+                                    int block_size = 4) {
   BackendOptions o;
-  o.isa = isa;
+  o.cpu.isa = isa;
   o.threads = threads;
   o.kv_dtype = kv;
-  if (copies) o.weight_copies = std::make_shared<WeightStore>();
+  if (copies) o.cpu.weight_copies = std::make_shared<WeightStore>();
+  RunnerOptions ro;
+  ro.prefill_chunk = chunk;
+  ro.block_size = block_size;
   return std::make_unique<Runner>(create_backend("cpu", o), m.graph(), m.config().vocab_size,
-                                  m.config().max_position_embeddings, chunk);
+                                  m.config().max_position_embeddings, ro);
 }
 
 }  // namespace
@@ -197,7 +202,8 @@ TEST_SUITE("model_fixtures") {
             CAPTURE(isa);
             CAPTURE(copies);
             CAPTURE(s.name);
-            Session session(*runner);
+            Engine engine(*runner);
+            Session session(engine);
             GenerateOptions opt;
             opt.max_new_tokens = int(s.greedy.size());
             opt.ignore_eos = true;
@@ -217,14 +223,16 @@ TEST_SUITE("model_fixtures") {
     auto runner = make_runner(*model, "", 1);
     const auto seqs = load_sequences(dir);
     const auto& s = seqs.back();
-    Session session(*runner);
+    Engine engine(*runner);
+    Session session(engine);
     GenerateOptions opt;
     opt.max_new_tokens = 4;
     opt.ignore_eos = true;
     std::vector<int32_t> first(s.ids.begin(), s.ids.begin() + 20);
     auto r1 = session.generate(first, opt);
     CHECK(r1.metrics.prefill_tokens == 20);
-    // Second turn: the whole sequence; only the tokens after the cached prefix are computed.
+    // Second turn: the whole sequence; only the tokens after the cached prefix are computed (the
+    // first turn's 20 prompt tokens fill 5 blocks of 4).
     opt.max_new_tokens = int(s.greedy.size());
     auto r2 = session.generate(s.ids, opt);
     CHECK(r2.metrics.prefill_tokens == int(s.ids.size()) - 20);

@@ -51,15 +51,24 @@ double nerr(const std::vector<float>& got, const std::vector<double>& want) {
 }
 
 // Runs a graph whose output rows are all step rows: embed -> op under test -> gather everything.
+// The KV cache is paged in blocks of 4 positions, its table in reverse block order, so attention
+// crosses blocks that are not adjacent in memory.
 struct Harness {
   std::unique_ptr<Backend> be;
-  std::unique_ptr<KVCache> kv;
+  std::unique_ptr<KVStorage> kv;
+  std::vector<int32_t> table;
   Harness(const std::string& isa, int threads, KVSpec spec = {1, 1, 2}, int cap = 64) {
     BackendOptions o;
-    o.isa = isa;
+    o.cpu.isa = isa;
     o.threads = threads;
     be = create_backend("cpu", o);
-    kv = be->alloc_kv(spec, cap);
+    alloc(spec, cap);
+  }
+  void alloc(KVSpec spec, int cap) {
+    const int n = (cap + 3) / 4;
+    kv = be->alloc_kv(spec, n, 4);
+    table.resize(size_t(n));
+    for (int i = 0; i < n; ++i) table[size_t(i)] = n - 1 - i;
   }
   std::vector<float> run(Graph& g, const std::vector<int32_t>& tokens, int pos0 = 0) {
     const int T = int(tokens.size());
@@ -67,10 +76,16 @@ struct Harness {
     std::vector<int32_t> rows(static_cast<size_t>(T));
     for (int i = 0; i < T; ++i) rows[size_t(i)] = i;
     std::vector<float> out(size_t(T) * size_t(g.tensor(g.output).cols));
+    SeqRows seq;
+    seq.n_rows = T;
+    seq.pos0 = pos0;
+    seq.blocks = table.data();
+    seq.n_blocks = int(table.size());
     StepInputs in;
     in.tokens = tokens.data();
     in.n_tokens = T;
-    in.pos0 = pos0;
+    in.seqs = &seq;
+    in.n_seqs = 1;
     in.out_rows = rows.data();
     in.n_out = T;
     in.kv = kv.get();
@@ -245,12 +260,12 @@ TEST_SUITE("ops") {
         p.layer = 0;
         finish(g, g.add(Op::Attention, g.activation("a", nh * hd), {qi, ki, vi}, p));
         BackendOptions o;
-        o.isa = isa;
+        o.cpu.isa = isa;
         o.threads = 2;
         o.kv_dtype = kvt;
         Harness h(isa, 2);
         h.be = create_backend("cpu", o);
-        h.kv = h.be->alloc_kv({1, nkv, hd}, 16);
+        h.alloc({1, nkv, hd}, 16);
         std::vector<int32_t> s1 = {0, 1, 2, 3, 4}, s2 = {5, 6, 7};
         auto a1 = h.run(g, s1, 0);
         auto a2 = h.run(g, s2, T1);

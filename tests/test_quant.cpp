@@ -18,14 +18,14 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/kernels.h"
 #include "core/error.h"
+#include "core/quant_format.h"
 #include "core/session.h"
+#include "models/quant_config.h"
 #include "models/qwen3_model.h"
 #include "models/safetensors.h"
 #include "models/safetensors_writer.h"
 #include "models/standin.h"
 #include "quant/eval.h"
-#include "quant/format.h"
-#include "quant/quant_config.h"
 #include "quant/quantize.h"
 #include "quant/quantizer.h"
 #include "tests/quant_placement.h"
@@ -433,10 +433,11 @@ TEST_SUITE("quant") {
         CAPTURE(variant);
         CAPTURE(isa);
         BackendOptions bo;
-        bo.isa = isa;
+        bo.cpu.isa = isa;
         bo.threads = 2;
         Runner r(create_backend("cpu", bo), m->graph(), m->config().vocab_size, 512, 16);
-        Session s(r);
+        Engine e(r);
+        Session s(e);
         GenerateOptions go;
         go.max_new_tokens = 20;
         go.ignore_eos = true;
@@ -488,9 +489,9 @@ TEST_SUITE("quant") {
       const int V = m->config().vocab_size;
       auto logits = [&](const std::string& isa, const std::string& gemm, int chunk) {
         BackendOptions bo;
-        bo.isa = isa;
-        bo.gemm = gemm;
-        bo.gemm_min_tokens = 32;  // the 48-token step goes to the library, when there is one
+        bo.cpu.isa = isa;
+        bo.cpu.gemm = gemm;
+        bo.cpu.gemm_min_tokens = 32;  // the 48-token step goes to the library, when there is one
         bo.threads = 2;
         Runner r(create_backend("cpu", bo), m->graph(), V, 512, 64);
         auto kv = r.new_kv(64);
@@ -923,10 +924,11 @@ TEST_SUITE("quant") {
       for (const std::string& isa : isas_here()) {
         CAPTURE(isa);
         BackendOptions bo;
-        bo.isa = isa;
+        bo.cpu.isa = isa;
         bo.threads = 2;
         Runner r(create_backend("cpu", bo), m->graph(), V, 64, 16);
-        Session s(r);
+        Engine e(r);
+        Session s(e);
         GenerateOptions go;
         go.max_new_tokens = 8;
         go.ignore_eos = true;

@@ -4,8 +4,8 @@
 // After a warm-up (one full prefill and a short decode, which also pages the weights in and builds
 // every GEMM primitive), each of --reps rounds runs a prefill of --prompt random tokens into an
 // empty cache, then a greedy decode of --gen tokens from an empty cache (as llama-bench's tg test
-// does), each preceded by a bandwidth probe. The probes run in a forked child, so their 1 GiB
-// buffer never counts in this process's peak RSS.
+// does), each preceded by a bandwidth probe (Backend::measure_peaks). The CPU backend probes in a
+// forked child, so its 1 GiB buffer never counts in this process's peak RSS.
 //
 // JSON fields (--json; rates are medians over the rounds, *_runs list every round):
 //   model_dir, weight_dtypes, backend_detail, threads, kv_dtype, prompt_tokens, gen_tokens, reps
@@ -37,25 +37,54 @@
 //   peak_rss_mb                this process's peak resident set, MiB (getrusage)
 //   weights_hugepage_mb        mapped memory backed by huge pages, MiB (/proc/self/smaps_rollup)
 //   load_ms                    model load and backend creation
-#include <sys/mman.h>
+//
+// --parallel N1,N2,... (batched decode, as llama-batched-bench -npp/-ntg/-npl): for each N, N
+// sequences, each with its own --prompt random tokens (default 128 in this mode) and --gen greedy
+// tokens after its first (default 128; ignore_eos), are submitted at once to one Scheduler over one
+// Runner (max_seqs = the largest N, --prefill-chunk rows per step, default 512, and a KV budget
+// for every sequence's positions) and stepped until idle. The prefill phase runs until the step
+// in which the last sequence got its first token; sequences whose prompt finished in an earlier
+// step already decode during it (chunked prefill mixes them), and those tokens count in neither
+// phase. The decode phase is every step after it. After a warm-up (a lone sequence, then the
+// largest N with short prompts), each of --reps rounds (default 1 here) runs every N in the list,
+// each preceded by a bandwidth probe. New random prompts every run, so the KV pool's prefix cache
+// never hits. JSON (--json): model_dir, weight_dtypes, backend_detail, threads, kv_dtype,
+// prompt_tokens, gen_tokens, reps, prefill_chunk, peak_gflops, peak_int8_gops, peak_bf16_gflops,
+// mem_bw_gbs (best probe), mem_bw_runs, peak_rss_mb, load_ms, and "parallel": one object per N
+// (rates are medians over the rounds):
+//   n                               sequences
+//   prefill_tokens_per_s            N * prompt_tokens / prefill phase wall time (aggregate)
+//   prefill_ms                      the prefill phase's wall time
+//   decode_tokens_per_s             tokens sampled in the decode phase, summed over the
+//                                   sequences, / its wall time (aggregate)
+//   decode_tokens_per_s_per_stream  decode_tokens_per_s / N
+//   decode_ms, decode_tokens, decode_steps   the decode phase's wall time, tokens and steps
+//   decode_ms_per_step              decode_ms / decode_steps
+//   total_tokens_per_s              (N * prompt_tokens + decode_tokens) / (prefill + decode time),
+//                                   like llama-batched-bench's S
+//   decode_bytes_per_step           decode_weight_bytes() once per step (the whole LM head: no
+//                                   screen saving counted) + each sequence's KV reads, averaged
+//   decode_bw_fraction              decode_bytes_per_step * steps/s / (mem_bw_gbs * 1e9): at N=1
+//                                   the single-stream figure, far below 1 once compute-bound
+//   mem_bw_gbs                      the probe just before this N's runs (best over the rounds)
+//   prefill_cpu_share, decode_cpu_share     CPU time / (wall time * threads), as above
+//   decode_tokens_per_s_runs        every round
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <random>
 #include <sstream>
-#include <thread>
 #include <vector>
 
-#include "backends/cpu/cpu_features.h"
-#include "backends/cpu/kernels.h"
 #include "core/error.h"
 #include "core/json_writer.h"
 #include "core/runner.h"
+#include "core/scheduler.h"
 #include "core/session.h"
 #include "models/qwen3_model.h"
 #include "tools/args.h"
@@ -91,79 +120,6 @@ class Progress {
  private:
   bool tty_;
 };
-
-struct Probe {
-  double bw_gbs = 0;
-  double peak_gflops = 0;
-  double peak_int8_gops = 0;    // 0 where no int8 dot kernel exists
-  double peak_bf16_gflops = 0;  // 0 where no bf16 dot kernel exists
-};
-
-// Memory read bandwidth and FMA peak with n threads and the kernels of the ISA the run uses, in a
-// forked child so that its 1 GiB buffer and threads never touch this process. The best of a few
-// passes is the ceiling.
-Probe probe_machine(int n_threads, cpu::Isa isa, bool with_peak) {
-  const auto table = cpu::make_kernel_table(isa);
-  int fds[2];
-  if (pipe(fds) != 0) fail("bench: pipe failed");
-  const pid_t pid = fork();
-  if (pid < 0) fail("bench: fork failed");
-  if (pid == 0) {
-    close(fds[0]);
-    Probe p;
-    const size_t bytes = size_t(1) << 30, huge = size_t(2) << 20;
-    void* raw =
-        mmap(nullptr, bytes + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw != MAP_FAILED) {
-      auto* buf = reinterpret_cast<float*>((uintptr_t(raw) + huge - 1) & ~uintptr_t(huge - 1));
-      madvise(buf, bytes, MADV_HUGEPAGE);
-      const int64_t n = int64_t(bytes / 4);
-      std::fill(buf, buf + n, 1.f);
-      const int64_t per = n / n_threads / 64 * 64;
-      std::vector<float> sink(static_cast<size_t>(n_threads));
-      for (int pass = 0; pass < 5; ++pass) {
-        const auto t0 = Clock::now();
-        std::vector<std::thread> th;
-        for (int t = 0; t < n_threads; ++t)
-          th.emplace_back([&, t] { sink[size_t(t)] = table.read_sum(buf + t * per, per); });
-        for (auto& t : th) t.join();
-        p.bw_gbs = std::max(p.bw_gbs, double(per) * 4 * n_threads / seconds_since(t0) / 1e9);
-      }
-    }
-    // The best of three runs of n_threads copies of a register-only loop, in G ops/s.
-    auto peak_of = [&](cpu::FmaLoopFn loop) {
-      double best = 0;
-      std::vector<double> ops(static_cast<size_t>(n_threads));
-      std::vector<float> sink(static_cast<size_t>(n_threads));
-      for (int pass = 0; pass < 3; ++pass) {
-        const auto t0 = Clock::now();
-        std::vector<std::thread> th;
-        for (int t = 0; t < n_threads; ++t)
-          th.emplace_back([&, t] { sink[size_t(t)] = loop(20'000'000, &ops[size_t(t)]); });
-        for (auto& t : th) t.join();
-        double total = 0;
-        for (double f : ops) total += f;
-        best = std::max(best, total / seconds_since(t0) / 1e9);
-      }
-      return best;
-    };
-    if (with_peak) {
-      p.peak_gflops = peak_of(table.fma_loop);
-      if (table.dot_i8_loop) p.peak_int8_gops = peak_of(table.dot_i8_loop);
-      if (table.dot_bf16_loop) p.peak_bf16_gflops = peak_of(table.dot_bf16_loop);
-    }
-    (void)!write(fds[1], &p, sizeof p);
-    _exit(0);
-  }
-  close(fds[1]);
-  Probe p;
-  const bool ok = read(fds[0], &p, sizeof p) == ssize_t(sizeof p);
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (!ok) fail("bench: the machine probe failed");
-  return p;
-}
 
 // Bytes of mapped memory in huge pages, from the kernel's own accounting.
 double hugepage_mb() {
@@ -205,12 +161,247 @@ double prefill_flops(const Qwen3Config& c, int T) {
   return c.num_hidden_layers * (2 * layer_weights * T + attention) + 2 * H * c.vocab_size;
 }
 
+// KV bytes read per decoded token, averaged over decode steps 1..gen after a prompt of `prompt`
+// positions: step i feeds position prompt + i - 1 and attends over positions 0..prompt + i - 1.
+double kv_bytes_per_token(const Qwen3Config& cfg, DType kv, int prompt, int gen) {
+  const double kv_per_pos = double(cfg.num_hidden_layers) * 2 * cfg.num_key_value_heads *
+                            (cfg.head_dim * double(dtype_size(kv)) + (kv == DType::I8 ? 4 : 0));
+  double bytes = 0;
+  for (int i = 1; i <= gen; ++i) bytes += kv_per_pos * (prompt + i);
+  return bytes / gen;
+}
+
+struct ParallelRun {
+  double prefill_s = 0, decode_s = 0;
+  int64_t decode_tokens = 0, decode_steps = 0;
+  double prefill_cpu = 0, decode_cpu = 0;
+};
+
+// N sequences of `prompt` fresh random tokens, each to gen + 1 greedy tokens, submitted at once
+// and stepped until idle.
+ParallelRun run_parallel(Runner& runner, int n, int prompt, int gen, std::mt19937& rng) {
+  std::uniform_int_distribution<int32_t> any_token(0, runner.vocab_size() - 1);
+  Scheduler sched(runner);
+  GenerateOptions go;
+  go.max_new_tokens = gen + 1;  // the first token comes from the prompt's last step
+  go.ignore_eos = true;
+  std::map<Scheduler::Id, bool> started;  // id -> has its first token
+  std::vector<int32_t> tokens(static_cast<size_t>(prompt));
+  for (int i = 0; i < n; ++i) {
+    for (auto& t : tokens) t = any_token(rng);
+    started[sched.submit(tokens, go)] = false;
+  }
+  ParallelRun r;
+  std::vector<Scheduler::Event> events;
+  int first = 0;
+  bool decoding = false;
+  const double c0 = cpu_seconds();
+  const auto t0 = Clock::now();
+  while (!sched.idle()) {
+    events.clear();
+    sched.step(events);
+    for (const auto& e : events) {
+      if (e.token < 0) continue;
+      bool& s = started.at(e.id);
+      if (!s) {
+        s = true;
+        ++first;
+      } else if (decoding) {
+        ++r.decode_tokens;
+      }
+    }
+    if (decoding) ++r.decode_steps;
+    if (!decoding && first == n) {
+      decoding = true;
+      r.prefill_s = seconds_since(t0);
+      r.prefill_cpu = cpu_seconds() - c0;
+    }
+  }
+  r.decode_s = seconds_since(t0) - r.prefill_s;
+  r.decode_cpu = cpu_seconds() - c0 - r.prefill_cpu;
+  for (const auto& [id, s] : started) {
+    const GenerationResult g = sched.take(id);
+    if (g.finish_reason != "length" || int(g.tokens.size()) != gen + 1)
+      fail("bench --parallel: sequence ended with '", g.finish_reason, "' after ", g.tokens.size(),
+           " tokens", g.error.empty() ? "" : ": ", g.error);
+  }
+  return r;
+}
+
+int bench_parallel(const Args& args) {
+  const std::vector<int32_t> ns = args.int_list("--parallel");
+  const int prompt = args.integer("--prompt", 128);
+  const int gen = args.integer("--gen", 128);
+  const int reps = args.integer("--reps", 1);
+  if (prompt < 1 || gen < 1 || reps < 1) fail("--prompt, --gen and --reps must be positive");
+  if (ns.empty()) fail("--parallel: give a list of sequence counts, e.g. 1,2,4,8,16");
+  for (int n : ns)
+    if (n < 1 || n > 1024) fail("--parallel: sequence counts must be in [1, 1024]");
+  const int max_n = *std::max_element(ns.begin(), ns.end());
+  Progress progress;
+
+  progress.say("loading");
+  const auto t_load = Clock::now();
+  auto model = load_model(args);
+  const Qwen3Config& cfg = model->config();
+  if (prompt + gen + 1 > cfg.max_position_embeddings)
+    fail("--prompt + --gen must stay below max_position_embeddings");
+  const BackendOptions bo = backend_options(args);
+  RunnerOptions ro;
+  ro.prefill_chunk = args.integer("--prefill-chunk", 512);
+  if (ro.prefill_chunk < max_n) fail("--prefill-chunk must be at least the largest --parallel N");
+  ro.max_seqs = max_n;
+  // Every sequence's positions, whole blocks, plus one block each of slack.
+  const size_t per_block =
+      KVStorage::position_bytes(model->graph().kv, bo.kv_dtype) * size_t(ro.block_size);
+  const size_t blocks_per_seq = size_t((prompt + gen + 1 + ro.block_size - 1) / ro.block_size) + 1;
+  ro.kv_budget_bytes = per_block * blocks_per_seq * size_t(max_n);
+  Runner runner(create_backend("cpu", bo), model->graph(), cfg.vocab_size,
+                cfg.max_position_embeddings, ro);
+  const int threads = runner.backend().threads();
+  const double load_ms = seconds_since(t_load) * 1e3;
+
+  std::mt19937 rng(1234);
+  progress.say("warm-up");
+  // Pages the weights in and compiles the step sizes: one row, max_n rows, a prefill chunk.
+  run_parallel(runner, 1, std::min(prompt, 8), 4, rng);
+  run_parallel(runner, max_n, std::max(1, std::min(prompt, ro.prefill_chunk / max_n)), 4, rng);
+
+  struct PerN {
+    std::vector<double> prefill_tps, decode_tps, total_tps, prefill_ms, decode_ms, ms_step;
+    std::vector<double> decode_tokens, decode_steps;
+    double bw = 0, pf_cpu = 0, pf_wall = 0, dc_cpu = 0, dc_wall = 0;
+  };
+  std::vector<PerN> per(ns.size());
+  std::vector<double> bw;
+  double peak = 0, peak_i8 = 0, peak_bf16 = 0;
+  for (int r = 0; r < reps; ++r) {
+    for (size_t k = 0; k < ns.size(); ++k) {
+      const int n = ns[k];
+      progress.say("probe, N=" + std::to_string(n));
+      const MachinePeaks p = runner.backend().measure_peaks(r == 0 && k == 0);
+      bw.push_back(p.read_gbs);
+      per[k].bw = std::max(per[k].bw, p.read_gbs);
+      peak = std::max(peak, p.fma_gflops);
+      peak_i8 = std::max(peak_i8, p.int8_gops);
+      peak_bf16 = std::max(peak_bf16, p.bf16_gflops);
+      progress.say("N=" + std::to_string(n) + " round " + std::to_string(r + 1) + "/" +
+                   std::to_string(reps));
+      const ParallelRun run = run_parallel(runner, n, prompt, gen, rng);
+      PerN& q = per[k];
+      q.prefill_tps.push_back(double(n) * prompt / run.prefill_s);
+      q.decode_tps.push_back(run.decode_s > 0 ? double(run.decode_tokens) / run.decode_s : 0.0);
+      q.total_tps.push_back((double(n) * prompt + double(run.decode_tokens)) /
+                            (run.prefill_s + run.decode_s));
+      q.prefill_ms.push_back(run.prefill_s * 1e3);
+      q.decode_ms.push_back(run.decode_s * 1e3);
+      q.ms_step.push_back(run.decode_steps ? run.decode_s * 1e3 / double(run.decode_steps) : 0.0);
+      q.decode_tokens.push_back(double(run.decode_tokens));
+      q.decode_steps.push_back(double(run.decode_steps));
+      q.pf_cpu += run.prefill_cpu;
+      q.pf_wall += run.prefill_s;
+      q.dc_cpu += run.decode_cpu;
+      q.dc_wall += run.decode_s;
+    }
+  }
+  progress.say("probe");
+  bw.push_back(runner.backend().measure_peaks(false).read_gbs);
+  const double best_bw = *std::max_element(bw.begin(), bw.end());
+  const double weight_bytes = double(model->decode_weight_bytes());
+  const double kv_tok = kv_bytes_per_token(cfg, bo.kv_dtype, prompt, gen);
+
+  JsonWriter w;
+  w.begin_object();
+  w.field("model_dir", model->dir()).field("weight_dtypes", model->weight_dtypes());
+  w.field("backend_detail", runner.backend().describe()).field("threads", threads);
+  w.field("kv_dtype", dtype_name(bo.kv_dtype))
+      .field("prompt_tokens", prompt)
+      .field("gen_tokens", gen);
+  w.field("reps", reps).field("prefill_chunk", runner.prefill_chunk());
+  w.field("peak_gflops", peak)
+      .field("peak_int8_gops", peak_i8)
+      .field("peak_bf16_gflops", peak_bf16);
+  w.field("mem_bw_gbs", best_bw);
+  w.key("mem_bw_runs").array(bw);
+  w.field("peak_rss_mb", peak_rss_mb()).field("load_ms", load_ms);
+  struct Row {
+    int n;
+    double pf, dc, per_stream, total, pf_ms, dc_ms, ms_step, tokens, steps, bytes, frac, bw;
+    double pf_share, dc_share;
+  };
+  std::vector<Row> rows;
+  w.key("parallel").begin_array();
+  for (size_t k = 0; k < ns.size(); ++k) {
+    const PerN& q = per[k];
+    Row x{};
+    x.n = ns[k];
+    x.pf = median(q.prefill_tps);
+    x.dc = median(q.decode_tps);
+    x.per_stream = x.dc / x.n;
+    x.total = median(q.total_tps);
+    x.pf_ms = median(q.prefill_ms);
+    x.dc_ms = median(q.decode_ms);
+    x.ms_step = median(q.ms_step);
+    x.tokens = median(q.decode_tokens);
+    x.steps = median(q.decode_steps);
+    x.bytes = weight_bytes + kv_tok * x.n;
+    x.bw = q.bw;
+    x.frac = x.ms_step > 0 && x.bw > 0 ? x.bytes / (x.ms_step * 1e-3) / (x.bw * 1e9) : 0.0;
+    x.pf_share = q.pf_wall > 0 ? q.pf_cpu / (q.pf_wall * threads) : 0.0;
+    x.dc_share = q.dc_wall > 0 ? q.dc_cpu / (q.dc_wall * threads) : 0.0;
+    rows.push_back(x);
+    w.begin_object();
+    w.field("n", x.n);
+    w.field("prefill_tokens_per_s", x.pf).field("prefill_ms", x.pf_ms);
+    w.field("decode_tokens_per_s", x.dc).field("decode_tokens_per_s_per_stream", x.per_stream);
+    w.field("decode_ms", x.dc_ms)
+        .field("decode_tokens", int64_t(x.tokens))
+        .field("decode_steps", int64_t(x.steps));
+    w.field("decode_ms_per_step", x.ms_step).field("total_tokens_per_s", x.total);
+    w.field("decode_bytes_per_step", x.bytes).field("decode_bw_fraction", x.frac);
+    w.field("mem_bw_gbs", x.bw);
+    w.field("prefill_cpu_share", x.pf_share).field("decode_cpu_share", x.dc_share);
+    w.key("decode_tokens_per_s_runs").array(q.decode_tps);
+    w.end_object();
+  }
+  w.end_array();
+  w.end_object();
+  progress.say("");
+  if (args.has("--json")) {
+    std::printf("%s\n", w.str().c_str());
+    return 0;
+  }
+  std::printf("%s, %s, %s\n", model->dir().c_str(), model->weight_dtypes().c_str(),
+              runner.backend().describe().c_str());
+  std::printf(
+      "%d threads, prompt %d + gen %d tokens per sequence, %d round(s); read %.1f GB/s, "
+      "FMA peak %.0f GFLOP/s",
+      threads, prompt, gen, reps, best_bw, peak);
+  if (peak_i8 > 0) std::printf(", int8 dot peak %.0f G/s", peak_i8);
+  if (peak_bf16 > 0) std::printf(", bf16 dot peak %.0f GFLOP/s", peak_bf16);
+  std::printf("\n%5s %12s %12s %12s %10s %10s %8s\n", "N", "prefill t/s", "decode t/s",
+              "per stream", "ms/step", "% read bw", "cpu");
+  bool busy = false;
+  for (const Row& x : rows) {
+    std::printf("%5d %12.1f %12.2f %12.2f %10.2f %9.0f%% %7.0f%%\n", x.n, x.pf, x.dc, x.per_stream,
+                x.ms_step, 100 * x.frac, 100 * std::min(x.pf_share, x.dc_share));
+    busy = busy || x.pf_share < 0.9 || x.dc_share < 0.9;
+  }
+  std::printf("peak RSS %.0f MiB, load %.0f ms\n", peak_rss_mb(), load_ms);
+  if (busy)
+    std::printf(
+        "warning: some runs' threads got under 90%% of their CPU time (cpu column); the "
+        "machine is busy and those rates are below what it can do\n");
+  return 0;
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
   Args args(argc, argv,
             {"--model=", "--threads=", "--isa=", "--kv=", "--gemm=", "--prefill-chunk=",
-             "--prompt=", "--gen=", "--reps=", "--json", "--hugepages"});
+             "--prompt=", "--gen=", "--reps=", "--json", "--hugepages", "--parallel="});
+  if (args.has("--parallel")) return bench_parallel(args);
   const int prompt = args.integer("--prompt", 512);
   const int gen = args.integer("--gen", 128);
   const int reps = args.integer("--reps", 2);
@@ -222,12 +413,12 @@ int cmd_bench(int argc, char** argv) {
   auto model = load_model(args);
   const Qwen3Config& cfg = model->config();
   const BackendOptions bo = backend_options(args);
-  const cpu::Isa isa = cpu::choose_isa(cpu::detect_cpu_features(), bo.isa);  // as the backend
   // One 512-token chunk, as llama-bench's default ubatch processes pp512.
   const int chunk = args.integer("--prefill-chunk", 512);
   if (chunk <= 0) fail("--prefill-chunk must be positive");
   Runner runner(create_backend("cpu", bo), model->graph(), cfg.vocab_size,
                 cfg.max_position_embeddings, chunk);
+  Engine engine(runner);
   const int threads = runner.backend().threads();
   const double load_ms = seconds_since(t_load) * 1e3;
   if (prompt + 1 > cfg.max_position_embeddings || gen + 1 > cfg.max_position_embeddings)
@@ -258,7 +449,7 @@ int cmd_bench(int argc, char** argv) {
   go.max_new_tokens = gen + 1;  // the first token comes from the prompt's step
   go.ignore_eos = true;
   auto decode_once = [&] {
-    Session s(runner);
+    Session s(engine);
     const double c0 = cpu_seconds();
     const auto t0 = Clock::now();
     const double tps = s.generate({tokens[0]}, go).metrics.tokens_per_s;
@@ -272,25 +463,25 @@ int cmd_bench(int argc, char** argv) {
   {
     GenerateOptions w = go;
     w.max_new_tokens = 8;
-    Session(runner).generate({tokens[0]}, w);
+    Session(engine).generate({tokens[0]}, w);
   }
 
   std::vector<double> prefill_tps, decode_tps, bw;
   double peak = 0, peak_i8 = 0, peak_bf16 = 0;
   for (int r = 0; r < reps; ++r) {
     progress.say("probe " + std::to_string(r + 1) + "/" + std::to_string(reps));
-    const Probe p = probe_machine(threads, isa, r == 0);
-    bw.push_back(p.bw_gbs);
-    peak = std::max(peak, p.peak_gflops);
-    peak_i8 = std::max(peak_i8, p.peak_int8_gops);
-    peak_bf16 = std::max(peak_bf16, p.peak_bf16_gflops);
+    const MachinePeaks p = runner.backend().measure_peaks(r == 0);
+    bw.push_back(p.read_gbs);
+    peak = std::max(peak, p.fma_gflops);
+    peak_i8 = std::max(peak_i8, p.int8_gops);
+    peak_bf16 = std::max(peak_bf16, p.bf16_gflops);
     progress.say("prefill " + std::to_string(r + 1) + "/" + std::to_string(reps));
     prefill_tps.push_back(prompt / prefill_once());
     progress.say("decode " + std::to_string(r + 1) + "/" + std::to_string(reps));
     decode_tps.push_back(decode_once());
   }
   progress.say("probe");
-  bw.push_back(probe_machine(threads, isa, false).bw_gbs);
+  bw.push_back(runner.backend().measure_peaks(false).read_gbs);
 
   // Decode step i (1..gen) feeds position i and attends over positions 0..i.
   // (An int8 cache also reads one f32 scale per row.)

@@ -51,7 +51,7 @@ int cmd_chat(int argc, char** argv) {
 
   Json history = Json::array();
   if (args.has("--system")) history.as_array().push_back(message("system", args.str("--system")));
-  Session session(*l.runner);
+  Session session(*l.engine);
   std::fprintf(stderr, "hearth chat (%s). Commands: /reset /thinking on|off /exit\n",
                l.runner->backend().describe().c_str());
   for (;;) {

@@ -28,7 +28,7 @@ int cmd_generate(int argc, char** argv) {
   const std::vector<int32_t> ids = args.int_list("--ids");
   Loaded l = load_engine(args);
   GenerateOptions opt = generate_options(args, *l.model, /*model_defaults=*/false);
-  Session session(*l.runner);
+  Session session(*l.engine);
   GenerationResult res = session.generate(ids, opt);
   if (args.has("--json")) {
     JsonWriter w;

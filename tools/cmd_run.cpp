@@ -46,7 +46,7 @@ int cmd_run(int argc, char** argv) {
   GenerateOptions opt = generate_options(args, *l.model, /*model_defaults=*/true);
   if (!args.has("--max-new-tokens")) opt.max_new_tokens = 256;
   opt.stop_ids = text.stop_ids(opt.stop_ids);
-  Session session(*l.runner);
+  Session session(*l.engine);
 
   if (args.has("--json")) {
     GenerationResult r = session.generate(ids, opt);

@@ -1,6 +1,7 @@
 #include "tools/loaded.h"
 
 #include <chrono>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "core/json_writer.h"
@@ -8,8 +9,8 @@
 namespace hearth::cli {
 
 const std::vector<std::string> kEngineOptions = {
-    "--model=", "--threads=",       "--backend=", "--isa=",
-    "--kv=",    "--prefill-chunk=", "--gemm=",    "--hugepages"};
+    "--model=", "--threads=",  "--backend=",   "--isa=",      "--kv=",       "--prefill-chunk=",
+    "--gemm=",  "--hugepages", "--kv-budget=", "--kv-block=", "--max-batch="};
 
 // --hugepages: the backend keeps private huge-page copies of the matmul weights, in the layouts
 // its kernels read fastest (BackendOptions::weight_copies); the model maps the file as usual.
@@ -17,15 +18,37 @@ std::unique_ptr<Qwen3Model> load_model(const Args& args) {
   return Qwen3Model::load(args.required("--model"));
 }
 
+namespace {
+
+// The environment is read here, at the CLI's edge, and nowhere in the library.
+std::string env_str(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+int env_positive(const char* name) {
+  const std::string v = env_str(name);
+  if (v.empty()) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(v.c_str(), &end, 10);
+  if (*end || n <= 0 || n > 1 << 30) fail("$", name, ": '", v, "' is not a positive integer");
+  return int(n);
+}
+
+}  // namespace
+
+// Flags win; HEARTH_ISA, HEARTH_GEMM and HEARTH_GEMM_MIN_TOKENS stand in for them when absent, for
+// tests and comparisons that drive the CLI from scripts.
 BackendOptions backend_options(const Args& args) {
   BackendOptions bo;
   bo.threads = args.integer("--threads", 0);
   if (bo.threads < 0) fail("--threads must be positive");
-  bo.isa = args.str("--isa");
-  bo.gemm = args.str("--gemm");
+  bo.cpu.isa = args.has("--isa") ? args.str("--isa") : env_str("HEARTH_ISA");
+  bo.cpu.gemm = args.has("--gemm") ? args.str("--gemm") : env_str("HEARTH_GEMM");
+  bo.cpu.gemm_min_tokens = env_positive("HEARTH_GEMM_MIN_TOKENS");
   if (args.has("--hugepages")) {
-    bo.weight_copies = std::make_shared<WeightStore>();
-    bo.kv_huge_pages = true;
+    bo.cpu.weight_copies = std::make_shared<WeightStore>();
+    bo.cpu.kv_huge_pages = true;
   }
   const std::string kv = args.str("--kv", "f32");
   if (kv == "f32")
@@ -41,16 +64,30 @@ BackendOptions backend_options(const Args& args) {
   return bo;
 }
 
+RunnerOptions runner_options(const Args& args) {
+  RunnerOptions ro;
+  ro.prefill_chunk = args.integer("--prefill-chunk", 256);
+  if (ro.prefill_chunk <= 0) fail("--prefill-chunk must be positive");
+  ro.max_seqs = args.integer("--max-batch", ro.max_seqs);
+  if (ro.max_seqs <= 0 || ro.max_seqs > 1024) fail("--max-batch must be in [1, 1024]");
+  ro.block_size = args.integer("--kv-block", ro.block_size);
+  if (ro.block_size <= 0 || ro.block_size > 4096) fail("--kv-block must be in [1, 4096]");
+  const int mib = args.integer("--kv-budget", 0);
+  if (mib < 0) fail("--kv-budget must be a positive number of MiB");
+  ro.kv_budget_bytes = size_t(mib) << 20;
+  return ro;
+}
+
 Loaded load_engine(const Args& args) {
   auto t0 = std::chrono::steady_clock::now();
   Loaded l;
   l.model = load_model(args);
   const BackendOptions bo = backend_options(args);
-  const int chunk = args.integer("--prefill-chunk", 256);
-  if (chunk <= 0) fail("--prefill-chunk must be positive");
+  const RunnerOptions ro = runner_options(args);
   const auto& c = l.model->config();
   l.runner = std::make_unique<Runner>(create_backend(args.str("--backend"), bo), l.model->graph(),
-                                      c.vocab_size, c.max_position_embeddings, chunk);
+                                      c.vocab_size, c.max_position_embeddings, ro);
+  l.engine = std::make_unique<Engine>(*l.runner);
   l.load_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return l;

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/engine.h"
 #include "core/runner.h"
 #include "core/session.h"
 #include "models/qwen3_model.h"
@@ -18,6 +19,7 @@ extern const std::vector<std::string> kEngineOptions;
 struct Loaded {
   std::unique_ptr<Qwen3Model> model;
   std::unique_ptr<Runner> runner;
+  std::unique_ptr<Engine> engine;  // the scheduler over `runner` that sessions share
   double load_ms = 0;
 };
 
@@ -26,6 +28,8 @@ Loaded load_engine(const Args& args);
 // --gemm, --kv).
 std::unique_ptr<Qwen3Model> load_model(const Args& args);
 BackendOptions backend_options(const Args& args);
+// --prefill-chunk, --kv-budget (MiB), --kv-block and --max-batch (sequences per step).
+RunnerOptions runner_options(const Args& args);
 
 // The reproducibility record: model folder, config hash, dtypes, backend, ISA, threads, version,
 // prompt ids and settings.

@@ -3,6 +3,7 @@
 // rows, online softmax per row, f32 throughout (16-bit and I8 caches are widened tile by tile, I8
 // codes times their position's scale and, for keys, the channel factors). Whole blocks of 16 rows
 // (prefill) are transposed into lanes: queries, scores and outputs [element][16 rows].
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -190,8 +191,8 @@ void attend_rows(const AttentionArgs& a, const AttnScratch& b, Q q, End end, Til
   __m256 m[2] = {ninf, ninf}, l[2] = {zero, zero};
   std::memset(b.acc, 0, sizeof(float) * 16 * kHdT);
   const int n_pos = ends[15];  // rows are token-major: the last sees most
-  for (int p0 = a.kv_begin; p0 < n_pos; p0 += kTile) {
-    const int tile_n = n_pos - p0 < kTile ? n_pos - p0 : kTile;
+  for (int p0 = a.kv_begin, tile_n; p0 < n_pos; p0 += tile_n) {
+    tile_n = std::min({n_pos - p0, kTile, a.paging.run(p0)});
     const float* kt;
     const float* vt;
     tile(p0, tile_n, &kt, &vt);
@@ -287,8 +288,8 @@ void attention_avx2(const AttentionArgs& a) {
       std::memset(acc + i * hd, 0, size_t(hd) * 4);
     }
     const int n_pos = visible(nr - 1);
-    for (int p0 = a.kv_begin; p0 < n_pos; p0 += kTile) {
-      const int tile_n = n_pos - p0 < kTile ? n_pos - p0 : kTile;
+    for (int p0 = a.kv_begin, tile_n; p0 < n_pos; p0 += tile_n) {
+      tile_n = std::min({n_pos - p0, kTile, a.paging.run(p0)});
       const float* kt;
       const float* vt;
       tile(p0, tile_n, &kt, &vt);

@@ -3,6 +3,7 @@
 // query rows, online softmax per row, f32 throughout (16-bit and I8 caches are widened tile by
 // tile, I8 codes times their position's scale and, for keys, the channel factors). Whole blocks of
 // 16 rows (prefill) are transposed into lanes: queries, scores and outputs [element][16 rows].
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -314,8 +315,8 @@ void attend_rows(const AttentionArgs& a, const AttnScratch& b, Q q, End end, Til
   }
   std::memset(b.acc, 0, sizeof(float) * R * kHdT);
   const int n_pos = ends[R - 1];  // rows are token-major: the last sees most
-  for (int p0 = a.kv_begin; p0 < n_pos; p0 += kTile) {
-    const int tile_n = n_pos - p0 < kTile ? n_pos - p0 : kTile;
+  for (int p0 = a.kv_begin, tile_n; p0 < n_pos; p0 += tile_n) {
+    tile_n = std::min({n_pos - p0, kTile, a.paging.run(p0)});
     const float* kt;
     const float* vt;
     tile(p0, tile_n, &kt, &vt);
@@ -418,8 +419,8 @@ void attention_avx512(const AttentionArgs& a) {
     }
     const int n_pos = visible(nr - 1);
     constexpr DType L = T == DType::I8 ? DType::F32 : T;  // what kt and vt hold
-    for (int p0 = a.kv_begin; p0 < n_pos; p0 += kTile) {
-      const int tile_n = n_pos - p0 < kTile ? n_pos - p0 : kTile;
+    for (int p0 = a.kv_begin, tile_n; p0 < n_pos; p0 += tile_n) {
+      tile_n = std::min({n_pos - p0, kTile, a.paging.run(p0)});
       const void* kt;
       const void* vt;
       if constexpr (T == DType::I8) {
@@ -427,8 +428,8 @@ void attention_avx512(const AttentionArgs& a) {
         tile(p0, tile_n, &kw, &vw);
         kt = kw, vt = vw;
       } else {
-        kt = at<L>(a.k, int64_t(p0) * hd);
-        vt = at<L>(a.v, int64_t(p0) * hd);
+        kt = a.paging.row(a.k, p0, int64_t(hd) * (L == DType::F32 ? 4 : 2));
+        vt = a.paging.row(a.v, p0, int64_t(hd) * (L == DType::F32 ? 4 : 2));
       }
       for (int i = 0; i < nr;) {
         const int n = visible(i) - p0 < tile_n ? visible(i) - p0 : tile_n;
@@ -444,9 +445,10 @@ void attention_avx512(const AttentionArgs& a) {
           for (int j = n; j < (n + 15) / 16 * 16; ++j) s0[j] = s1[j] = -INFINITY;
           softmax_tile(s0, n, hd, m + i, l + i, acc + i * hd);
           softmax_tile(s1, n, hd, m + i + 1, l + i + 1, acc + (i + 1) * hd);
-          accumulate_v2<L>(
-              s0, s1, vt, n, hd, acc + i * hd, acc + (i + 1) * hd,
-              T != DType::I8 && a.next_k ? at<L>(a.next_k, int64_t(p0) * hd) : nullptr);
+          accumulate_v2<L>(s0, s1, vt, n, hd, acc + i * hd, acc + (i + 1) * hd,
+                           T != DType::I8 && a.next_k
+                               ? a.paging.row(a.next_k, p0, int64_t(hd) * (L == DType::F32 ? 4 : 2))
+                               : nullptr);
           i += 2;
         } else {
           scores<L>(q_row(i), kt, n, hd, a.scale, s0);

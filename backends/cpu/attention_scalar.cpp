@@ -16,7 +16,8 @@ void attention_scalar(const AttentionArgs& a) {
 }  // namespace
 
 void attention_rows_ref(const AttentionArgs& a, DType kv_type) {
-  const KVRows k{a.k, kv_type, a.k_scale, a.k_factor}, v{a.v, kv_type, a.v_scale, nullptr};
+  const KVRows k{a.k, kv_type, a.k_scale, a.k_factor, a.paging},
+      v{a.v, kv_type, a.v_scale, nullptr, a.paging};
   for (int t = 0; t < a.n_tok; ++t)
     for (int j = 0; j < a.group; ++j) {
       const int end = a.pos0 + t + 1 < a.kv_end ? a.pos0 + t + 1 : a.kv_end;

@@ -35,24 +35,29 @@ using WidenTileFn = void (*)(const void* src, int p0, int n, int hd, float* dst)
 using WidenTileI8Fn = void (*)(const void* src, const float* scale, const float* factor, int p0,
                                int n, int hd, float* dst);
 
-// Key and value rows of positions [p0, p0 + n) as f32: in place for an f32 cache, else widened
-// into the scratch's tiles by the ISA's widen16 (F16/BF16) or widen_i8 (I8 codes times their
-// position's scale and, for keys, the channel factors).
+// Key and value rows of positions [p0, p0 + n) (within one block of a paged cache) as f32: in place
+// for an f32 cache, else widened into the scratch's tiles by the ISA's widen16 (F16/BF16) or
+// widen_i8 (I8 codes times their position's scale and, for keys, the channel factors).
 template <DType T>
 inline void kv_tile(const AttentionArgs& a, const AttnScratch& sc, int p0, int n,
                     WidenTileFn widen16, WidenTileI8Fn widen_i8, const float** kt,
                     const float** vt) {
   const int hd = a.head_dim;
+  const int64_t row = int64_t(hd) * int64_t(T == DType::F32 ? 4 : T == DType::I8 ? 1 : 2);
+  const void* k = a.paging.row(a.k, p0, row);
+  const void* v = a.paging.row(a.v, p0, row);
   if constexpr (T == DType::F32) {
-    *kt = static_cast<const float*>(a.k) + int64_t(p0) * hd;
-    *vt = static_cast<const float*>(a.v) + int64_t(p0) * hd;
+    *kt = static_cast<const float*>(k);
+    *vt = static_cast<const float*>(v);
     return;
   } else if constexpr (T == DType::I8) {
-    widen_i8(a.k, a.k_scale, a.k_factor, p0, n, hd, sc.ktile);
-    widen_i8(a.v, a.v_scale, nullptr, p0, n, hd, sc.vtile);
+    widen_i8(k, static_cast<const float*>(a.paging.row(a.k_scale, p0, 4)), a.k_factor, 0, n, hd,
+             sc.ktile);
+    widen_i8(v, static_cast<const float*>(a.paging.row(a.v_scale, p0, 4)), nullptr, 0, n, hd,
+             sc.vtile);
   } else {
-    widen16(a.k, p0, n, hd, sc.ktile);
-    widen16(a.v, p0, n, hd, sc.vtile);
+    widen16(k, 0, n, hd, sc.ktile);
+    widen16(v, 0, n, hd, sc.vtile);
   }
   *kt = sc.ktile;
   *vt = sc.vtile;

@@ -129,7 +129,7 @@ struct StepCtx {
   Gemm* gemm;
   GemmKind gemm_kind;
   int gemm_min_tokens;
-  CpuKVCache* kv;
+  CpuKVStorage* kv;
   SpinBarrier& barrier;
   int tid, nth;
 

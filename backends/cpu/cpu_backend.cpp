@@ -33,20 +33,6 @@ void* aligned_alloc_or_throw(size_t bytes, const char* what) {
   return p;
 }
 
-int env_int(const char* name, int def) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return def;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  if (*end || n <= 0 || n > 1 << 30) fail("$", name, ": '", v, "' is not a positive integer");
-  return int(n);
-}
-
-std::string env_str(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
-
 // The tensors a step reads and writes, for placing activations.
 void step_io(const Graph& g, const Step& s, std::vector<int>& reads, std::vector<int>& writes) {
   reads.clear();
@@ -75,9 +61,9 @@ void step_io(const Graph& g, const Step& s, std::vector<int>& reads, std::vector
   }
 }
 
-// The GEMM the user named: the option, else HEARTH_GEMM; empty for none.
+// The GEMM the user named; empty for none.
 std::string requested_gemm(const BackendOptions& opt) {
-  return opt.gemm.empty() ? env_str("HEARTH_GEMM") : opt.gemm;
+  return opt.cpu.gemm;
 }
 
 }  // namespace
@@ -87,44 +73,43 @@ void Buffer::alloc(size_t n, const char* what) {
   bytes = n;
 }
 
-uint8_t* CpuKVCache::k(int layer, int head) const {
-  return mem.get() + (size_t(layer) * 2 * spec.n_kv_heads + head) * head_stride();
+CpuKVStorage::~CpuKVStorage() {
+  if (mem) munmap(mem, mapped);
 }
-uint8_t* CpuKVCache::v(int layer, int head) const {
-  return mem.get() + ((size_t(layer) * 2 + 1) * spec.n_kv_heads + head) * head_stride();
-}
-size_t CpuKVCache::scales_offset() const {
+size_t CpuKVStorage::scales_offset() const {
   const size_t codes = size_t(spec.n_layers) * 2 * spec.n_kv_heads * head_stride();
   return (codes + 63) / 64 * 64;
 }
-float* CpuKVCache::k_scale(int layer, int head) const {
-  return reinterpret_cast<float*>(mem.get() + scales_offset()) +
-         (size_t(layer) * 2 * spec.n_kv_heads + head) * size_t(capacity);
+uint8_t* CpuKVStorage::k(int block, int layer, int head) const {
+  return mem + size_t(block) * size_t(block_stride) +
+         (size_t(layer) * 2 * spec.n_kv_heads + head) * head_stride();
 }
-float* CpuKVCache::v_scale(int layer, int head) const {
-  return reinterpret_cast<float*>(mem.get() + scales_offset()) +
-         ((size_t(layer) * 2 + 1) * spec.n_kv_heads + head) * size_t(capacity);
+uint8_t* CpuKVStorage::v(int block, int layer, int head) const {
+  return mem + size_t(block) * size_t(block_stride) +
+         ((size_t(layer) * 2 + 1) * spec.n_kv_heads + head) * head_stride();
 }
-
-int default_thread_count() {
-  unsigned n = std::thread::hardware_concurrency();
-  return n ? int(n) : 1;
+float* CpuKVStorage::k_scale(int block, int layer, int head) const {
+  return reinterpret_cast<float*>(mem + size_t(block) * size_t(block_stride) + scales_offset()) +
+         (size_t(layer) * 2 * spec.n_kv_heads + head) * size_t(block_size);
+}
+float* CpuKVStorage::v_scale(int block, int layer, int head) const {
+  return reinterpret_cast<float*>(mem + size_t(block) * size_t(block_stride) + scales_offset()) +
+         ((size_t(layer) * 2 + 1) * spec.n_kv_heads + head) * size_t(block_size);
 }
 
 CpuBackend::CpuBackend(const BackendOptions& opt) : CpuBackend(opt, detect_cpu_features()) {}
 
 CpuBackend::CpuBackend(const BackendOptions& opt, const CpuFeatures& cpu)
-    : kernels_(make_kernel_table(choose_isa(cpu, opt.isa))),
+    : kernels_(make_kernel_table(choose_isa(cpu, opt.cpu.isa))),
       pool_(opt.threads > 0 ? opt.threads : default_thread_count()),
       kv_dtype_(opt.kv_dtype),
       gemm_kind_(
           choose_gemm(requested_gemm(opt), kernels_.isa == Isa::Avx512 && cpu.fast_bf16_dot())),
       gemm_(make_gemm(gemm_kind_, pool_.size())),
-      gemm_min_tokens_(opt.gemm_min_tokens > 0
-                           ? opt.gemm_min_tokens
-                           : env_int("HEARTH_GEMM_MIN_TOKENS", kDefaultGemmMinTokens)),
-      weight_copies_(opt.weight_copies),
-      kv_huge_pages_(opt.kv_huge_pages) {
+      gemm_min_tokens_(opt.cpu.gemm_min_tokens > 0 ? opt.cpu.gemm_min_tokens
+                                                   : kDefaultGemmMinTokens),
+      weight_copies_(opt.cpu.weight_copies),
+      kv_huge_pages_(opt.cpu.kv_huge_pages) {
   if (kv_dtype_ != DType::F32 && kv_dtype_ != DType::F16 && kv_dtype_ != DType::BF16 &&
       kv_dtype_ != DType::I8)
     fail("cpu backend: KV cache type ", dtype_name(kv_dtype_), " is not supported");
@@ -393,25 +378,45 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
   return cg;
 }
 
-std::unique_ptr<KVCache> CpuBackend::alloc_kv(const KVSpec& spec, int capacity) {
-  auto kv = std::make_unique<CpuKVCache>();
+std::unique_ptr<KVStorage> CpuBackend::alloc_kv(const KVSpec& spec, int n_blocks, int block_size) {
+  auto kv = std::make_unique<CpuKVStorage>();
   kv->spec = spec;
-  kv->capacity = capacity;
   kv->dtype = kv_dtype_;
-  const size_t bytes = kv->bytes() + 64;
-  void* mem;
-  if (kv_huge_pages_) {
-    // Whole 2 MiB pages, advised into transparent huge pages (advice only: without THP this is
-    // ordinary memory). std::free releases it like the other branch's.
-    const size_t whole = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
-    mem = std::aligned_alloc(kHugePageBytes, whole);
-    if (!mem) fail("out of memory allocating ", whole, " bytes for the KV cache");
-    madvise(mem, whole, MADV_HUGEPAGE);
-  } else {
-    mem = aligned_alloc_or_throw(bytes, "the KV cache");
-  }
-  kv->mem = {static_cast<uint8_t*>(mem), std::free};
+  kv->n_blocks = n_blocks;
+  kv->block_size = block_size;
+  const size_t scales = kv_dtype_ == DType::I8
+                            ? size_t(spec.n_layers) * 2 * spec.n_kv_heads * size_t(block_size) * 4
+                            : 0;
+  kv->block_stride = int64_t((kv->scales_offset() + scales + 63) / 64 * 64);
+  // Reserved, not committed: a page costs memory once a step writes it, so the budget bounds the
+  // pool without paying for it up front.
+  const size_t page = kv_huge_pages_ ? kHugePageBytes : 4096;
+  const size_t bytes = size_t(kv->block_stride) * size_t(n_blocks);
+  kv->mapped = (bytes + page - 1) / page * page;
+  // Over-reserved by a page and trimmed, so that the pool starts on a (huge) page boundary.
+  void* raw = mmap(nullptr, kv->mapped + page, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED)
+    fail("out of address space reserving ", kv->mapped >> 20, " MiB for the KV cache");
+  const uintptr_t base = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (base + page - 1) / page * page;
+  if (aligned > base) munmap(raw, aligned - base);
+  if (page - (aligned - base) > 0)
+    munmap(reinterpret_cast<void*>(aligned + kv->mapped), page - (aligned - base));
+  void* mem = reinterpret_cast<void*>(aligned);
+  kv->mem = static_cast<uint8_t*>(mem);
+  // Decode reads 2 x layers x KV heads short streams of the cache per token, and their 4 KiB
+  // pages cost TLB misses (advice only: without THP this is ordinary memory).
+  if (kv_huge_pages_) madvise(mem, kv->mapped, MADV_HUGEPAGE);
   return kv;
+}
+
+void CpuBackend::copy_kv_block(KVStorage& base, int from, int to) {
+  auto& kv = static_cast<CpuKVStorage&>(base);
+  if (from < 0 || to < 0 || from >= kv.n_blocks || to >= kv.n_blocks)
+    fail("cpu backend: KV block copy ", from, " -> ", to, " out of range");
+  std::memcpy(kv.mem + size_t(to) * size_t(kv.block_stride),
+              kv.mem + size_t(from) * size_t(kv.block_stride), size_t(kv.block_stride));
 }
 
 double CpuBackend::argmax_bytes_saved() const {
@@ -419,23 +424,6 @@ double CpuBackend::argmax_bytes_saved() const {
   const int64_t steps = s.steps.load();
   if (steps == 0) return 0;
   return s.head_bytes - s.screen_bytes - double(s.exact_rows.load()) / double(steps) * s.row_bytes;
-}
-
-void CpuBackend::copy_kv(const KVCache& from_base, KVCache& to_base, int n) {
-  auto& from = static_cast<const CpuKVCache&>(from_base);
-  auto& to = static_cast<CpuKVCache&>(to_base);
-  if (from.dtype != to.dtype || n > to.capacity || n > from.capacity)
-    fail("cpu backend: incompatible KV caches");
-  const size_t bytes = size_t(n) * from.spec.head_dim * dtype_size(from.dtype);
-  for (int l = 0; l < from.spec.n_layers; ++l)
-    for (int h = 0; h < from.spec.n_kv_heads; ++h) {
-      std::memcpy(to.k(l, h), from.k(l, h), bytes);
-      std::memcpy(to.v(l, h), from.v(l, h), bytes);
-      if (from.dtype == DType::I8) {
-        std::memcpy(to.k_scale(l, h), from.k_scale(l, h), size_t(n) * 4);
-        std::memcpy(to.v_scale(l, h), from.v_scale(l, h), size_t(n) * 4);
-      }
-    }
 }
 
 void CpuBackend::run(CompiledGraph& base, const StepInputs& in) {
@@ -447,9 +435,8 @@ void CpuBackend::run(CompiledGraph& base, const StepInputs& in) {
          ")");
   if (in.n_out < 0 || in.n_out > cg.max_outputs)
     fail("cpu backend: ", in.n_out, " output rows (compiled for at most ", cg.max_outputs, ")");
-  auto* kv = static_cast<CpuKVCache*>(in.kv);
-  if (!kv || in.pos0 + in.n_tokens > kv->capacity)
-    fail("cpu backend: KV cache too small for position ", in.pos0 + in.n_tokens);
+  auto* kv = static_cast<CpuKVStorage*>(in.kv);
+  if (!kv || !in.seqs || in.n_seqs <= 0) fail("cpu backend: a step without sequences or KV");
   const bool argmax = in.argmax && cg.argmax_fused;
   if (in.n_out > 0 && !argmax && !in.logits) fail("cpu backend: no logits buffer");
 
@@ -463,11 +450,14 @@ void CpuBackend::run(CompiledGraph& base, const StepInputs& in) {
   }
   if (cg.rope_head_dim) {
     const size_t half = cg.inv_freq.size();
-    for (int t = 0; t < in.n_tokens; ++t)
-      for (size_t i = 0; i < half; ++i) {
-        const double a = double(in.pos0 + t) * cg.inv_freq[i];
-        cg.rope_cos.f()[size_t(t) * half + i] = float(std::cos(a));
-        cg.rope_sin.f()[size_t(t) * half + i] = float(std::sin(a));
+    for (int s = 0; s < in.n_seqs; ++s)
+      for (int r = 0; r < in.seqs[s].n_rows; ++r) {
+        const size_t t = size_t(in.seqs[s].row0 + r);
+        for (size_t i = 0; i < half; ++i) {
+          const double a = double(in.seqs[s].pos0 + r) * cg.inv_freq[i];
+          cg.rope_cos.f()[t * half + i] = float(std::cos(a));
+          cg.rope_sin.f()[t * half + i] = float(std::sin(a));
+        }
       }
   }
   if (argmax) {
@@ -518,11 +508,5 @@ std::string describe_compiled(const CompiledGraph& base) {
   const auto& cg = static_cast<const CpuCompiled&>(base);
   return describe_steps(*cg.graph, cg.steps);
 }
-
-namespace {
-const bool registered = register_backend(
-    {"cpu", 10, [] { return true; },
-     [](const BackendOptions& o) { return std::unique_ptr<Backend>(new CpuBackend(o)); }});
-}  // namespace
 
 }  // namespace hearth::cpu

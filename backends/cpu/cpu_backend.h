@@ -1,11 +1,9 @@
 // The CPU backend: compiles a graph into fused steps (plan.h) and runs them on a persistent thread
 // pool, one pool job per graph run with a barrier between steps. Kernels come from the table chosen
 // for the detected ISA; long steps go to a GEMM library (gemm.h).
-//
-// Environment, for tests and comparisons (BackendOptions fields win when set): HEARTH_ISA=avx2|
-// scalar forces a lower ISA; HEARTH_GEMM=dnnl|dnnl-bf16|openblas|native picks the GEMM (default:
-// the first FP32-exact one built in); HEARTH_GEMM_MIN_TOKENS=N sets the step size from which it is
-// used (default 64).
+// BackendOptions::isa forces a lower ISA, ::gemm picks the GEMM (default: the first FP32-exact one
+// built in), ::gemm_min_tokens sets the step size from which it is used (default 64); the CLI fills
+// them from HEARTH_ISA, HEARTH_GEMM and HEARTH_GEMM_MIN_TOKENS.
 #pragma once
 #include <memory>
 
@@ -17,17 +15,23 @@
 
 namespace hearth::cpu {
 
-// Host KV cache: per layer, K then V, each [n_kv_heads, capacity, head_dim], so decode attention
-// streams each head's keys contiguously. An I8 cache holds codes there and, after all of them, one
-// f32 scale per (layer, K/V, head, position) in the same order (kv_quant.h).
-struct CpuKVCache : KVCache {
-  std::unique_ptr<uint8_t[], void (*)(void*)> mem{nullptr, nullptr};
-  size_t head_stride() const { return size_t(capacity) * spec.head_dim * dtype_size(dtype); }
-  size_t scales_offset() const;  // bytes from mem to the first scale (I8 only)
-  uint8_t* k(int layer, int head) const;
-  uint8_t* v(int layer, int head) const;
-  float* k_scale(int layer, int head) const;  // [capacity], I8 only
-  float* v_scale(int layer, int head) const;
+// Host KV blocks: block b holds, per layer, K then V, each [n_kv_heads][block_size][head_dim], so
+// attention streams a head's keys of a block contiguously; an I8 storage keeps, after a block's
+// codes, one f32 scale per (layer, K/V, head, position) in the same order (kv_quant.h). Blocks are
+// block_stride bytes apart in one mapping whose pages are committed when first written.
+struct CpuKVStorage : KVStorage {
+  ~CpuKVStorage() override;
+  uint8_t* mem = nullptr;
+  size_t mapped = 0;
+  int64_t block_stride = 0;
+  size_t head_stride() const { return size_t(block_size) * spec.head_dim * dtype_size(dtype); }
+  size_t scales_offset() const;  // bytes from a block's start to its first scale (I8 only)
+  // A head's rows in `block` (block 0: the base KVPaging addresses from).
+  uint8_t* k(int block, int layer, int head) const;
+  uint8_t* v(int block, int layer, int head) const;
+  float* k_scale(int block, int layer, int head) const;  // [block_size], I8 only
+  float* v_scale(int block, int layer, int head) const;
+  KVPaging paging(const SeqRows& s) const { return {s.blocks, block_size, block_stride}; }
 };
 
 class CpuBackend : public Backend {
@@ -40,10 +44,12 @@ class CpuBackend : public Backend {
   int threads() const override { return pool_.size(); }
   bool supports_op(const Graph& g, const Node& n) const override;
   std::unique_ptr<CompiledGraph> compile(const Graph& g, int max_tokens, int max_outputs) override;
-  std::unique_ptr<KVCache> alloc_kv(const KVSpec& spec, int capacity) override;
-  void copy_kv(const KVCache& from, KVCache& to, int n) override;
+  DType kv_dtype() const override { return kv_dtype_; }
+  std::unique_ptr<KVStorage> alloc_kv(const KVSpec& spec, int n_blocks, int block_size) override;
+  void copy_kv_block(KVStorage& kv, int from, int to) override;
   void run(CompiledGraph& cg, const StepInputs& in) override;
   double argmax_bytes_saved() const override;
+  MachinePeaks measure_peaks(bool compute) const override;  // machine_peaks.cpp
 
   Isa isa() const { return kernels_.isa; }
   const KernelTable& kernels() const { return kernels_; }
@@ -65,7 +71,5 @@ class CpuBackend : public Backend {
 
 // The fused steps a compiled graph runs, one per line (see describe_steps), for tests and tools.
 std::string describe_compiled(const CompiledGraph& cg);
-
-int default_thread_count();
 
 }  // namespace hearth::cpu

@@ -75,13 +75,8 @@ Isa parse_isa(const std::string& s) {
   fail("unknown ISA '", s, "' (expected avx512, avx2, neon or scalar)");
 }
 
-Isa choose_isa(const CpuFeatures& f, const std::string& requested) {
+Isa choose_isa(const CpuFeatures& f, const std::string& req) {
   Isa best = f.best();
-  std::string req = requested;
-  if (req.empty()) {
-    const char* env = std::getenv("HEARTH_ISA");
-    if (env && *env) req = env;
-  }
   if (req.empty()) return best;
   Isa want = parse_isa(req);
   bool ok = want == Isa::Scalar || want == best || (want == Isa::Avx2 && best == Isa::Avx512);

@@ -1,5 +1,5 @@
-// CPU feature detection, done once per backend object. HEARTH_ISA (or BackendOptions::isa) forces
-// a lower level for tests and comparisons.
+// CPU feature detection, done once per backend object. BackendOptions::isa (the CLI: --isa or
+// HEARTH_ISA) forces a lower level for tests and comparisons.
 #pragma once
 #include <string>
 
@@ -26,7 +26,7 @@ CpuFeatures detect_cpu_features();
 const char* isa_name(Isa isa);
 // Parses "avx512", "avx2", "neon", "scalar"; throws on anything else.
 Isa parse_isa(const std::string& s);
-// The ISA to use: the best the CPU has, lowered to `requested` (or $HEARTH_ISA) when given.
+// The ISA to use: the best the CPU has, lowered to `requested` when given.
 // Asking for an ISA the CPU lacks is an error.
 Isa choose_isa(const CpuFeatures& f, const std::string& requested);
 

@@ -1,9 +1,11 @@
-// Attention steps: per-head q/k RmsNorm and RoPE, appending k and v to the cache, and causal GQA
-// through the ISA's attention kernel. When the KV heads divide evenly among the threads (and
-// always for one token) each thread owns whole KV heads from start to finish, with no barrier;
-// otherwise the preparation is split over (token, head), then a barrier, then (KV head, token
-// block) items are handed out dynamically because later tokens see more of the cache. Decode with
-// fewer KV heads than threads splits long contexts over positions instead (attend_split).
+// Attention steps over the rows of one or many sequences: per-head q/k RmsNorm and RoPE, storing k
+// and v in each sequence's KV blocks, and causal GQA through the ISA's attention kernel over the
+// sequence's own blocks. When the KV heads divide evenly among the threads (and always for one
+// decoding sequence) each thread owns whole KV heads from start to finish, with no barrier; short
+// sequences (batched decode) are (sequence, KV head) items with no barrier either; otherwise the
+// preparation is split over (row, head), then a barrier, then (sequence, KV head, token block)
+// items are handed out dynamically. Decode of one sequence with fewer KV heads than threads splits
+// a long context over positions instead (attend_split).
 #include <algorithm>
 #include <cmath>
 
@@ -22,16 +24,18 @@ constexpr int kMinPositionsPerPart = 256;
 struct Heads {
   const StepCtx& c;
   const AttentionStep& s;
+  const CpuKVStorage& kv;
   float* q;
   float* k;
   const float* v;
   float* out;
-  int hd, nh, nkv, group;
+  int hd, nh, nkv, group, bs;
   size_t esz;
 
   Heads(const StepCtx& ctx, const AttentionStep& st)
       : c(ctx),
         s(st),
+        kv(*ctx.kv),
         q(ctx.ptr(st.q)),
         k(ctx.ptr(st.k)),
         v(ctx.ptr(st.v)),
@@ -40,6 +44,7 @@ struct Heads {
         nh(st.p.n_heads),
         nkv(st.p.n_kv_heads),
         group(st.p.n_heads / st.p.n_kv_heads),
+        bs(ctx.kv->block_size),
         esz(dtype_size(ctx.kv->dtype)) {}
 
   void norm_rope(float* x, int n_heads, int t, int h, int norm_w, bool rope) const {
@@ -51,100 +56,112 @@ struct Heads {
     }
   }
 
-  // KV head g of token t: normalise and rotate k, then append k and v at position pos0 + t.
-  void prepare_kv(int t, int g) const {
+  // KV head g of step row t (of sequence sq): normalise and rotate k, then store k and v at the
+  // row's position in the sequence's block.
+  void prepare_kv(const SeqRows& sq, int t, int g) const {
     norm_rope(k, nkv, t, g, s.k_norm, s.rope_k);
-    const int pos = c.in.pos0 + t;
-    const size_t off = size_t(pos) * size_t(hd) * esz;
+    const int pos = sq.pos0 + (t - sq.row0);
+    const int blk = sq.blocks[pos / bs], at = pos % bs;
+    const size_t off = size_t(at) * size_t(hd) * esz;
     const int64_t src = (int64_t(t) * nkv + g) * hd;
-    if (c.kv->dtype == DType::I8) {
-      quantize_kv_row(k + src, k_factor(), hd,
-                      reinterpret_cast<int8_t*>(c.kv->k(s.p.layer, g) + off),
-                      c.kv->k_scale(s.p.layer, g) + pos);
-      quantize_kv_row(v + src, nullptr, hd, reinterpret_cast<int8_t*>(c.kv->v(s.p.layer, g) + off),
-                      c.kv->v_scale(s.p.layer, g) + pos);
+    const int layer = s.p.layer;
+    if (kv.dtype == DType::I8) {
+      quantize_kv_row(k + src, k_factor(), hd, reinterpret_cast<int8_t*>(kv.k(blk, layer, g) + off),
+                      kv.k_scale(blk, layer, g) + at);
+      quantize_kv_row(v + src, nullptr, hd, reinterpret_cast<int8_t*>(kv.v(blk, layer, g) + off),
+                      kv.v_scale(blk, layer, g) + at);
       return;
     }
-    store_as(c.kv->dtype, k + src, c.kv->k(s.p.layer, g) + off, hd);
-    store_as(c.kv->dtype, v + src, c.kv->v(s.p.layer, g) + off, hd);
+    store_as(kv.dtype, k + src, kv.k(blk, layer, g) + off, hd);
+    store_as(kv.dtype, v + src, kv.v(blk, layer, g) + off, hd);
   }
 
   const float* k_factor() const {
     return s.k_norm >= 0 ? c.cg.k_factor[size_t(s.k_norm)] : nullptr;
   }
 
-  // The cache pointers of KV head g in a kernel's arguments.
-  void set_cache(AttentionArgs& a, int g) const {
-    a.k = c.kv->k(s.p.layer, g);
-    a.v = c.kv->v(s.p.layer, g);
-    if (c.kv->dtype == DType::I8) {
-      a.k_scale = c.kv->k_scale(s.p.layer, g);
-      a.v_scale = c.kv->v_scale(s.p.layer, g);
+  // The cache of KV head g (block 0's rows, and the sequence's blocks) in a kernel's arguments.
+  void set_cache(AttentionArgs& a, const SeqRows& sq, int g) const {
+    a.k = kv.k(0, s.p.layer, g);
+    a.v = kv.v(0, s.p.layer, g);
+    if (kv.dtype == DType::I8) {
+      a.k_scale = kv.k_scale(0, s.p.layer, g);
+      a.v_scale = kv.v_scale(0, s.p.layer, g);
       a.k_factor = k_factor();
     }
+    a.paging = kv.paging(sq);
   }
 
   void prepare_q(int t, int h) const { norm_rope(q, nh, t, h, s.q_norm, s.rope_q); }
 
-  // Tokens [t0, t1) of the query heads sharing KV head g; next: the KV head this thread attends
-  // next, or -1 (AttentionArgs::next_k).
-  void attend(int g, int t0, int t1, int next = -1) const {
+  // Both for every row of sequence sq and KV head g.
+  void prepare(const SeqRows& sq, int g) const {
+    for (int t = sq.row0; t < sq.row0 + sq.n_rows; ++t) {
+      prepare_kv(sq, t, g);
+      for (int j = 0; j < group; ++j) prepare_q(t, g * group + j);
+    }
+  }
+
+  // Rows [t0, t1) of sequence sq (counted from its first row) for the query heads sharing KV head
+  // g; next: the KV head this thread attends next in the same sequence, or -1
+  // (AttentionArgs::next_k).
+  void attend(const SeqRows& sq, int g, int t0, int t1, int next = -1) const {
+    const int64_t row = sq.row0 + t0;
     AttentionArgs a;
-    a.q = q + (int64_t(t0) * nh + int64_t(g) * group) * hd;
+    a.q = q + (row * nh + int64_t(g) * group) * hd;
     a.q_stride = int64_t(nh) * hd;
-    a.out = out + (int64_t(t0) * nh + int64_t(g) * group) * hd;
+    a.out = out + (row * nh + int64_t(g) * group) * hd;
     a.out_stride = int64_t(nh) * hd;
     a.n_tok = t1 - t0;
     a.group = group;
-    a.pos0 = c.in.pos0 + t0;
-    set_cache(a, g);
+    a.pos0 = sq.pos0 + t0;
+    set_cache(a, sq, g);
     a.head_dim = hd;
     a.scale = 1.f / std::sqrt(float(hd));
     a.scratch = c.scratch() + c.cg.off_attn;
-    if (next >= 0) a.next_k = c.kv->k(s.p.layer, next);
-    c.kt.attention[type_slot(c.kv->dtype)](a);
+    if (next >= 0) a.next_k = kv.k(0, s.p.layer, next);
+    c.kt.attention[type_slot(kv.dtype)](a);
   }
 
-  // One token's query heads of KV head g over positions [p0, p1) only, unnormalised, into
-  // part (group rows of head_dim) and ml (group pairs {max, sum}).
-  void attend_part(int g, int p0, int p1, float* part, float* ml) const {
+  // The one row of a decoding sequence sq for the query heads of KV head g over positions
+  // [p0, p1) only, unnormalised, into part (group rows of head_dim) and ml (group pairs {max,
+  // sum}).
+  void attend_part(const SeqRows& sq, int g, int p0, int p1, float* part, float* ml) const {
     AttentionArgs a;
-    a.q = q + int64_t(g) * group * hd;
+    a.q = q + (int64_t(sq.row0) * nh + int64_t(g) * group) * hd;
     a.q_stride = int64_t(nh) * hd;
     a.out = part;
     a.out_stride = int64_t(group) * hd;
     a.n_tok = 1;
     a.group = group;
-    a.pos0 = c.in.pos0;
-    set_cache(a, g);
+    a.pos0 = sq.pos0;
+    set_cache(a, sq, g);
     a.head_dim = hd;
     a.scale = 1.f / std::sqrt(float(hd));
     a.scratch = c.scratch() + c.cg.off_attn;
     a.kv_begin = p0;
     a.kv_end = p1;
     a.ml = ml;
-    c.kt.attention[type_slot(c.kv->dtype)](a);
+    c.kt.attention[type_slot(kv.dtype)](a);
   }
 };
 
-// Decode with fewer KV heads than threads and a long context: every thread takes a range of one
-// head's positions, then the ranges of each query head are merged by their softmax statistics.
-void attend_split(const StepCtx& c, const Heads& h, int parts) {
+// Decode of one sequence with fewer KV heads than threads and a long context: every thread takes a
+// range of one head's positions, then the ranges of each query head are merged by their softmax
+// statistics.
+void attend_split(const StepCtx& c, const Heads& h, const SeqRows& sq, int parts) {
   int64_t b, e;
   ThreadPool::split(h.nkv, c.tid, c.nth, 1, &b, &e);
-  for (int g = int(b); g < int(e); ++g) {
-    h.prepare_kv(0, g);
-    for (int j = 0; j < h.group; ++j) h.prepare_q(0, g * h.group + j);
-  }
+  for (int g = int(b); g < int(e); ++g) h.prepare(sq, g);
   c.barrier.wait();
-  const int n_pos = c.in.pos0 + 1;
+  const int n_pos = sq.pos0 + 1;
   const int64_t stride = c.cg.attn_part_floats;  // per item: group rows, then group {m, l}
   ThreadPool::split(int64_t(h.nkv) * parts, c.tid, c.nth, 1, &b, &e);
   for (int64_t it = b; it < e; ++it) {
     const int g = int(it / parts), p = int(it % parts);
     float* part = c.cg.attn_parts.f() + it * stride;
-    h.attend_part(g, int(int64_t(n_pos) * p / parts), int(int64_t(n_pos) * (p + 1) / parts), part,
-                  part + int64_t(h.group) * h.hd);
+    h.attend_part(sq, g, int(int64_t(n_pos) * p / parts), int(int64_t(n_pos) * (p + 1) / parts),
+                  part, part + int64_t(h.group) * h.hd);
   }
   c.barrier.wait();
   ThreadPool::split(h.nh, c.tid, c.nth, 1, &b, &e);
@@ -154,7 +171,7 @@ void attend_split(const StepCtx& c, const Heads& h, int parts) {
     auto ml = [&](int p) { return item(p) + int64_t(h.group) * h.hd + 2 * j; };
     float m = -INFINITY;
     for (int p = 0; p < parts; ++p) m = std::max(m, ml(p)[0]);
-    float* o = h.out + int64_t(qh) * h.hd;
+    float* o = h.out + (int64_t(sq.row0) * h.nh + qh) * h.hd;
     std::fill(o, o + h.hd, 0.f);
     float l = 0.f;
     for (int p = 0; p < parts; ++p) {
@@ -167,45 +184,76 @@ void attend_split(const StepCtx& c, const Heads& h, int parts) {
   }
 }
 
+// Long steps: the rows' q and k are prepared over (row, head) items, then, behind a barrier,
+// (sequence, KV head, token block) items are handed out dynamically, each sequence's latest
+// blocks first: later tokens see more of the cache, so the tail of the queue is cheap.
+void attend_items(const StepCtx& c, const Heads& h) {
+  const int T = c.in.n_tokens, heads = h.nh + h.nkv;
+  int64_t b, e;
+  ThreadPool::split(int64_t(T) * heads, c.tid, c.nth, 1, &b, &e);
+  int s = 0;
+  for (int64_t i = b; i < e; ++i) {
+    const int t = int(i / heads), j = int(i % heads);
+    while (t >= c.in.seqs[s].row0 + c.in.seqs[s].n_rows) ++s;
+    if (j < h.nh)
+      h.prepare_q(t, j);
+    else
+      h.prepare_kv(c.in.seqs[s], t, j - h.nh);
+  }
+  if (c.tid == 0) c.cg.next_item.store(0, std::memory_order_relaxed);
+  c.barrier.wait();
+  auto blocks = [](const SeqRows& sq) { return (sq.n_rows + kTokensPerItem - 1) / kTokensPerItem; };
+  int items = 0;
+  for (int q = 0; q < c.in.n_seqs; ++q) items += h.nkv * blocks(c.in.seqs[q]);
+  for (int it; (it = c.cg.next_item.fetch_add(1, std::memory_order_relaxed)) < items;) {
+    int q = 0, first = 0;
+    while (it >= first + h.nkv * blocks(c.in.seqs[q])) first += h.nkv * blocks(c.in.seqs[q++]);
+    const SeqRows& sq = c.in.seqs[q];
+    const int local = it - first, nb = blocks(sq);
+    const int blk = nb - 1 - local / h.nkv, g = local % h.nkv;
+    h.attend(sq, g, blk * kTokensPerItem, std::min(sq.n_rows, (blk + 1) * kTokensPerItem));
+  }
+}
+
 }  // namespace
 
 void run_attention_step(const StepCtx& c, const AttentionStep& s) {
   const Heads h(c, s);
-  const int T = c.in.n_tokens;
+  const StepInputs& in = c.in;
+  int max_rows = 0;
+  for (int q = 0; q < in.n_seqs; ++q) max_rows = std::max(max_rows, in.seqs[q].n_rows);
   int64_t b, e;
-  if (T == 1 && h.nkv < c.nth) {
-    const int parts = std::min(c.nth / h.nkv, (c.in.pos0 + 1) / kMinPositionsPerPart);
-    if (parts > 1) return attend_split(c, h, parts);
+  if (in.n_seqs == 1 && max_rows == 1 && h.nkv < c.nth) {
+    const int parts = std::min(c.nth / h.nkv, (in.seqs[0].pos0 + 1) / kMinPositionsPerPart);
+    if (parts > 1) return attend_split(c, h, in.seqs[0], parts);
   }
-  if (T == 1 || h.nkv % c.nth == 0) {
+  if (h.nkv % c.nth == 0 || (in.n_seqs == 1 && max_rows == 1)) {
+    // Each thread owns whole KV heads of every sequence, from preparation to attention, with no
+    // barrier.
     ThreadPool::split(h.nkv, c.tid, c.nth, 1, &b, &e);
-    for (int g = int(b); g < int(e); ++g) {
-      for (int t = 0; t < T; ++t) {
-        h.prepare_kv(t, g);
-        for (int j = 0; j < h.group; ++j) h.prepare_q(t, g * h.group + j);
+    for (int q = 0; q < in.n_seqs; ++q) {
+      const SeqRows& sq = in.seqs[q];
+      for (int g = int(b); g < int(e); ++g) {
+        h.prepare(sq, g);
+        h.attend(sq, g, 0, sq.n_rows, sq.n_rows == 1 && g + 1 < int(e) ? g + 1 : -1);
       }
-      h.attend(g, 0, T, T == 1 && g + 1 < int(e) ? g + 1 : -1);
     }
     return;
   }
-  const int heads = h.nh + h.nkv;
-  ThreadPool::split(int64_t(T) * heads, c.tid, c.nth, 1, &b, &e);
-  for (int64_t i = b; i < e; ++i) {
-    const int t = int(i / heads), j = int(i % heads);
-    if (j < h.nh)
-      h.prepare_q(t, j);
-    else
-      h.prepare_kv(t, j - h.nh);
+  if (max_rows <= kTokensPerItem) {
+    // Short sequences (batched decode): (sequence, KV head) items, each prepared and attended by
+    // one thread, with no barrier.
+    ThreadPool::split(int64_t(in.n_seqs) * h.nkv, c.tid, c.nth, 1, &b, &e);
+    for (int64_t it = b; it < e; ++it) {
+      const SeqRows& sq = in.seqs[it / h.nkv];
+      const int g = int(it % h.nkv);
+      h.prepare(sq, g);
+      const bool next = sq.n_rows == 1 && it + 1 < e && (it + 1) / h.nkv == it / h.nkv;
+      h.attend(sq, g, 0, sq.n_rows, next ? g + 1 : -1);
+    }
+    return;
   }
-  if (c.tid == 0) c.cg.next_item.store(0, std::memory_order_relaxed);
-  c.barrier.wait();
-  const int blocks = (T + kTokensPerItem - 1) / kTokensPerItem;
-  const int items = h.nkv * blocks;
-  for (int it; (it = c.cg.next_item.fetch_add(1, std::memory_order_relaxed)) < items;) {
-    // Latest blocks first: they are the most expensive, so the tail of the queue is cheap.
-    const int blk = blocks - 1 - it / h.nkv, g = it % h.nkv;
-    h.attend(g, blk * kTokensPerItem, std::min(T, (blk + 1) * kTokensPerItem));
-  }
+  attend_items(c, h);
 }
 
 }  // namespace hearth::cpu

@@ -47,27 +47,37 @@ void run_node_step(const StepCtx& c, const Node& n) {
       break;
     case Op::Attention: {
       // Only graphs the planner could not fuse get here; the plain reference is enough for them.
-      const int hd = n.p.head_dim, nkv = n.p.n_kv_heads, nh = n.p.n_heads;
+      const int hd = n.p.head_dim, nkv = n.p.n_kv_heads, nh = n.p.n_heads, layer = n.p.layer;
       const float* q = in(0);
       const float* k = in(1);
       const float* v = in(2);
-      const size_t esz = dtype_size(c.kv->dtype);
+      const CpuKVStorage& kv = *c.kv;
+      const size_t esz = dtype_size(kv.dtype);
+      const bool i8 = kv.dtype == DType::I8;
+      auto seq_of = [&](int64_t t) {
+        int s = 0;
+        while (t >= c.in.seqs[s].row0 + c.in.seqs[s].n_rows) ++s;
+        return c.in.seqs[s];
+      };
       ThreadPool::split(rows * nkv, tid, nth, 1, &b, &e);
       for (int64_t p = b; p < e; ++p) {
-        const int64_t t = p / nkv, h = p % nkv;
-        const size_t off = size_t(c.in.pos0 + t) * size_t(hd) * esz;
-        if (c.kv->dtype == DType::I8) {  // no k_norm here to derive channel factors from
-          const int pos = c.in.pos0 + int(t);
+        const int64_t t = p / nkv;
+        const int h = int(p % nkv);
+        const SeqRows sq = seq_of(t);
+        const int pos = sq.pos0 + int(t - sq.row0);
+        const int blk = sq.blocks[pos / kv.block_size], at = pos % kv.block_size;
+        const size_t off = size_t(at) * size_t(hd) * esz;
+        if (i8) {  // no k_norm here to derive channel factors from
           quantize_kv_row(k + (t * nkv + h) * hd, nullptr, hd,
-                          reinterpret_cast<int8_t*>(c.kv->k(n.p.layer, int(h)) + off),
-                          c.kv->k_scale(n.p.layer, int(h)) + pos);
+                          reinterpret_cast<int8_t*>(kv.k(blk, layer, h) + off),
+                          kv.k_scale(blk, layer, h) + at);
           quantize_kv_row(v + (t * nkv + h) * hd, nullptr, hd,
-                          reinterpret_cast<int8_t*>(c.kv->v(n.p.layer, int(h)) + off),
-                          c.kv->v_scale(n.p.layer, int(h)) + pos);
+                          reinterpret_cast<int8_t*>(kv.v(blk, layer, h) + off),
+                          kv.v_scale(blk, layer, h) + at);
           continue;
         }
-        store_as(c.kv->dtype, k + (t * nkv + h) * hd, c.kv->k(n.p.layer, int(h)) + off, hd);
-        store_as(c.kv->dtype, v + (t * nkv + h) * hd, c.kv->v(n.p.layer, int(h)) + off, hd);
+        store_as(kv.dtype, k + (t * nkv + h) * hd, kv.k(blk, layer, h) + off, hd);
+        store_as(kv.dtype, v + (t * nkv + h) * hd, kv.v(blk, layer, h) + off, hd);
       }
       c.barrier.wait();
       const float scale = 1.f / std::sqrt(float(hd));
@@ -76,12 +86,13 @@ void run_node_step(const StepCtx& c, const Node& n) {
       for (int64_t p = b; p < e; ++p) {
         const int64_t t = p / nh, h = p % nh;
         const int kvh = int(h / group);
-        const bool i8 = c.kv->dtype == DType::I8;
-        const KVRows kr{c.kv->k(n.p.layer, kvh), c.kv->dtype,
-                        i8 ? c.kv->k_scale(n.p.layer, kvh) : nullptr, nullptr};
-        const KVRows vr{c.kv->v(n.p.layer, kvh), c.kv->dtype,
-                        i8 ? c.kv->v_scale(n.p.layer, kvh) : nullptr, nullptr};
-        attend_one(q + (t * nh + h) * hd, kr, vr, c.in.pos0 + int(t) + 1, hd, scale,
+        const SeqRows sq = seq_of(t);
+        const KVPaging pg = kv.paging(sq);
+        const KVRows kr{kv.k(0, layer, kvh), kv.dtype, i8 ? kv.k_scale(0, layer, kvh) : nullptr,
+                        nullptr, pg};
+        const KVRows vr{kv.v(0, layer, kvh), kv.dtype, i8 ? kv.v_scale(0, layer, kvh) : nullptr,
+                        nullptr, pg};
+        attend_one(q + (t * nh + h) * hd, kr, vr, sq.pos0 + int(t - sq.row0) + 1, hd, scale,
                    out + (t * nh + h) * hd);
       }
       break;

@@ -9,8 +9,7 @@
 
 #include "backends/cpu/kernels.h"
 #include "core/error.h"
-#include "quant/format.h"
-#include "quant/quantize.h"
+#include "core/quant_format.h"
 
 namespace hearth::cpu {
 
@@ -97,7 +96,7 @@ void build_head_screen(const Tensor& w, bool packed, void* dst, int64_t r0, int6
     for (int64_t i = 0; i < step; ++i) {
       const float* wr = row.data() + i * k;
       uint16_t* sr = scales + (g + i) * ng;
-      quant::quantize_row(wr, k, scheme, quant::Method::Rtn, nullptr, q.data(), sr);
+      quant::quantize_row_rtn(wr, k, scheme, q.data(), sr);
       quant::pack_row(8, q.data(), k, codes.data() + i * k);
       double m = 0, e = 0, n = 0;
       for (int64_t b = 0; b < ng; ++b) {

@@ -105,13 +105,33 @@ inline int64_t quant_matmul_scratch_floats(int64_t k, int max_tokens) {
 // Causal softmax attention of one KV head for n_tok consecutive tokens and the `group` query heads
 // that share it. Query head j of token t is at q + t*q_stride + j*head_dim, its result goes to
 // out + t*out_stride + j*head_dim, and it sees cache positions [0, pos0 + t + 1). k and v are the
-// head's cache rows [capacity, head_dim] in the cache's type. Online softmax over key tiles, so no
-// score matrix larger than a tile ever exists.
+// head's cache rows [position][head_dim] in the cache's type, contiguous or paged (KVPaging).
+// Online softmax over key tiles, so no score matrix larger than a tile ever exists.
 //
 // A long context can be split over positions: rows then see only [kv_begin, kv_end) of what they
 // would see, and with ml set each result is left unnormalised (the sum of exp(s - m) v) and
 // ml[2 * (t * group + j)] gets {m, l}, the row's maximum score and sum of exp(s - m), for the
 // caller to merge the ranges.
+// Where a paged cache keeps position p: row p % block_size of block blocks[p / block_size], each
+// block block_stride bytes after the previous, so a head's rows (and an I8 cache's scales) are
+// found from the head's base in block 0. Without blocks the rows are contiguous. Kernels never let
+// a key tile cross a block (run()).
+struct KVPaging {
+  const int32_t* blocks = nullptr;
+  int block_size = 0;
+  int64_t block_stride = 0;
+  int64_t offset(int p, int64_t row_bytes) const {
+    return blocks ? int64_t(blocks[p / block_size]) * block_stride +
+                        int64_t(p % block_size) * row_bytes
+                  : int64_t(p) * row_bytes;
+  }
+  const void* row(const void* base, int p, int64_t row_bytes) const {
+    return static_cast<const char*>(base) + offset(p, row_bytes);
+  }
+  // Positions from p to the end of p's block.
+  int run(int p) const { return blocks ? block_size - p % block_size : 1 << 30; }
+};
+
 struct AttentionArgs {
   const float* q;
   int64_t q_stride;
@@ -135,6 +155,8 @@ struct AttentionArgs {
   const float* k_scale = nullptr;
   const float* v_scale = nullptr;
   const float* k_factor = nullptr;
+  // k, v, next_k, k_scale and v_scale are the head's rows in block 0 of a paged cache.
+  KVPaging paging = {};
 };
 using AttentionFn = void (*)(const AttentionArgs&);
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "quant/format.h"
+#include "core/quant_format.h"
 
 namespace hearth::cpu::qk {
 

@@ -8,7 +8,7 @@
 
 #include "backends/cpu/matmul_quant.h"
 #include "core/dtype.h"
-#include "quant/format.h"
+#include "core/quant_format.h"
 
 namespace hearth::cpu::qk {
 namespace {

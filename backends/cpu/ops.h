@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backends/cpu/kernels.h"
 #include "core/tensor.h"
 
 namespace hearth::cpu {
@@ -35,6 +36,7 @@ struct KVRows {
   DType type = DType::F32;
   const float* row_scale = nullptr;
   const float* col_factor = nullptr;
+  KVPaging paging;  // data and row_scale are block 0's rows of a paged cache
   float at(int64_t p, int d, int head_dim) const;
 };
 

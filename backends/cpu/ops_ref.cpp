@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "backends/cpu/ops.h"
-#include "quant/format.h"
+#include "core/quant_format.h"
 
 namespace hearth::cpu {
 
@@ -51,17 +51,18 @@ void rope_heads(float* x, int n_heads, int head_dim, const float* cos, const flo
 }
 
 float KVRows::at(int64_t p, int d, int head_dim) const {
-  const int64_t i = p * head_dim + d;
+  const void* row = paging.row(data, int(p), int64_t(head_dim) * int64_t(dtype_size(type)));
   switch (type) {
     case DType::F16:
-      return f16_to_f32(static_cast<const uint16_t*>(data)[i]);
+      return f16_to_f32(static_cast<const uint16_t*>(row)[d]);
     case DType::BF16:
-      return bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
+      return bf16_to_f32(static_cast<const uint16_t*>(row)[d]);
     case DType::I8:
-      return float(static_cast<const int8_t*>(data)[i]) * row_scale[p] *
+      return float(static_cast<const int8_t*>(row)[d]) *
+             *static_cast<const float*>(paging.row(row_scale, int(p), 4)) *
              (col_factor ? col_factor[d] : 1.f);
     default:
-      return static_cast<const float*>(data)[i];
+      return static_cast<const float*>(row)[d];
   }
 }
 

@@ -4,7 +4,7 @@
 
 #include "backends/cpu/head_screen.h"
 #include "backends/cpu/matmul_quant.h"
-#include "quant/format.h"
+#include "core/quant_format.h"
 
 namespace hearth::cpu {
 

@@ -9,7 +9,7 @@
 
 #include "core/tensor.h"
 #include "models/checkpoint.h"
-#include "quant/quant_config.h"
+#include "models/quant_config.h"
 
 namespace hearth::quant {
 

@@ -4,8 +4,7 @@
 #include <map>
 #include <string>
 
-#include "quant/format.h"
-#include "quant/quantize.h"
+#include "core/quant_format.h"
 
 namespace hearth::quant {
 

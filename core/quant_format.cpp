@@ -1,4 +1,6 @@
-#include "quant/format.h"
+#include "core/quant_format.h"
+
+#include <cmath>
 
 #include "core/error.h"
 
@@ -27,6 +29,59 @@ float scale_to_f32(DType t, uint16_t s) {
 
 uint16_t scale_from_f32(DType t, float s) {
   return t == DType::BF16 ? f32_to_bf16(s) : f32_to_f16(s);
+}
+
+std::string scheme_str(const Scheme& s) {
+  if (!s.quantized()) return "float";
+  return "int" + std::to_string(s.bits) + " g" + std::to_string(s.group) + " " +
+         dtype_name(s.scale_dtype);
+}
+
+double scheme_bits_per_weight(const Scheme& s, int float_bits) {
+  if (!s.quantized()) return float_bits;
+  return s.bits + 16.0 / s.group;
+}
+
+namespace {
+
+// Round to nearest even for |v| < 2^22, as nearbyint does in the default rounding mode, without
+// the library call baseline x86-64 makes for nearbyintf (this loop runs ~50 times per weight).
+inline float round_even(float v) {
+  constexpr float kMagic = 12582912.f;  // 1.5 * 2^23
+  return (v + kMagic) - kMagic;
+}
+
+}  // namespace
+
+// Codes for n weights against the stored scale d (already rounded to its storage type).
+void round_codes(const float* w, int64_t n, float d, int lo, int hi, int8_t* q) {
+  const float flo = float(lo), fhi = float(hi);
+  if (d == 0.f) {
+    for (int64_t i = 0; i < n; ++i) q[i] = 0;
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    float v = w[i] / d;  // a division, not a reciprocal: exactly round(w / scale) as specified
+    v = v < flo ? flo : v > fhi ? fhi : v;  // clamp first: keeps round_even in range
+    q[i] = int8_t(round_even(v));
+  }
+}
+
+void quantize_row_rtn(const float* w, int64_t n, const Scheme& s, int8_t* q, uint16_t* scales) {
+  for (int64_t g = 0; g < n / s.group; ++g) {
+    const float* wg = w + g * s.group;
+    float amax = 0.f, signed_max = 0.f;  // the largest |w| and the signed weight that has it
+    for (int64_t i = 0; i < s.group; ++i)
+      if (std::fabs(wg[i]) > amax) {
+        amax = std::fabs(wg[i]);
+        signed_max = wg[i];
+      }
+    // Q4 puts the largest-magnitude weight on -8, using all 16 levels; Q8 stays symmetric.
+    const float base = s.bits == 4 ? signed_max / -8.f : amax / 127.f;
+    scales[g] = scale_from_f32(s.scale_dtype, base);
+    round_codes(wg, s.group, scale_to_f32(s.scale_dtype, scales[g]), qmin(s.bits), qmax(s.bits),
+                q + g * s.group);
+  }
 }
 
 Codebook codebook_from(const std::vector<int64_t>& levels, const std::string& where) {

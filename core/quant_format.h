@@ -1,6 +1,7 @@
-// The hearth quantized weight formats (Q8, Q4): sizes, code placement and dequantization, shared
-// by the quantizer, the loader, the kernels' references and the embedding lookup. The byte layout
-// is specified once, in quant/FORMAT.md; everything here follows it.
+// The hearth quantized weight formats (Q8, Q4), dtypes like the others: sizes, code placement,
+// per-tensor schemes, round-to-nearest encoding and dequantization, shared by the quantizer, the
+// loader, the kernels' references and the embedding lookup. The byte layout is specified once, in
+// quant/FORMAT.md; everything here follows it.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -52,6 +53,22 @@ using Codebook = std::array<int8_t, kCodebookSize>;
 // Validates levels read from a file; throws hearth::Error naming `where`.
 Codebook codebook_from(const std::vector<int64_t>& levels, const std::string& where);
 
+// How one tensor is stored. bits 16 means "kept float" (no codes, no scales).
+struct Scheme {
+  int bits = 4;
+  int group = 32;
+  DType scale_dtype = DType::F16;
+  bool quantized() const { return bits == 4 || bits == 8; }
+  bool operator==(const Scheme& o) const {
+    return bits == o.bits && (!quantized() || (group == o.group && scale_dtype == o.scale_dtype));
+  }
+  bool operator!=(const Scheme& o) const { return !(*this == o); }
+};
+std::string scheme_str(const Scheme& s);  // "int4 g32 F16", "bf16"
+
+// Bits per weight of a scheme including its scales.
+double scheme_bits_per_weight(const Scheme& s, int float_bits = 16);
+
 // The safetensors name of the scales of the codes tensor NAME ("x.weight" -> "x.weight_scale").
 inline std::string scale_name(const std::string& name) {
   return name + "_scale";
@@ -75,6 +92,16 @@ uint16_t scale_from_f32(DType t, float s);
 // or [-8, 7] (Q4; with a codebook, q + 8 is the level's index); dst gets row_code_bytes bytes.
 void pack_row(int bits, const int8_t* q, int64_t n, uint8_t* dst);
 void unpack_row(int bits, const uint8_t* src, int64_t n, int8_t* q);
+
+// Codes for n weights against the stored scale d (already rounded to its storage type): w / d
+// clamped to [lo, hi] and rounded to nearest even, as FORMAT.md specifies; all zeros when d is 0.
+void round_codes(const float* w, int64_t n, float d, int lo, int hi, int8_t* q);
+
+// Round to nearest with the max-magnitude scale, the plain encoding of a row of n weights (n a
+// multiple of s.group): per group, Q8 maps the largest |w| onto 127, Q4 the largest-magnitude
+// weight onto -8; codes are rounded against the scale as stored (quant::quantize_row's Rtn, and the
+// backends' own re-encodings, e.g. the CPU backend's screened LM head).
+void quantize_row_rtn(const float* w, int64_t n, const Scheme& s, int8_t* q, uint16_t* scales);
 
 // Row `row` of a Q8/Q4 (or plain) weight, widened to f32 in element order; scratch-free, for the
 // embedding lookup, references and tests. With c1 >= 0 only elements [c0, c1) (c0 a multiple of

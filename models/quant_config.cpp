@@ -1,12 +1,12 @@
-#include "quant/quant_config.h"
+#include "models/quant_config.h"
 
 #include <cmath>
 #include <cstdio>
 
 #include "core/error.h"
 #include "core/json_writer.h"
+#include "core/quant_format.h"
 #include "models/json_value.h"
-#include "quant/format.h"
 
 namespace hearth::quant {
 

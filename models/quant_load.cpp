@@ -1,7 +1,7 @@
-#include "quant/load.h"
+#include "models/quant_load.h"
 
 #include "core/error.h"
-#include "quant/format.h"
+#include "core/quant_format.h"
 
 namespace hearth::quant {
 
