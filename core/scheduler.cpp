@@ -184,7 +184,8 @@ void Scheduler::preempt(Seq& v) {
 }
 
 // Blocks for s's next n positions: parked sequences are let go first, then, when allowed, the
-// most recently admitted other running sequences are preempted.
+// most recently admitted running sequences are preempted, s itself if it is the newest (it then
+// waits, and false is returned).
 bool Scheduler::reserve(Seq& s, int n, bool may_preempt) {
   const int bs = pool_.block_size();
   const int need = (s.computed + n + bs - 1) / bs - int(s.blocks.size());
@@ -194,14 +195,10 @@ bool Scheduler::reserve(Seq& s, int n, bool may_preempt) {
       continue;
     }
     if (!may_preempt) return false;
-    Seq* victim = nullptr;
-    for (auto it = running_.rbegin(); it != running_.rend(); ++it)
-      if (*it != &s) {
-        victim = *it;
-        break;
-      }
-    if (!victim) return false;
+    if (running_.empty()) return false;
+    Seq* victim = running_.back();
     preempt(*victim);
+    if (victim == &s) return false;
   }
   for (int i = 0; i < need; ++i) s.blocks.push_back(pool_.alloc());
   return true;
@@ -248,7 +245,7 @@ bool Scheduler::step(std::vector<Event>& events) {
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Seq& s = *running_[i];
     const int n = std::min(int(s.tokens.size()) - s.computed, budget);
-    if (!reserve(s, n, true)) break;  // cannot happen for the oldest: one sequence always fits
+    if (!reserve(s, n, true)) break;  // s was the newest and waits again
     batch.push_back({&s, n});
     budget -= n;
   }

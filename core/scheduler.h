@@ -4,9 +4,12 @@
 // Admission is first come, first served. A new sequence starts from the longest prefix the KV pool
 // has cached (full blocks only; its last prompt token is always computed, for its logits), and its
 // full blocks are published as they fill. When a running sequence needs a block and none is left,
-// the most recently admitted other sequence is preempted: its blocks are let go (the published
-// ones stay cached) and it is recomputed later from its tokens, resuming with the same sampler
-// state, so it produces the tokens it would have. Any sequence can be cancelled at any step.
+// the most recently admitted sequence is preempted: its blocks are let go (the published ones stay
+// cached) and it is recomputed later from its tokens, resuming with the same sampler state, so it
+// produces the tokens it would have (bit for bit where the backend's arithmetic does not depend on
+// the step's size: the CPU's bf16 GEMM, the default for BF16 weights on CPUs with fast bf16 dots,
+// rounds the activations of steps of 64 rows or more to bf16, as llama.cpp does). Any sequence can
+// be cancelled at any step.
 //
 // A finished sequence keeps its blocks, parked, until its result is taken without parking it or
 // the blocks are needed (parked sequences are let go least recently used first, before any running

@@ -9,39 +9,15 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/cpu_features.h"
 #include "core/runner.h"
 #include "core/session.h"
 #include "models/qwen3_model.h"
+#include "tests/fixture_models.h"
 
 using namespace hearth;
+using namespace hearth::test;
 
 namespace {
-
-const std::string kModels = std::string(HEARTH_SHARED_DIR) + "/fixtures/models/";
-const char* kFixtures[] = {"tiny-tied-bf16", "tiny-untied-sharded-f32"};
-
-struct Sequence {
-  std::string name;
-  std::vector<int32_t> ids;
-  std::vector<int32_t> greedy;
-  std::string logits_file;
-};
-
-std::vector<Sequence> load_sequences(const std::string& dir) {
-  simdjson::dom::parser parser;
-  simdjson::dom::element doc = parser.load(dir + "/expected.json");
-  std::vector<Sequence> out;
-  for (simdjson::dom::element s : doc["sequences"].get_array()) {
-    Sequence q;
-    q.name = std::string(std::string_view(s["name"]));
-    for (int64_t v : s["input_ids"].get_array()) q.ids.push_back(int32_t(v));
-    for (int64_t v : s["greedy"]["tokens"].get_array()) q.greedy.push_back(int32_t(v));
-    q.logits_file = std::string(std::string_view(s["logits_file"]));
-    out.push_back(q);
-  }
-  return out;
-}
 
 std::vector<float> read_f32(const std::string& path) {
   std::ifstream f(path, std::ios::binary | std::ios::ate);
@@ -63,15 +39,6 @@ size_t count_mismatches(const std::vector<float>& got, const std::vector<float>&
     if (!(d <= 1e-4 + 1e-4 * std::fabs(want[i]))) ++bad;
   }
   return bad;
-}
-
-std::vector<std::string> isas_here() {
-  std::vector<std::string> v = {"scalar"};
-  auto best = cpu::detect_cpu_features().best();
-  if (best >= cpu::Isa::Avx2 && best != cpu::Isa::Neon) v.push_back("avx2");
-  if (best == cpu::Isa::Avx512) v.push_back("avx512");
-  if (best == cpu::Isa::Neon) v.push_back("neon");
-  return v;
 }
 
 // KV blocks of 4 positions unless told: the fixtures' sequences then span several blocks.

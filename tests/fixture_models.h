@@ -1,0 +1,47 @@
+// The shared fixtures' tiny checkpoints (../shared/fixtures/models) and their expected.json
+// sequences, and the ISAs this machine can run, for the suites that run models.
+#pragma once
+#include <simdjson.h>
+
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_features.h"
+
+namespace hearth::test {
+
+inline const std::string kModels = std::string(HEARTH_SHARED_DIR) + "/fixtures/models/";
+inline const char* const kFixtures[] = {"tiny-tied-bf16", "tiny-untied-sharded-f32"};
+
+struct Sequence {
+  std::string name;
+  std::vector<int32_t> ids;
+  std::vector<int32_t> greedy;
+  std::string logits_file;
+};
+
+inline std::vector<Sequence> load_sequences(const std::string& dir) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc = parser.load(dir + "/expected.json");
+  std::vector<Sequence> out;
+  for (simdjson::dom::element s : doc["sequences"].get_array()) {
+    Sequence q;
+    q.name = std::string(std::string_view(s["name"]));
+    for (int64_t v : s["input_ids"].get_array()) q.ids.push_back(int32_t(v));
+    for (int64_t v : s["greedy"]["tokens"].get_array()) q.greedy.push_back(int32_t(v));
+    q.logits_file = std::string(std::string_view(s["logits_file"]));
+    out.push_back(q);
+  }
+  return out;
+}
+
+inline std::vector<std::string> isas_here() {
+  std::vector<std::string> v = {"scalar"};
+  auto best = cpu::detect_cpu_features().best();
+  if (best >= cpu::Isa::Avx2 && best != cpu::Isa::Neon) v.push_back("avx2");
+  if (best == cpu::Isa::Avx512) v.push_back("avx512");
+  if (best == cpu::Isa::Neon) v.push_back("neon");
+  return v;
+}
+
+}  // namespace hearth::test
