@@ -45,6 +45,8 @@ commands:
             LM head bytes a screened greedy step did not read), mem_bw_gbs, decode_bw_fraction,
             prefill_cpu_share, decode_cpu_share (below 1: a busy machine), peak_rss_mb,
             weights_hugepage_mb; all in tools/cmd_bench.cpp
+            --parallel 1,2,4,8,16: batched decode, N sequences of --prompt 128 + --gen 128 at once
+            per N (as llama-batched-bench): aggregate and per-stream decode and prefill tokens/s
   eval      --model M --reference REF (--text FILE | --ids-file FILE) [--ctx 512] [--json]
             perplexity of both, KL(REF||M) mean and p99, top-1 agreement, bits per weight;
             --kv applies to M only (REF keeps an f32 cache), so M = REF measures a cache type
