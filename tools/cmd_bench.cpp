@@ -95,6 +95,18 @@ namespace hearth::cli {
 
 namespace {
 
+// With --json prints the report and returns true; else prints the table's title line.
+bool print_json_or_title(const Args& args, const JsonWriter& w, const Qwen3Model& model,
+                         Runner& runner) {
+  if (args.has("--json")) {
+    std::printf("%s\n", w.str().c_str());
+    return true;
+  }
+  std::printf("%s, %s, %s\n", model.dir().c_str(), model.weight_dtypes().c_str(),
+              runner.backend().describe().c_str());
+  return false;
+}
+
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -367,12 +379,7 @@ int bench_parallel(const Args& args) {
   w.end_array();
   w.end_object();
   progress.say("");
-  if (args.has("--json")) {
-    std::printf("%s\n", w.str().c_str());
-    return 0;
-  }
-  std::printf("%s, %s, %s\n", model->dir().c_str(), model->weight_dtypes().c_str(),
-              runner.backend().describe().c_str());
+  if (print_json_or_title(args, w, *model, runner)) return 0;
   std::printf(
       "%d threads, prompt %d + gen %d tokens per sequence, %d round(s); read %.1f GB/s, "
       "FMA peak %.0f GFLOP/s",
@@ -529,12 +536,7 @@ int cmd_bench(int argc, char** argv) {
   w.field("load_ms", load_ms);
   w.end_object();
   progress.say("");
-  if (args.has("--json")) {
-    std::printf("%s\n", w.str().c_str());
-    return 0;
-  }
-  std::printf("%s, %s, %s\n", model->dir().c_str(), model->weight_dtypes().c_str(),
-              runner.backend().describe().c_str());
+  if (print_json_or_title(args, w, *model, runner)) return 0;
   std::printf("prefill %d: %8.1f tokens/s  %6.1f GFLOP/s (%.0f%% of %.0f measured FMA peak", prompt,
               pf, pf_gflops, peak > 0 ? 100 * pf_gflops / peak : 0.0, peak);
   // INT8/INT4 weights multiply int8 activations where the kernels have an int8 GEMM.
