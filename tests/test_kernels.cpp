@@ -709,7 +709,7 @@ TEST_SUITE("kernels") {
               CHECK(deq_ok);
               CHECK(bf16_ok);
 
-              for (int T : {1, 2, 3, 4, 5, 6, 7, 40}) {
+              for (int T : {1, 2, 3, 4, 5, 6, 7, 9, 15, 16, 40}) {
                 CAPTURE(T);
                 const int64_t ldx = k + 5, ldy = r1 - r0 + 3;
                 std::vector<float> x = randn(size_t(T * ldx), uint32_t(T + k));

@@ -33,6 +33,15 @@ struct Q4CbCodes {
     const __m512i hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
     return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, lo, xa), hi, xb);
   }
+  // dot's two operand vectors (dot = dpbusd(dpbusd(init, h0, xa), h1, xb)), for several tokens.
+  static constexpr bool kHasOperands = true;
+  void operands(const uint8_t* c, __m512i* h0, __m512i* h1) const {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i v = _mm512_loadu_si512(c);
+    prefetch(c + kPrefetchAhead);
+    *h0 = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4));
+    *h1 = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+  }
   void tail(const uint8_t* c, const int8_t* x, int m, int32_t* isum) const {
     tail_block_dots_lut(c, x, m, lut_u, isum);
   }

@@ -30,6 +30,15 @@ struct Q8Codes {
     }
     return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, u0, xa), u1, xb);
   }
+  // dot's two operand vectors (dot = dpbusd(dpbusd(init, h0, xa), h1, xb)), for several tokens.
+  static constexpr bool kHasOperands = true;
+  static void operands(const uint8_t* c, __m512i* h0, __m512i* h1) {
+    const __m512i flip = _mm512_set1_epi8(char(0x80));
+    *h0 = _mm512_xor_si512(_mm512_loadu_si512(c), flip);
+    *h1 = _mm512_xor_si512(_mm512_loadu_si512(c + 64), flip);
+    prefetch(c + kPrefetchAhead);
+    prefetch(c + kPrefetchAhead + 64);
+  }
   static void tail(const uint8_t* c, const int8_t* x, int m, int32_t* isum) {
     tail_block_dots(kBits, c, x, m, isum);
   }

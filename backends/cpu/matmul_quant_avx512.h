@@ -249,6 +249,42 @@ inline void rows_dot_pair(const Codes& cd, const uint8_t* const* w, const uint16
 
 inline float scale_f32(DType t, uint16_t s);
 
+// Codes with operands() (kHasOperands): each chunk is unpacked once for several tokens.
+template <class C, class = void>
+struct HasOperands : std::false_type {};
+template <class C>
+struct HasOperands<C, std::void_t<decltype(C::kHasOperands)>> : std::true_type {};
+
+// rows_dot for TB tokens at once (a small batch of decoding sequences): NR row-major rows, each
+// chunk loaded and unpacked once and multiplied with every token's activations (token t's codes at
+// xq + t k, scales at xd + t nb, offset lanes at off + t 16 nc), its results to out[t][0..NR). The
+// same operations per token and row as rows_dot, so the same floats.
+template <class Codes, int G, DType ST, int NR, int TB>
+inline void rows_dot_tokens(const Codes& cd, const uint8_t* const* w, const uint16_t* const* sw,
+                            int64_t ng, const int8_t* xq, int64_t k, const float* xd, int64_t nb,
+                            const int32_t* off, int64_t nc, float* const* out) {
+  __m512 acc[TB][NR];
+  for (int t = 0; t < TB; ++t)
+    for (int r = 0; r < NR; ++r) acc[t][r] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < nc; ++j)
+    for (int r = 0; r < NR; ++r) {
+      __m512i h0, h1;
+      cd.operands(w[r] + j * Codes::kChunkBytes, &h0, &h1);
+      const __m512 ws = chunk_scales<G, ST>(sw[r], j);
+      for (int t = 0; t < TB; ++t) {
+        const int8_t* x = xq + t * k + j * kChunk;
+        const __m512i o = _mm512_loadu_si512(off + t * 16 * nc + 16 * j);
+        const __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(o, h0, _mm512_loadu_si512(x)), h1,
+                                              _mm512_loadu_si512(x + 64));
+        const __m512 dx = _mm512_broadcast_f32x4(_mm_loadu_ps(xd + t * nb + 4 * j));
+        acc[t][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ws, dx), acc[t][r]);
+      }
+    }
+  for (int t = 0; t < TB; ++t)
+    for (int r = 0; r < NR; r += 4)
+      _mm_storeu_ps(out[t] + r, hsum4(acc[t][r], acc[t][r + 1], acc[t][r + 2], acc[t][r + 3]));
+}
+
 // The scale type is a template parameter so that no test of it is left in the inner loop.
 template <class Codes, int G, DType ST>
 void decode_quant_st(const QuantMatmulArgs& a, const Codes& cd) {
@@ -272,6 +308,28 @@ void decode_quant_st(const QuantMatmulArgs& a, const Codes& cd) {
                 "a packed group is whole chunks of the rows of one pass");
   const auto* packed = static_cast<const uint8_t*>(a.w_il);
   const bool use_packed = packed && kc == k;
+  // Tokens of a small batch four at a time over whole chunks of NR row-major rows (a shorter last
+  // chunk and the remaining tokens go through rows_dot); returns the tokens done.
+  auto rows_tokens = [&](auto nr, const uint8_t* const* w, const uint16_t* const* sw,
+                         int64_t r) -> int {
+    constexpr int NR = decltype(nr)::value;
+    if (kc < k) return 0;
+    // Four rows by up to four tokens: sixteen accumulators.
+    auto block = [&](auto tb, int t) {
+      constexpr int TB = decltype(tb)::value;
+      for (int g = 0; g < NR; g += 4) {
+        float* out[TB];
+        for (int i = 0; i < TB; ++i) out[i] = a.y + (t + i) * a.ldy + (r + g - a.r0);
+        rows_dot_tokens<Codes, G, ST, 4, TB>(cd, w + g, sw + g, ng, at.q + t * k, k, at.d + t * nb,
+                                             nb, off + t * 16 * nc, nc, out);
+      }
+    };
+    int t = 0;
+    for (; t + 4 <= n_tok; t += 4) block(std::integral_constant<int, 4>(), t);
+    if (n_tok - t == 3) block(std::integral_constant<int, 3>(), t), t += 3;
+    if (n_tok - t == 2) block(std::integral_constant<int, 2>(), t), t += 2;
+    return t;
+  };
   auto run = [&](auto nr_tag, int64_t r, bool from_packed = false) {
     constexpr int NR = decltype(nr_tag)::value;
     const uint8_t* w[NR];
@@ -284,7 +342,10 @@ void decode_quant_st(const QuantMatmulArgs& a, const Codes& cd) {
       for (int64_t b = 0; b < 2 * ng; b += 64)
         prefetch(reinterpret_cast<const char*>(scales + (r + i + 32) * ng) + b);
     }
-    for (int t = 0; t < n_tok; ++t) {
+    int t = 0;
+    if constexpr (HasOperands<Codes>::value && NR % 4 == 0)
+      if (!from_packed && n_tok > 1) t = rows_tokens(std::integral_constant<int, NR>(), w, sw, r);
+    for (; t < n_tok; ++t) {
       const int8_t* xq = at.q + t * k;
       float dot[NR];
       // Base-register addressing measured faster for 4-row passes of packed rows (INT8 decode
