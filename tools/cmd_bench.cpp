@@ -95,6 +95,16 @@ namespace hearth::cli {
 
 namespace {
 
+// Opens the report with what every run records: model, backend, threads, KV type and sizes.
+void begin_report(JsonWriter& w, const Qwen3Model& model, Runner& runner, DType kv, int prompt,
+                  int gen) {
+  w.begin_object();
+  w.field("model_dir", model.dir()).field("weight_dtypes", model.weight_dtypes());
+  w.field("backend_detail", runner.backend().describe())
+      .field("threads", runner.backend().threads());
+  w.field("kv_dtype", dtype_name(kv)).field("prompt_tokens", prompt).field("gen_tokens", gen);
+}
+
 // With --json prints the report and returns true; else prints the table's title line.
 bool print_json_or_title(const Args& args, const JsonWriter& w, const Qwen3Model& model,
                          Runner& runner) {
@@ -323,12 +333,7 @@ int bench_parallel(const Args& args) {
   const double kv_tok = kv_bytes_per_token(cfg, bo.kv_dtype, prompt, gen);
 
   JsonWriter w;
-  w.begin_object();
-  w.field("model_dir", model->dir()).field("weight_dtypes", model->weight_dtypes());
-  w.field("backend_detail", runner.backend().describe()).field("threads", threads);
-  w.field("kv_dtype", dtype_name(bo.kv_dtype))
-      .field("prompt_tokens", prompt)
-      .field("gen_tokens", gen);
+  begin_report(w, *model, runner, bo.kv_dtype, prompt, gen);
   w.field("reps", reps).field("prefill_chunk", runner.prefill_chunk());
   w.field("peak_gflops", peak)
       .field("peak_int8_gops", peak_i8)
@@ -508,12 +513,7 @@ int cmd_bench(int argc, char** argv) {
   const double dc_share = decode_cpu / (decode_wall * threads);
 
   JsonWriter w;
-  w.begin_object();
-  w.field("model_dir", model->dir()).field("weight_dtypes", model->weight_dtypes());
-  w.field("backend_detail", runner.backend().describe()).field("threads", threads);
-  w.field("kv_dtype", dtype_name(bo.kv_dtype))
-      .field("prompt_tokens", prompt)
-      .field("gen_tokens", gen);
+  begin_report(w, *model, runner, bo.kv_dtype, prompt, gen);
   w.field("reps", reps);
   w.field("prefill_tokens_per_s", pf);
   w.key("prefill_runs").array(prefill_tps);
