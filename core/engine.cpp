@@ -17,6 +17,11 @@ int Engine::waiting() {
   return sched_.waiting();
 }
 
+int Engine::held() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return sched_.held();
+}
+
 int Engine::running() {
   std::lock_guard<std::mutex> lk(mu_);
   return sched_.running();
@@ -58,8 +63,7 @@ GenerationResult Engine::generate(const std::vector<int32_t>& prompt, const Gene
   }
   inbox_.erase(id);
   GenerationResult r = sched_.take(id, cache != nullptr);
-  if (cache && r.finish_reason != "error") *cache = id;
-  if (cache && r.finish_reason == "error") sched_.forget(id);
+  if (cache) *cache = id;  // a failed step left nothing parked: resuming it computes everything
   if (r.finish_reason == "error") fail(r.error);
   if (stopped) r.finish_reason = "stop";
   r.tokens = std::move(accepted);

@@ -35,6 +35,7 @@ class Engine {
   // Sequences waiting and running, for metrics.
   int waiting();
   int running();
+  int held();  // Scheduler::held
 
  private:
   Runner& runner_;

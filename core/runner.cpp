@@ -5,26 +5,11 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/sampler.h"
 
 namespace hearth {
 
-namespace {
-// First index of the largest value, NaN ignored; -1 if nothing is above -inf.
-int32_t first_argmax(const float* x, int n) {
-  float best = -std::numeric_limits<float>::infinity();
-  int32_t arg = -1;
-  for (int i = 0; i < n; ++i)
-    if (x[i] > best) best = x[i], arg = i;
-  return arg;
-}
-
-// The smallest of `sizes` (ascending) that is at least n.
-int bucket(const std::vector<int>& sizes, int n) {
-  for (int s : sizes)
-    if (s >= n) return s;
-  return sizes.back();
-}
-}  // namespace
+namespace {}  // namespace
 
 KVCache::KVCache(KVPool& p, int cap, size_t pos_bytes)
     : pool(p), capacity(cap), position_bytes(pos_bytes) {}
@@ -93,10 +78,11 @@ std::unique_ptr<KVCache> Runner::new_kv(int capacity) {
 CompiledGraph& Runner::compiled_for(int n_tokens, int n_out) {
   // Decode of one sequence, batched decode (one row per sequence), prefill chunks; one row of
   // logits per sequence, or a whole chunk's for `logits`-style callers (chunk x vocab floats).
-  std::vector<int> token_sizes{1, opt_.max_seqs, opt_.prefill_chunk};
-  std::vector<int> out_sizes{1, opt_.max_seqs, opt_.prefill_chunk};
-  const int t = bucket(token_sizes, n_tokens);
-  const int o = std::min(t, bucket(out_sizes, std::max(n_out, 1)));
+  auto bucket = [&](int n) {
+    return n <= 1 ? 1 : n <= opt_.max_seqs ? opt_.max_seqs : opt_.prefill_chunk;
+  };
+  const int t = bucket(n_tokens);
+  const int o = std::min(t, bucket(n_out));
   for (auto& [key, cg] : compiled_)
     if (key.first == t && key.second == o) return *cg;
   compiled_.emplace_back(std::make_pair(t, o), backend_->compile(graph_, t, o));

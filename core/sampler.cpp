@@ -197,8 +197,7 @@ float block_sum(const float* w, int n) {
 
 }  // namespace
 
-Sampler::Sampler(const SamplingParams& params, int vocab_size)
-    : params_(params), vocab_size_(vocab_size) {
+void Sampler::check(const SamplingParams& params, int vocab_size) {
   if (vocab_size <= 0) fail("sampler: vocab_size must be > 0, got ", vocab_size);
   if (!std::isfinite(params.temperature))
     fail("sampler: temperature must be finite, got ", params.temperature);
@@ -213,6 +212,24 @@ Sampler::Sampler(const SamplingParams& params, int vocab_size)
     fail("sampler: presence_penalty must be finite, got ", params.presence_penalty);
   if (!std::isfinite(params.frequency_penalty))
     fail("sampler: frequency_penalty must be finite, got ", params.frequency_penalty);
+}
+
+bool argmax_only(const SamplingParams& p) {
+  return p.temperature <= 0.f && p.repetition_penalty == 1.f && p.presence_penalty == 0.f &&
+         p.frequency_penalty == 0.f;
+}
+
+int32_t first_argmax(const float* x, int n) {
+  float best = -INFINITY;
+  int32_t arg = -1;
+  for (int i = 0; i < n; ++i)
+    if (x[i] > best) best = x[i], arg = i;
+  return arg;
+}
+
+Sampler::Sampler(const SamplingParams& params, int vocab_size)
+    : params_(params), vocab_size_(vocab_size) {
+  check(params, vocab_size);
 
   uint64_t s = params.seed;
   for (auto& r : rng_) r = splitmix64(s);

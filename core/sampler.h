@@ -18,10 +18,17 @@ struct SamplingParams {
   uint64_t seed = 0;
 };
 
+// True when sampling reduces to the argmax of the raw logits (greedy, no penalties), which a
+// backend can take inside the LM head.
+bool argmax_only(const SamplingParams& p);
+// First index of the largest of x[0..n), NaN ignored; -1 if nothing is above -inf.
+int32_t first_argmax(const float* x, int n);
+
 class Sampler {
  public:
-  // Validates the parameters (throws hearth::Error naming the field) and allocates all scratch,
-  // so that sample() never allocates.
+  // Throws hearth::Error naming the first invalid field.
+  static void check(const SamplingParams& params, int vocab_size);
+  // Validates the parameters (check) and allocates all scratch, so that sample() never allocates.
   Sampler(const SamplingParams& params, int vocab_size);
 
   // logits: n <= vocab_size floats, modified in place (penalties, NaN -> -inf). history: the

@@ -12,10 +12,6 @@ double ms_between(std::chrono::steady_clock::time_point a,
                   std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
-bool greedy(const SamplingParams& sp) {
-  return sp.temperature <= 0.f && sp.repetition_penalty == 1.f && sp.presence_penalty == 0.f &&
-         sp.frequency_penalty == 0.f;
-}
 }  // namespace
 
 struct Scheduler::Seq {
@@ -70,8 +66,8 @@ Scheduler::Id Scheduler::submit(const std::vector<int32_t>& prompt, const Genera
   s->tokens.reserve(prompt.size() + size_t(opt.max_new_tokens));
   s->prompt_len = int(prompt.size());
   s->opt = opt;
-  s->sampler = std::make_unique<Sampler>(opt.sampling, V);  // checks the values
-  if (greedy(opt.sampling)) s->sampler.reset();
+  Sampler::check(opt.sampling, V);
+  if (!argmax_only(opt.sampling)) s->sampler = std::make_unique<Sampler>(opt.sampling, V);
   s->submitted = Clock::now();
   s->resume = resume;
   s->result.metrics.prompt_tokens = s->prompt_len;
@@ -211,10 +207,13 @@ void Scheduler::admit(int& budget, std::vector<Entry>& batch) {
     const int len = int(s.tokens.size());
     // A parked sequence it continues, else the cached prefix (whole blocks only), leaving the last
     // known token to compute.
-    auto from = s.resume ? seqs_.find(s.resume) : seqs_.end();
-    if (from != seqs_.end() && from->second->finished && !from->second->blocks.empty())
-      adopt(s, *from->second);
-    s.resume = 0;
+    if (s.resume) {
+      auto from = seqs_.find(s.resume);
+      if (from != seqs_.end() && from->second->finished && !from->second->blocks.empty())
+        adopt(s, *from->second);
+      forget(s.resume);  // continued (or evicted meanwhile): nobody resumes it again
+      s.resume = 0;
+    }
     if (s.blocks.empty())
       s.computed = pool_.match(s.tokens.data(), (len - 1) / bs, s.blocks, s.hashes) * bs;
     const int n = std::min(len - s.computed, budget);
@@ -241,7 +240,8 @@ bool Scheduler::step(std::vector<Event>& events) {
 
   // Running sequences first, oldest first: one decode row each, or their prompt's next chunk.
   int budget = max_batch_tokens_;
-  std::vector<Entry> batch;
+  std::vector<Entry>& batch = batch_;
+  batch.clear();
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Seq& s = *running_[i];
     const int n = std::min(int(s.tokens.size()) - s.computed, budget);
@@ -264,15 +264,17 @@ bool Scheduler::step(std::vector<Event>& events) {
     }
     return !events.empty();
   }
-  run_batch(batch, events);
+  run_batch(events);
   return true;
 }
 
-void Scheduler::run_batch(const std::vector<Entry>& batch, std::vector<Event>& events) {
+void Scheduler::run_batch(std::vector<Event>& events) {
+  const std::vector<Entry>& batch = batch_;
+  std::vector<Seq*>& outs = outs_;
   tokens_.clear();
   rows_.clear();
   out_rows_.clear();
-  std::vector<Seq*> outs;
+  outs.clear();
   bool all_greedy = true;
   for (const Entry& e : batch) {
     Seq& s = *e.seq;
@@ -340,10 +342,7 @@ void Scheduler::sample_next(Seq& s, float* logits, int32_t argmax, std::vector<E
     if (logits && s.sampler) {
       tok = s.sampler->sample(logits, runner_.vocab_size(), s.tokens.data(), int(s.tokens.size()));
     } else if (logits) {  // greedy, in a step that others needed the logits of
-      float best = -INFINITY;
-      tok = -1;
-      for (int i = 0; i < runner_.vocab_size(); ++i)
-        if (logits[i] > best) best = logits[i], tok = i;
+      tok = first_argmax(logits, runner_.vocab_size());
     }
     if (tok < 0)
       fail("sampler: no finite logit among ", runner_.vocab_size(), " (all NaN or -inf)");

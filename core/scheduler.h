@@ -96,6 +96,8 @@ class Scheduler {
   void forget(Id id);  // lets a parked sequence go; unknown ids are ignored
 
   int parked() const { return int(parked_.size()); }
+  // Sequences it holds: waiting, running, finished and not yet taken, or parked.
+  int held() const { return int(seqs_.size()); }
   int waiting() const { return int(waiting_.size()); }
   int running() const { return int(running_.size()); }
   bool idle() const { return waiting_.empty() && running_.empty(); }
@@ -116,7 +118,7 @@ class Scheduler {
   void adopt(Seq& s, Seq& from);
   void unpark(Seq& s);
   void finish(Seq& s, const std::string& reason, std::vector<Event>& events);
-  void run_batch(const std::vector<Entry>& batch, std::vector<Event>& events);
+  void run_batch(std::vector<Event>& events);
   void after_rows(Seq& s, int n);
   void sample_next(Seq& s, float* logits, int32_t argmax, std::vector<Event>& events);
 
@@ -131,6 +133,8 @@ class Scheduler {
   // Step buffers, kept between steps.
   std::vector<int32_t> tokens_, out_rows_, argmax_;
   std::vector<SeqRows> rows_;
+  std::vector<Entry> batch_;
+  std::vector<Seq*> outs_;  // the batch's sequences that sample, in out_rows_ order
   std::vector<float> logits_;
 };
 

@@ -21,6 +21,7 @@
 #include "core/kv_pool.h"
 #include "core/runner.h"
 #include "core/scheduler.h"
+#include "core/session.h"
 #include "hearth.h"
 #include "models/qwen3_model.h"
 #include "tests/fixture_models.h"
@@ -458,6 +459,31 @@ TEST_SUITE("engine") {
       CHECK(pool.used() == 0);
       CHECK(pool.cached() == 2);  // a's published blocks stay findable
     }
+  }
+
+  TEST_CASE("a chat's turns continue their parked sequence and keep no old one") {
+    auto model = Qwen3Model::load(kModels + kFixtures[0]);
+    RunnerSpec spec;
+    spec.block_size = 16;
+    auto runner = make_runner(*model, spec);
+    Engine engine(*runner);
+    Session session(engine);
+    std::mt19937 rng(5);
+    std::vector<int32_t> prompt = random_ids(rng, 20, model->config().vocab_size);
+    for (int turn = 0; turn < 4; ++turn) {
+      CAPTURE(turn);
+      const GenerationResult r = session.generate(prompt, greedy_opts(6));
+      // Every turn after the first computes only the new message and the previous reply's last
+      // token (never fed), not the whole conversation: the parked sequence's partial block counts.
+      if (turn > 0) CHECK(r.metrics.prefill_tokens == 1 + 5);
+      CHECK(engine.held() == 1);  // only the last turn, parked
+      prompt = session.cached_tokens();
+      prompt.push_back(r.tokens.back());
+      const auto more = random_ids(rng, 5, model->config().vocab_size);
+      prompt.insert(prompt.end(), more.begin(), more.end());
+    }
+    session.reset();
+    CHECK(runner->kv_pool().used() == 0);
   }
 
   TEST_CASE("KV pool: references, publish and match, LRU eviction, collisions") {
