@@ -12,9 +12,10 @@ size_t huge_pages_size(size_t n) {
 
 void* map_huge_pages(size_t n) {
   n = huge_pages_size(n);
-  // Map one huge page more than needed, then trim both ends to the 2 MiB boundaries.
+  // Map one huge page more than needed, then trim both ends to the 2 MiB boundaries. Pages are
+  // committed when first written (a KV pool reserves its whole budget).
   void* raw = ::mmap(nullptr, n + kHugePageBytes, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (raw == MAP_FAILED) return nullptr;
   const uintptr_t begin = uintptr_t(raw),
                   aligned = (begin + kHugePageBytes - 1) & ~(kHugePageBytes - 1);

@@ -1,6 +1,6 @@
 // Anonymous memory for weights that decode streams every token: placed on 2 MiB boundaries and
 // advised into transparent huge pages, which spare it the TLB misses of 4 KiB pages (15-20% of a
-// decode). Shared by the model's huge-page file copies and the backends' weight store.
+// decode). Shared by the model's huge-page file copies, the backends' weight store and KV pools.
 #pragma once
 #include <cstddef>
 

@@ -389,25 +389,21 @@ std::unique_ptr<KVStorage> CpuBackend::alloc_kv(const KVSpec& spec, int n_blocks
                             : 0;
   kv->block_stride = int64_t((kv->scales_offset() + scales + 63) / 64 * 64);
   // Reserved, not committed: a page costs memory once a step writes it, so the budget bounds the
-  // pool without paying for it up front.
-  const size_t page = kv_huge_pages_ ? kHugePageBytes : 4096;
+  // pool without paying for it up front. With huge pages: decode reads 2 x layers x KV heads short
+  // streams of the cache per token, and their 4 KiB pages cost TLB misses.
   const size_t bytes = size_t(kv->block_stride) * size_t(n_blocks);
-  kv->mapped = (bytes + page - 1) / page * page;
-  // Over-reserved by a page and trimmed, so that the pool starts on a (huge) page boundary.
-  void* raw = mmap(nullptr, kv->mapped + page, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (raw == MAP_FAILED)
-    fail("out of address space reserving ", kv->mapped >> 20, " MiB for the KV cache");
-  const uintptr_t base = reinterpret_cast<uintptr_t>(raw);
-  const uintptr_t aligned = (base + page - 1) / page * page;
-  if (aligned > base) munmap(raw, aligned - base);
-  if (page - (aligned - base) > 0)
-    munmap(reinterpret_cast<void*>(aligned + kv->mapped), page - (aligned - base));
-  void* mem = reinterpret_cast<void*>(aligned);
+  void* mem;
+  if (kv_huge_pages_) {
+    kv->mapped = huge_pages_size(bytes);
+    mem = map_huge_pages(bytes);
+  } else {
+    kv->mapped = (bytes + 4095) / 4096 * 4096;
+    mem = mmap(nullptr, kv->mapped, PROT_READ | PROT_WRITE,
+               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (mem == MAP_FAILED) mem = nullptr;
+  }
+  if (!mem) fail("out of address space reserving ", kv->mapped >> 20, " MiB for the KV cache");
   kv->mem = static_cast<uint8_t*>(mem);
-  // Decode reads 2 x layers x KV heads short streams of the cache per token, and their 4 KiB
-  // pages cost TLB misses (advice only: without THP this is ordinary memory).
-  if (kv_huge_pages_) madvise(mem, kv->mapped, MADV_HUGEPAGE);
   return kv;
 }
 
