@@ -27,6 +27,21 @@ int Engine::running() {
   return sched_.running();
 }
 
+Engine::Stats Engine::stats() {
+  std::lock_guard<std::mutex> lk(mu_);
+  const KVPool& pool = runner_.kv_pool();
+  Stats s;
+  s.waiting = sched_.waiting();
+  s.running = sched_.running();
+  s.held = sched_.held();
+  s.parked = sched_.parked();
+  s.kv_blocks = pool.n_blocks();
+  s.kv_used = pool.used();
+  s.kv_cached = pool.cached();
+  s.prefix_hits = pool.hits();
+  return s;
+}
+
 GenerationResult Engine::generate(const std::vector<int32_t>& prompt, const GenerateOptions& opt,
                                   const std::function<bool(int32_t)>& on_token,
                                   const std::atomic<bool>* cancel, Scheduler::Id* cache) {

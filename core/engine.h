@@ -37,6 +37,14 @@ class Engine {
   int running();
   int held();  // Scheduler::held
 
+  // One consistent snapshot of the scheduler and its KV pool, for a server's metrics.
+  struct Stats {
+    int waiting = 0, running = 0, held = 0, parked = 0;
+    int kv_blocks = 0, kv_used = 0, kv_cached = 0;
+    int64_t prefix_hits = 0;  // blocks handed out by prefix matches so far
+  };
+  Stats stats();
+
  private:
   Runner& runner_;
   std::mutex mu_;  // guards everything below; held while a step runs

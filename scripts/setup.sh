@@ -6,7 +6,10 @@ pkgs=(build-essential cmake ninja-build pkg-config git
       libpcre2-dev libutf8proc-dev libcpp-httplib-dev
       python3
       # examples/desktop-chat and its Xvfb test; leak checks of the C API
-      libgtk-4-dev xvfb xauth x11-apps imagemagick valgrind)
+      libgtk-4-dev xvfb xauth x11-apps imagemagick valgrind
+      # hearth serve's client tests: Node.js for the openai client, Chromium for the chat page,
+      # nginx as the load balancer in front of replicas
+      nodejs chromium nginx-light curl)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -15,4 +18,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The serve tests' npm clients (tests/serve/package-lock.json pins them).
+if [ ! -d tests/serve/node_modules/openai ] || [ ! -d tests/serve/node_modules/playwright-core ] ||
+   [ tests/serve/package-lock.json -nt tests/serve/node_modules ]; then
+  (cd tests/serve && npm ci --no-audit --no-fund --loglevel=error)
 fi

@@ -79,15 +79,18 @@ RunnerOptions runner_options(const Args& args) {
 }
 
 Loaded load_engine(const Args& args) {
+  return load_engine(args, runner_options(args), SchedulerOptions{});
+}
+
+Loaded load_engine(const Args& args, const RunnerOptions& ro, const SchedulerOptions& so) {
   auto t0 = std::chrono::steady_clock::now();
   Loaded l;
   l.model = load_model(args);
   const BackendOptions bo = backend_options(args);
-  const RunnerOptions ro = runner_options(args);
   const auto& c = l.model->config();
   l.runner = std::make_unique<Runner>(create_backend(args.str("--backend"), bo), l.model->graph(),
                                       c.vocab_size, c.max_position_embeddings, ro);
-  l.engine = std::make_unique<Engine>(*l.runner);
+  l.engine = std::make_unique<Engine>(*l.runner, so);
   l.load_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return l;

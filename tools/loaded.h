@@ -24,6 +24,8 @@ struct Loaded {
 };
 
 Loaded load_engine(const Args& args);
+// The same with runner and scheduler options the command has settled itself.
+Loaded load_engine(const Args& args, const RunnerOptions& ro, const SchedulerOptions& so);
 // The parts of it: the model (--model, --hugepages) and the backend options (--threads, --isa,
 // --gemm, --kv).
 std::unique_ptr<Qwen3Model> load_model(const Args& args);

@@ -19,6 +19,12 @@ commands:
             answer one prompt through the chat template, streaming to stdout
   chat      --model DIR [--system TEXT] [--no-thinking] [--hide-thinking]
             interactive chat; /reset /thinking on|off /exit; Ctrl-C stops an answer
+  serve     --model DIR [--host 127.0.0.1] [--port 8080] [--parallel 8] [--api-key KEY]
+            [--max-batch-tokens N] [--kv-budget MiB] [--max-queue 64] [--max-body-mb 8]
+            [--max-prompt-tokens N] [--max-tokens N] [--model-name NAME] [--timeout 30]
+            [--shutdown-grace 10] [sampling defaults]
+            an OpenAI-compatible server (/v1/chat/completions, /v1/completions, /v1/models,
+            /health, /metrics, /apply-template) with a chat page at /; README "hearth serve"
   tokenize  --model DIR (--jsonl IN | --text TEXT)   lines {"text"} -> [ids]
   detokenize --model DIR --jsonl IN    lines {"ids", "skip_special_tokens"} -> "text"
   template  --model DIR --jsonl IN     lines {"messages", "add_generation_prompt",
@@ -82,6 +88,7 @@ int main(int argc, char** argv) {
     if (cmd == "standin") return cmd_standin(argc - 2, argv + 2);
     if (cmd == "run") return cmd_run(argc - 2, argv + 2);
     if (cmd == "chat") return cmd_chat(argc - 2, argv + 2);
+    if (cmd == "serve") return cmd_serve(argc - 2, argv + 2);
     if (cmd == "tokenize") return cmd_tokenize(argc - 2, argv + 2);
     if (cmd == "detokenize") return cmd_detokenize(argc - 2, argv + 2);
     if (cmd == "template") return cmd_template(argc - 2, argv + 2);
