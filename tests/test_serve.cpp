@@ -178,6 +178,29 @@ TEST_SUITE("serve") {
     CHECK(r.include_usage);
   }
 
+  TEST_CASE("enable_thinking reaches the template from either place, once") {
+    const TextFrontEnd text =
+        TextFrontEnd::load(std::string(HEARTH_SHARED_DIR) + "/fixtures/models/tiny-tied-bf16");
+    const std::string empty_think = "<think>\n\n</think>\n\n";
+    auto prompt = [&](const std::string& extra) {
+      const std::string body = R"({"messages": [{"role": "user", "content": "Hi"}])" + extra + "}";
+      return parse_chat_request(parse_body(body), text, {}, {}, "m").prompt;
+    };
+    auto ends_with = [](const std::string& s, const std::string& tail) {
+      return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+    };
+    CHECK(ends_with(prompt(""), "<|im_start|>assistant\n"));
+    CHECK(
+        ends_with(prompt(R"(, "chat_template_kwargs": {"enable_thinking": false})"), empty_think));
+    CHECK(ends_with(prompt(R"(, "enable_thinking": false)"), empty_think));
+    CHECK(ends_with(
+        prompt(
+            R"(, "enable_thinking": false, "chat_template_kwargs": {"enable_thinking": false, "x": 1})"),
+        empty_think));
+    CHECK(ends_with(prompt(R"(, "chat_template_kwargs": {"enable_thinking": true})"),
+                    "<|im_start|>assistant\n"));
+  }
+
   TEST_CASE("the context bounds prompts and max_tokens") {
     ApiLimits lim;
     lim.context = 100;

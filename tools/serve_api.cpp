@@ -268,16 +268,19 @@ ChatInput read_chat_input(const Json& body, const ApiLimits& limits) {
   }
   if (const Json* kw = field(body, "chat_template_kwargs")) {
     if (!kw->is_object()) bad("chat_template_kwargs", "must be an object");
-    in.options.extra = *kw;
-    if (const Json* t = kw->find("enable_thinking"); t && !t->is_null()) {
-      if (!t->is_bool()) bad("chat_template_kwargs.enable_thinking", "must be true or false");
-      in.options.enable_thinking = t->as_bool();
+    // enable_thinking goes to the template through ChatOptions (which the reply parser reads
+    // too), every other member as it is.
+    in.options.extra = Json::object();
+    for (const auto& [key, value] : kw->as_object()) {
+      if (key != "enable_thinking") {
+        in.options.extra.set(key, value);
+      } else if (!value.is_null()) {
+        if (!value.is_bool()) bad("chat_template_kwargs.enable_thinking", "must be true or false");
+        in.options.enable_thinking = value.as_bool();
+      }
     }
   }
-  if (auto t = boolean(body, "enable_thinking")) {
-    in.options.enable_thinking = *t;
-    if (in.options.extra.is_object()) in.options.extra.set("enable_thinking", Json(*t));
-  }
+  if (auto t = boolean(body, "enable_thinking")) in.options.enable_thinking = *t;
   if (auto g = boolean(body, "add_generation_prompt")) in.options.add_generation_prompt = *g;
   return in;
 }
