@@ -1,8 +1,14 @@
 #include "tools/serve_http.h"
 
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <random>
 
@@ -22,6 +28,52 @@ constexpr auto kHeartbeatAfter = std::chrono::seconds(2);  // a quiet stream get
 
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// The socket of the connection from ip:port to our local_port, found among this process's file
+// descriptors (cpp-httplib 0.11 does not hand it to handlers); -1 if none. It stays open while the
+// request's handler runs, so the watchdog may peek at it until then.
+int client_socket(const std::string& ip, int port, int local_port) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (!dir) return -1;
+  int found = -1;
+  while (dirent* e = readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (*end || end == e->d_name) continue;
+    sockaddr_storage peer{}, local{};
+    socklen_t pl = sizeof peer, ll = sizeof local;
+    if (getpeername(int(fd), reinterpret_cast<sockaddr*>(&peer), &pl) != 0 ||
+        getsockname(int(fd), reinterpret_cast<sockaddr*>(&local), &ll) != 0)
+      continue;
+    char text[INET6_ADDRSTRLEN] = {};
+    int peer_port = -1, our_port = -1;
+    if (peer.ss_family == AF_INET) {
+      const auto* a = reinterpret_cast<const sockaddr_in*>(&peer);
+      inet_ntop(AF_INET, &a->sin_addr, text, sizeof text);
+      peer_port = ntohs(a->sin_port);
+      our_port = ntohs(reinterpret_cast<const sockaddr_in*>(&local)->sin_port);
+    } else if (peer.ss_family == AF_INET6) {
+      const auto* a = reinterpret_cast<const sockaddr_in6*>(&peer);
+      inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof text);
+      peer_port = ntohs(a->sin6_port);
+      our_port = ntohs(reinterpret_cast<const sockaddr_in6*>(&local)->sin6_port);
+    }
+    if (peer_port == port && our_port == local_port && ip == text) {
+      found = int(fd);
+      break;
+    }
+  }
+  closedir(dir);
+  return found;
+}
+
+// True once the client has closed its side: a peek reads end-of-stream (or the socket failed).
+// Bytes waiting (a pipelined request) mean it is still there.
+bool peer_closed(int fd) {
+  char c;
+  const ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
 void send_error(httplib::Response& res, const ApiError& e) {
@@ -45,6 +97,8 @@ struct Server::Stream {
   bool broken = false;  // a write failed: the client is gone
   Clock::time_point last_write = Clock::now();
   std::atomic<bool> cancel{false};
+  std::atomic<int> peer_fd{-1};          // the client's socket while the request runs; -1: unknown
+  std::atomic<bool> client_left{false};  // why `cancel` was set: the client, not a shutdown
 
   bool write(const std::string& s) {
     std::lock_guard<std::mutex> lk(mu);
@@ -247,6 +301,9 @@ void Server::generate(const httplib::Request& req, httplib::Response& res, bool 
   ResponseMeta meta{random_id(chat ? "chatcmpl-" : "cmpl-"), int64_t(std::time(nullptr)),
                     opt_.model_name, chat};
   auto stream = std::make_shared<Stream>();
+  // A non-streaming reply writes nothing until the end, so the watchdog watches its socket to
+  // notice a client that went away; a stream's writes notice it, this just notices sooner.
+  stream->peer_fd = client_socket(req.remote_addr, req.remote_port, req.local_port);
   {
     std::lock_guard<std::mutex> lk(live_mu_);
     live_.insert(stream);
@@ -262,6 +319,10 @@ void Server::generate(const httplib::Request& req, httplib::Response& res, bool 
         s->live_.erase(st);
       }
     } leave{this, stream};
+    struct Unwatch {  // the socket may close once the handler returns
+      Stream& st;
+      ~Unwatch() { st.peer_fd = -1; }
+    } unwatch{*stream};
     const double started_ms = ms_since(t0);  // parsing and tokenizing count toward TTFT
     RunOutcome o = run_request(engine_, text_, ar, prompt, out, &stream->cancel);
     const auto& mt = o.result.metrics;
@@ -286,6 +347,11 @@ void Server::generate(const httplib::Request& req, httplib::Response& res, bool 
         for (const ReplyDelta& d : ds) chat ? reply.add(d) : void(text += d.text);
         return true;
       });
+      if (o.finish_reason == "cancelled" && stream->client_left) {
+        // Nobody is left to answer; 499 is nginx's name for it, for the log.
+        log_request(what, 499, ms_since(t0), usage_detail(o) + " (client gone)");
+        return;
+      }
       if (o.finish_reason == "cancelled")
         throw ApiError(503, "the request was cancelled: the server is shutting down", "",
                        "shutting_down");
@@ -333,7 +399,7 @@ void Server::generate(const httplib::Request& req, httplib::Response& res, bool 
           try {
             RunOutcome o = run(write_deltas);
             detail = usage_detail(o);
-            if (o.finish_reason == "cancelled" && !o.client_gone && !stream->broken) {
+            if (o.finish_reason == "cancelled" && !o.client_gone && !stream->client_left) {
               stream->write(sse(error_json(
                   ApiError(503, "cancelled: the server is shutting down", "", "shutting_down"))));
             } else if (!o.client_gone && !stream->broken) {
@@ -353,7 +419,7 @@ void Server::generate(const httplib::Request& req, httplib::Response& res, bool 
         {
           std::lock_guard<std::mutex> lk(stream->mu);
           stream->sink = nullptr;
-          if (stream->broken) detail += " (client gone)";
+          if (stream->broken || stream->client_left) detail += " (client gone)";
         }
         log_request(what + " stream", status, ms_since(t0), detail);
         sink.done();
@@ -374,7 +440,11 @@ void Server::watchdog() {
     const bool past_grace = draining_ && now >= drain_deadline_;
     for (const std::shared_ptr<Stream>& s : live) {
       if (past_grace) s->cancel = true;
-      if (!s->heartbeat(now - kHeartbeatAfter)) s->cancel = true;
+      const int fd = s->peer_fd;
+      if (!s->heartbeat(now - kHeartbeatAfter) || (fd >= 0 && peer_closed(fd))) {
+        s->client_left = true;
+        s->cancel = true;
+      }
     }
   }
 }
