@@ -1,6 +1,7 @@
 // hearth serve: an OpenAI-compatible HTTP server over one model (tools/serve_http.h). SIGTERM or
 // Ctrl-C stops it gracefully: it stops accepting, lets running requests finish within the grace
 // period, cancels the rest and exits 0.
+#include <malloc.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -76,6 +77,9 @@ int cmd_serve(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client gone mid-write must not end the server
+  // Requests come and go with buffers of a vocabulary's size (samplers, logits); a fixed mmap
+  // threshold gives those back when freed instead of letting glibc raise it and keep them.
+  mallopt(M_MMAP_THRESHOLD, 256 << 10);
 
   auto spec = kEngineOptions;
   auto so = sampling_options();

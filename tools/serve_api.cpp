@@ -212,10 +212,14 @@ Json normalize_message(const Json& m, size_t i) {
     for (size_t k = 0; k < calls->size(); ++k) {
       const Json& c = calls->at(k);
       const std::string cw = where + ".tool_calls[" + std::to_string(k) + "]";
-      const Json* fn = c.is_object() ? c.find("function") : nullptr;
-      if (!fn || !fn->is_object()) bad(cw + ".function", "must be an object");
-      const Json* name = fn->find("name");
-      if (!name || !name->is_string()) bad(cw + ".function.name", "must be a string");
+      if (!c.is_object()) bad(cw, "must be an object");
+      // OpenAI's shape wraps the call in "function"; the bare {name, arguments} that
+      // transformers' templates also take is accepted too.
+      const Json* fn = c.find("function");
+      if (fn && !fn->is_object()) bad(cw + ".function", "must be an object");
+      const Json* name = (fn ? fn : &c)->find("name");
+      if (!name || !name->is_string())
+        bad(cw + (fn ? ".function.name" : ".name"), "must be a string");
     }
     out.set("tool_calls", *calls);
   }

@@ -1,20 +1,17 @@
 #include "tools/serve_http.h"
 
-#include <arpa/inet.h>
-#include <dirent.h>
 #include <httplib.h>
-#include <netinet/in.h>
+#include <malloc.h>
 #include <sys/socket.h>
 
-#include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <ctime>
 #include <random>
 
 #include "core/error.h"
 #include "tools/serve_format.h"
 #include "tools/serve_run.h"
+#include "tools/serve_sockets.h"
 
 namespace hearth::serve {
 
@@ -28,52 +25,6 @@ constexpr auto kHeartbeatAfter = std::chrono::seconds(2);  // a quiet stream get
 
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-// The socket of the connection from ip:port to our local_port, found among this process's file
-// descriptors (cpp-httplib 0.11 does not hand it to handlers); -1 if none. It stays open while the
-// request's handler runs, so the watchdog may peek at it until then.
-int client_socket(const std::string& ip, int port, int local_port) {
-  DIR* dir = opendir("/proc/self/fd");
-  if (!dir) return -1;
-  int found = -1;
-  while (dirent* e = readdir(dir)) {
-    char* end = nullptr;
-    const long fd = std::strtol(e->d_name, &end, 10);
-    if (*end || end == e->d_name) continue;
-    sockaddr_storage peer{}, local{};
-    socklen_t pl = sizeof peer, ll = sizeof local;
-    if (getpeername(int(fd), reinterpret_cast<sockaddr*>(&peer), &pl) != 0 ||
-        getsockname(int(fd), reinterpret_cast<sockaddr*>(&local), &ll) != 0)
-      continue;
-    char text[INET6_ADDRSTRLEN] = {};
-    int peer_port = -1, our_port = -1;
-    if (peer.ss_family == AF_INET) {
-      const auto* a = reinterpret_cast<const sockaddr_in*>(&peer);
-      inet_ntop(AF_INET, &a->sin_addr, text, sizeof text);
-      peer_port = ntohs(a->sin_port);
-      our_port = ntohs(reinterpret_cast<const sockaddr_in*>(&local)->sin_port);
-    } else if (peer.ss_family == AF_INET6) {
-      const auto* a = reinterpret_cast<const sockaddr_in6*>(&peer);
-      inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof text);
-      peer_port = ntohs(a->sin6_port);
-      our_port = ntohs(reinterpret_cast<const sockaddr_in6*>(&local)->sin6_port);
-    }
-    if (peer_port == port && our_port == local_port && ip == text) {
-      found = int(fd);
-      break;
-    }
-  }
-  closedir(dir);
-  return found;
-}
-
-// True once the client has closed its side: a peek reads end-of-stream (or the socket failed).
-// Bytes waiting (a pipelined request) mean it is still there.
-bool peer_closed(int fd) {
-  char c;
-  const ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
 void send_error(httplib::Response& res, const ApiError& e) {
@@ -122,17 +73,25 @@ struct Server::Stream {
 
 Server::Server(Engine& engine, const TextFrontEnd& text, const ServeOptions& opt)
     : engine_(engine), text_(text), opt_(opt), http_(std::make_unique<httplib::Server>()) {
-  // Every request holds its worker thread until it ends, so the pool is what bounds the requests
-  // in flight: the running ones, the queue, and a few for /health and /metrics.
-  const int threads = opt_.parallel + opt_.max_queue + 4;
+  // A connection holds its worker thread while it is open, idle keep-alive ones too (up to 5 s),
+  // so the pool has room beyond the requests that may run or wait (counted apart, in
+  // metrics_.active): a burst gets its 503s at once, and /health and /metrics still answer.
+  const int threads = 2 * (opt_.parallel + opt_.max_queue) + 16;
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
   http_->set_payload_max_length(opt_.max_body_bytes);
   http_->set_read_timeout(opt_.timeout_s, 0);
   http_->set_write_timeout(opt_.timeout_s, 0);
   http_->set_keep_alive_max_count(1000);
   http_->set_keep_alive_timeout(5);
+  // cpp-httplib's default sets SO_REUSEPORT, which would let a second server silently share the
+  // port; SO_REUSEADDR only allows a restart while old connections linger. The socket is kept to
+  // lengthen its listen backlog (the library's is 5) once bound.
+  http_->set_socket_options([this](int sock) {
+    const int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_fd_ = sock;
+  });
   routes();
-  watchdog_ = std::thread([this] { watchdog(); });
 }
 
 Server::~Server() {
@@ -141,13 +100,18 @@ Server::~Server() {
     stop_watchdog_ = true;
   }
   live_cv_.notify_all();
-  watchdog_.join();
+  if (watchdog_.joinable()) watchdog_.join();
 }
 
 int Server::bind() {
   const int port = opt_.port == 0 ? http_->bind_to_any_port(opt_.host)
                                   : (http_->bind_to_port(opt_.host, opt_.port) ? opt_.port : -1);
   if (port <= 0) fail("serve: cannot listen on ", opt_.host, ":", opt_.port, " (in use?)");
+  if (listen_fd_ >= 0) ::listen(listen_fd_, SOMAXCONN);  // again: a longer backlog
+  // Each request must arrive within --timeout of its connection opening or its previous request
+  // ending, plus the keep-alive wait (5 s) a connection may idle between requests.
+  reaper_ = std::make_unique<ConnectionReaper>(port, std::chrono::seconds(opt_.timeout_s + 5));
+  watchdog_ = std::thread([this] { watchdog(); });
   return port;
 }
 
@@ -180,6 +144,16 @@ void Server::routes() {
   h.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     res.set_header("Access-Control-Allow-Origin", "*");
     if (req.method == "OPTIONS") return httplib::Server::HandlerResponse::Unhandled;
+    // cpp-httplib 0.11 bounds bodies by their Content-Length only; a chunked one could grow
+    // without limit, so it is refused before it is read.
+    if (req.get_header_value("Transfer-Encoding").find("chunked") != std::string::npos) {
+      res.set_header("Connection", "close");
+      send_error(res, ApiError(411,
+                               "send the request body with a Content-Length (chunked "
+                               "request bodies are not accepted)",
+                               "", "length_required"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
     const bool api = req.path.rfind("/v1/", 0) == 0;
     if (api && !opt_.api_key.empty() &&
         req.get_header_value("Authorization") != "Bearer " + opt_.api_key) {
@@ -256,11 +230,20 @@ void Server::routes() {
 
 namespace {
 
-// Holds one of the server's request places for as long as a request is in flight.
+// Holds one of the server's request places for as long as a request is in flight, and tells the
+// reaper its connection is busy meanwhile.
 struct Slot {
-  explicit Slot(Metrics& m) : m_(m) { ++m_.active; }
-  ~Slot() { --m_.active; }
+  Slot(Metrics& m, ConnectionReaper* reaper, int fd)
+      : m_(m), reaper_(reaper), conn_(reaper ? reaper->started(fd) : 0) {
+    ++m_.active;
+  }
+  ~Slot() {
+    --m_.active;
+    if (reaper_) reaper_->ended(conn_);
+  }
   Metrics& m_;
+  ConnectionReaper* reaper_;
+  ino_t conn_;
 };
 
 std::string usage_detail(const RunOutcome& o) {
@@ -275,7 +258,10 @@ std::string usage_detail(const RunOutcome& o) {
 void Server::generate(const httplib::Request& req, httplib::Response& res, bool chat) {
   const auto t0 = Clock::now();
   const std::string what = std::string("POST ") + req.path;
-  auto slot = std::make_shared<Slot>(metrics_);
+  // A non-streaming reply writes nothing until the end, so the watchdog watches its socket to
+  // notice a client that went away; a stream's writes notice it, this just notices sooner.
+  const int fd = client_socket(req.remote_addr, req.remote_port, req.local_port);
+  auto slot = std::make_shared<Slot>(metrics_, reaper_.get(), fd);
   ++metrics_.requests;
   ApiRequest ar;
   std::vector<int32_t> prompt;
@@ -301,9 +287,7 @@ void Server::generate(const httplib::Request& req, httplib::Response& res, bool 
   ResponseMeta meta{random_id(chat ? "chatcmpl-" : "cmpl-"), int64_t(std::time(nullptr)),
                     opt_.model_name, chat};
   auto stream = std::make_shared<Stream>();
-  // A non-streaming reply writes nothing until the end, so the watchdog watches its socket to
-  // notice a client that went away; a stream's writes notice it, this just notices sooner.
-  stream->peer_fd = client_socket(req.remote_addr, req.remote_port, req.local_port);
+  stream->peer_fd = fd;
   {
     std::lock_guard<std::mutex> lk(live_mu_);
     live_.insert(stream);
@@ -428,6 +412,7 @@ void Server::generate(const httplib::Request& req, httplib::Response& res, bool 
 }
 
 void Server::watchdog() {
+  bool busy_since_trim = false;
   for (;;) {
     std::vector<std::shared_ptr<Stream>> live;
     {
@@ -436,6 +421,14 @@ void Server::watchdog() {
       if (stop_watchdog_) return;
       live.assign(live_.begin(), live_.end());
     }
+    // Once the server goes idle, hand the freed request buffers back to the system, so that its
+    // memory after a burst of requests returns to what it was before (glibc keeps them otherwise).
+    if (live.empty() && busy_since_trim) {
+      malloc_trim(0);
+      busy_since_trim = false;
+    }
+    busy_since_trim = busy_since_trim || !live.empty();
+    if (reaper_) reaper_->sweep();
     const auto now = Clock::now();
     const bool past_grace = draining_ && now >= drain_deadline_;
     for (const std::shared_ptr<Stream>& s : live) {

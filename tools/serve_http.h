@@ -18,6 +18,7 @@
 #include "models/text_frontend.h"
 #include "tools/serve_api.h"
 #include "tools/serve_metrics.h"
+#include "tools/serve_sockets.h"
 
 namespace httplib {
 class Server;
@@ -70,6 +71,8 @@ class Server {
   ServeOptions opt_;
   Metrics metrics_;
   std::unique_ptr<httplib::Server> http_;
+  int listen_fd_ = -1;
+  std::unique_ptr<ConnectionReaper> reaper_;  // set by bind()
   std::atomic<bool> draining_{false};
   std::chrono::steady_clock::time_point drain_deadline_;
 
