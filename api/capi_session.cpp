@@ -4,7 +4,7 @@
 #include <limits>
 
 #include "api/capi_internal.h"
-#include "api/stop_filter.h"
+#include "models/stop_filter.h"
 
 namespace hearth::capi {
 

@@ -20,6 +20,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# Node.js from Debian comes without npm (a separate package there, which would clash with a
+# nodesource build that bundles it), so npm is installed only where it is missing.
+if ! command -v npm >/dev/null; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends npm
+fi
 # The serve tests' npm clients (tests/serve/package-lock.json pins them).
 if [ ! -d tests/serve/node_modules/openai ] || [ ! -d tests/serve/node_modules/playwright-core ] ||
    [ tests/serve/package-lock.json -nt tests/serve/node_modules ]; then

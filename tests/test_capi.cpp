@@ -22,8 +22,8 @@
 #include <thread>
 #include <vector>
 
-#include "api/stop_filter.h"
 #include "hearth.h"
+#include "models/stop_filter.h"
 
 namespace fs = std::filesystem;
 
@@ -199,7 +199,7 @@ uint64_t count_checkpoint_params(const std::string& dir) {
 
 TEST_SUITE("capi") {
   TEST_CASE("stop filter holds back possible stop-string prefixes and cuts at a match") {
-    hearth::capi::StopFilter f({"o W", "xyz"});
+    hearth::StopFilter f({"o W", "xyz"});
     std::string out = f.push("Hel");
     out += f.push("lo");  // "o" may start "o W": held
     CHECK(out == "Hell");
@@ -209,7 +209,7 @@ TEST_SUITE("capi") {
     CHECK(f.push("more") == "");
     CHECK(f.finish() == "");
 
-    hearth::capi::StopFilter g({"abc"});
+    hearth::StopFilter g({"abc"});
     std::string o = g.push("xa");
     CHECK(o == "x");
     o += g.push("bx");  // "ab" then "x": not a stop string after all
@@ -219,7 +219,7 @@ TEST_SUITE("capi") {
     CHECK(o == "xabxab");
     CHECK(!g.matched());
 
-    hearth::capi::StopFilter none({});
+    hearth::StopFilter none({});
     CHECK(none.push("abc") == "abc");
   }
 

@@ -1,10 +1,12 @@
-// hearth serve's request reading and reply splitting (tools/serve_api.h, tools/serve_reply.h),
-// against hand-written expectations. The HTTP side is tested by the clients in tests/serve/.
+// hearth serve's request reading, stop strings and reply splitting (tools/serve_api.h,
+// models/stop_filter.h, tools/serve_reply.h), against hand-written expectations. The HTTP side is
+// tested by the clients in tests/serve/.
 #include <doctest/doctest.h>
 
 #include <string>
 #include <vector>
 
+#include "models/stop_filter.h"
 #include "tools/serve_api.h"
 #include "tools/serve_reply.h"
 
@@ -19,8 +21,8 @@ std::string filter(const std::vector<std::string>& stops, const std::string& tex
   StopFilter f(stops);
   std::string out;
   for (size_t i = 0; i < text.size(); i += step) out += f.push(text.substr(i, step));
-  out += f.flush();
-  if (stopped) *stopped = f.stopped();
+  out += f.finish();
+  if (stopped) *stopped = f.matched();
   return out;
 }
 

@@ -18,6 +18,19 @@ Json finish_json(const std::string& finish) {
   return finish.empty() ? Json() : Json(finish);
 }
 
+// A body with its one choice, {index: 0, key: value, logprobs: null, finish_reason}.
+Json with_choice(const ResponseMeta& m, const char* object, const char* key, Json value,
+                 const std::string& finish) {
+  Json choice = Json::object();
+  choice.set("index", Json(0));
+  choice.set(key, std::move(value));
+  choice.set("logprobs", Json());
+  choice.set("finish_reason", finish_json(finish));
+  Json o = base(m, object);
+  o.set("choices", Json(Json::Array{std::move(choice)}));
+  return o;
+}
+
 Json tool_call_json(const ToolCall& c) {
   Json fn = Json::object();
   fn.set("name", Json(c.name));
@@ -70,26 +83,14 @@ std::string chat_response(const ResponseMeta& m, const Reply& reply, const std::
     for (const ToolCall& c : reply.tool_calls) calls.push_back(tool_call_json(c));
     msg.set("tool_calls", std::move(calls));
   }
-  Json choice = Json::object();
-  choice.set("index", Json(0));
-  choice.set("message", std::move(msg));
-  choice.set("logprobs", Json());
-  choice.set("finish_reason", finish_json(finish));
-  Json o = base(m, "chat.completion");
-  o.set("choices", Json(Json::Array{std::move(choice)}));
+  Json o = with_choice(m, "chat.completion", "message", std::move(msg), finish);
   o.set("usage", usage_json(r));
   return o.dump_python();
 }
 
 std::string completion_response(const ResponseMeta& m, const std::string& text,
                                 const std::string& finish, const GenerationResult& r) {
-  Json choice = Json::object();
-  choice.set("index", Json(0));
-  choice.set("text", Json(text));
-  choice.set("logprobs", Json());
-  choice.set("finish_reason", finish_json(finish));
-  Json o = base(m, "text_completion");
-  o.set("choices", Json(Json::Array{std::move(choice)}));
+  Json o = with_choice(m, "text_completion", "text", Json(text), finish);
   o.set("usage", usage_json(r));
   return o.dump_python();
 }
@@ -99,14 +100,8 @@ std::string sse(const std::string& json) {
 }
 
 std::string chat_chunk(const ResponseMeta& m, Json delta, const std::string& finish) {
-  Json choice = Json::object();
-  choice.set("index", Json(0));
-  choice.set("delta", std::move(delta));
-  choice.set("logprobs", Json());
-  choice.set("finish_reason", finish_json(finish));
-  Json o = base(m, "chat.completion.chunk");
-  o.set("choices", Json(Json::Array{std::move(choice)}));
-  return sse(o.dump_python());
+  return sse(
+      with_choice(m, "chat.completion.chunk", "delta", std::move(delta), finish).dump_python());
 }
 
 std::string delta_chunk(const ResponseMeta& m, const ReplyDelta& d, int& tool_index) {
@@ -139,14 +134,7 @@ std::string usage_chunk(const ResponseMeta& m, const GenerationResult& r) {
 
 std::string completion_chunk(const ResponseMeta& m, const std::string& text,
                              const std::string& finish) {
-  Json choice = Json::object();
-  choice.set("index", Json(0));
-  choice.set("text", Json(text));
-  choice.set("logprobs", Json());
-  choice.set("finish_reason", finish_json(finish));
-  Json o = base(m, "text_completion");
-  o.set("choices", Json(Json::Array{std::move(choice)}));
-  return sse(o.dump_python());
+  return sse(with_choice(m, "text_completion", "text", Json(text), finish).dump_python());
 }
 
 }  // namespace hearth::serve

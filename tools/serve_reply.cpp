@@ -27,30 +27,6 @@ bool is_space(char c) {
 
 }  // namespace
 
-std::string StopFilter::push(const std::string& text) {
-  if (stopped_) return {};
-  held_ += text;
-  size_t first = std::string::npos;
-  for (const std::string& s : stops_) first = std::min(first, held_.find(s));
-  if (first != std::string::npos) {
-    stopped_ = true;
-    std::string out = held_.substr(0, first);
-    held_.clear();
-    return out;
-  }
-  size_t keep = 0;
-  for (const std::string& s : stops_) keep = std::max(keep, partial_suffix(held_, s));
-  std::string out = held_.substr(0, held_.size() - keep);
-  held_.erase(0, held_.size() - keep);
-  return out;
-}
-
-std::string StopFilter::flush() {
-  std::string out;
-  out.swap(held_);
-  return stopped_ ? std::string() : out;
-}
-
 ReplyParser::ReplyParser(const Options& opt) : opt_(opt) {
   state_ = opt.starts_in_reasoning ? State::Reasoning
            : opt.reasoning         ? State::Start

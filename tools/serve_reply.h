@@ -1,27 +1,12 @@
-// What `hearth serve` makes of a model's streamed reply text: stop strings cut it (StopFilter),
-// and a chat reply is split into reasoning (<think>...</think>), content and <tool_call> blocks
-// (ReplyParser). Both work on text as it streams in, holding back only what could still turn out
-// to be a stop string or a tag, so every byte of the answer is sent as soon as it is certain.
+// What `hearth serve` makes of a chat reply's streamed text (after stop strings have cut it,
+// models/stop_filter.h): reasoning (<think>...</think>), content and <tool_call> blocks. It works
+// on text as it streams in, holding back only what could still turn out to be a tag, so every byte
+// of the answer is sent as soon as it is certain.
 #pragma once
 #include <string>
 #include <vector>
 
 namespace hearth::serve {
-
-// Cuts generated text at the first occurrence of any stop string (which is not returned).
-class StopFilter {
- public:
-  explicit StopFilter(std::vector<std::string> stops) : stops_(std::move(stops)) {}
-  // Returns the text that is now certain; after a stop string it returns nothing more.
-  std::string push(const std::string& text);
-  std::string flush();  // the held-back tail, at the end of generation (nothing after a stop)
-  bool stopped() const { return stopped_; }
-
- private:
-  std::vector<std::string> stops_;
-  std::string held_;
-  bool stopped_ = false;
-};
 
 struct ToolCall {
   std::string id;         // "call_..." (ReplyParser leaves it empty; the server names it)

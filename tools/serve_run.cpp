@@ -3,6 +3,8 @@
 #include <chrono>
 #include <random>
 
+#include "models/stop_filter.h"
+
 namespace hearth::serve {
 
 std::string random_id(const char* prefix) {
@@ -27,14 +29,14 @@ class ReplyPipeline {
   // False once a stop string has ended the reply.
   bool token(int32_t id, std::vector<ReplyDelta>& out) {
     feed(stop_.push(dec_.push(id)), out);
-    return !stop_.stopped();
+    return !stop_.matched();
   }
   void finish(std::vector<ReplyDelta>& out) {
     feed(stop_.push(dec_.flush()), out);
-    feed(stop_.flush(), out);
+    feed(stop_.finish(), out);
     if (chat_) parser_.finish(out);
   }
-  bool stopped() const { return stop_.stopped(); }
+  bool stopped() const { return stop_.matched(); }
   int tool_calls() const { return parser_.tool_calls(); }
 
  private:

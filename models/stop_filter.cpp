@@ -1,9 +1,9 @@
-#include "api/stop_filter.h"
+#include "models/stop_filter.h"
 
 #include <algorithm>
 #include <utility>
 
-namespace hearth::capi {
+namespace hearth {
 
 std::string StopFilter::push(std::string_view text) {
   if (matched_) return {};
@@ -35,4 +35,4 @@ std::string StopFilter::finish() {
   return matched_ ? std::string() : std::exchange(held_, {});
 }
 
-}  // namespace hearth::capi
+}  // namespace hearth

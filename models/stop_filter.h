@@ -5,7 +5,7 @@
 #include <string_view>
 #include <vector>
 
-namespace hearth::capi {
+namespace hearth {
 
 class StopFilter {
  public:
@@ -25,4 +25,4 @@ class StopFilter {
   bool matched_ = false;
 };
 
-}  // namespace hearth::capi
+}  // namespace hearth
