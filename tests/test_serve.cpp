@@ -51,7 +51,7 @@ const ReplyParser::Options kTools{true, false, true};
 
 std::string param_of(const std::string& json) {
   try {
-    parse_completion_request(parse_body(json), ApiDefaults{}, ApiLimits{}, "m");
+    parse_completion_request(parse_body(json), GenerateOptions{}, ApiLimits{}, "m");
   } catch (const ApiError& e) {
     CHECK(e.status == 400);
     return e.param;
@@ -161,10 +161,10 @@ TEST_SUITE("serve") {
   }
 
   TEST_CASE("sampling fields override the checkpoint's defaults, one by one") {
-    ApiDefaults d;
-    d.gen.sampling.temperature = 0.6f;
-    d.gen.sampling.top_k = 20;
-    d.gen.stop_ids = {7};
+    GenerateOptions d;
+    d.sampling.temperature = 0.6f;
+    d.sampling.top_k = 20;
+    d.stop_ids = {7};
     ApiRequest r = parse_completion_request(
         parse_body(R"({"prompt": "x", "temperature": 0.9, "seed": 5, "stop": "##",
                        "max_tokens": 3, "stream": true, "stream_options": {"include_usage": true}})"),

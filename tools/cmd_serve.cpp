@@ -62,8 +62,8 @@ serve::ServeOptions serve_options(const Args& args, const Loaded& l, const TextF
     fail("--max-prompt-tokens and --max-tokens must not be negative");
   // The checkpoint's sampling defaults, and any given on the command line, for fields a request
   // leaves out.
-  o.defaults.gen = generate_options(args, *l.model, /*model_defaults=*/true);
-  o.defaults.gen.stop_ids = text.stop_ids(o.defaults.gen.stop_ids);
+  o.defaults = generate_options(args, *l.model, /*model_defaults=*/true);
+  o.defaults.stop_ids = text.stop_ids(o.defaults.stop_ids);
   return o;
 }
 

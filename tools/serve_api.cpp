@@ -139,10 +139,10 @@ std::vector<std::string> stop_strings(const Json& body, const ApiLimits& limits)
 }
 
 // The fields every generation request shares: sampling, limits, stop strings, streaming.
-void read_common(const Json& body, const ApiDefaults& defaults, const ApiLimits& limits,
+void read_common(const Json& body, const GenerateOptions& defaults, const ApiLimits& limits,
                  ApiRequest& r) {
   refuse_unsupported(body);
-  r.gen = defaults.gen;
+  r.gen = defaults;
   SamplingParams& s = r.gen.sampling;
   if (auto v = number(body, "temperature", 0, 2)) s.temperature = float(*v);
   if (auto v = number(body, "top_p", 0, 1)) {
@@ -306,7 +306,7 @@ bool ends_inside_think(const std::string& prompt) {
 }  // namespace
 
 ApiRequest parse_chat_request(const Json& body, const TextFrontEnd& text,
-                              const ApiDefaults& defaults, const ApiLimits& limits,
+                              const GenerateOptions& defaults, const ApiLimits& limits,
                               const std::string& model_name) {
   check_model(body, model_name);
   ApiRequest r;
@@ -320,7 +320,7 @@ ApiRequest parse_chat_request(const Json& body, const TextFrontEnd& text,
   return r;
 }
 
-ApiRequest parse_completion_request(const Json& body, const ApiDefaults& defaults,
+ApiRequest parse_completion_request(const Json& body, const GenerateOptions& defaults,
                                     const ApiLimits& limits, const std::string& model_name) {
   check_model(body, model_name);
   ApiRequest r;

@@ -46,16 +46,13 @@ struct ApiRequest {
   bool starts_in_reasoning = false;  // chat: the prompt ends inside an open <think>
 };
 
-// The sampling defaults of the checkpoint's generation_config.json (as `hearth run` uses them).
-struct ApiDefaults {
-  GenerateOptions gen;
-};
-
-// Reads a body. `model_name` is the id served; a request naming another is a 404.
+// Reads a body. `defaults` holds the sampling and stop ids fields left out take (the checkpoint's
+// generation_config.json, as `hearth run` uses it). `model_name` is the id served; a request
+// naming another is a 404.
 ApiRequest parse_chat_request(const Json& body, const TextFrontEnd& text,
-                              const ApiDefaults& defaults, const ApiLimits& limits,
+                              const GenerateOptions& defaults, const ApiLimits& limits,
                               const std::string& model_name);
-ApiRequest parse_completion_request(const Json& body, const ApiDefaults& defaults,
+ApiRequest parse_completion_request(const Json& body, const GenerateOptions& defaults,
                                     const ApiLimits& limits, const std::string& model_name);
 // /apply-template: the chat prompt a chat request would run.
 std::string render_chat_prompt(const Json& body, const TextFrontEnd& text, const ApiLimits& limits);

@@ -62,7 +62,7 @@ Json usage_json(const GenerationResult& r) {
   const int prompt = r.metrics.prompt_tokens;
   const int completion = int(r.tokens.size());
   Json details = Json::object();
-  details.set("cached_tokens", Json(prompt - r.metrics.prefill_tokens));
+  details.set("cached_tokens", Json(cached_tokens(r.metrics)));
   Json u = Json::object();
   u.set("prompt_tokens", Json(prompt));
   u.set("completion_tokens", Json(completion));

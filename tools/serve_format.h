@@ -25,6 +25,10 @@ struct Reply {
   void add(const ReplyDelta& d);
 };
 
+// Prompt tokens taken from the prefix cache instead of computed.
+inline int cached_tokens(const GenerationMetrics& m) {
+  return m.prompt_tokens - m.prefill_tokens;
+}
 Json usage_json(const GenerationResult& r);
 std::string chat_response(const ResponseMeta& m, const Reply& reply, const std::string& finish,
                           const GenerationResult& r);

@@ -51,6 +51,11 @@ struct Server::Stream {
   std::atomic<int> peer_fd{-1};          // the client's socket while the request runs; -1: unknown
   std::atomic<bool> client_left{false};  // why `cancel` was set: the client, not a shutdown
 
+  bool gone() {  // the client went away: a write failed, or the watchdog saw its socket close
+    std::lock_guard<std::mutex> lk(mu);
+    return broken || client_left;
+  }
+
   bool write(const std::string& s) {
     std::lock_guard<std::mutex> lk(mu);
     if (broken || !sink) return false;
@@ -249,166 +254,188 @@ struct Slot {
 std::string usage_detail(const RunOutcome& o) {
   const auto& mt = o.result.metrics;
   return "prompt=" + std::to_string(mt.prompt_tokens) +
-         " cached=" + std::to_string(mt.prompt_tokens - mt.prefill_tokens) +
+         " cached=" + std::to_string(cached_tokens(mt)) +
          " gen=" + std::to_string(o.result.tokens.size()) + " finish=" + o.finish_reason;
 }
 
 }  // namespace
 
+// One generation request: what it asked for, where its reply goes, and its place in the server.
+struct Server::Call {
+  Clock::time_point t0 = Clock::now();
+  std::string what;  // "POST /v1/...", for the log
+  bool chat = true;
+  ApiRequest req;
+  std::vector<int32_t> prompt;
+  ResponseMeta meta;
+  std::shared_ptr<Slot> slot;
+  std::shared_ptr<Stream> stream;
+};
+
 void Server::generate(const httplib::Request& req, httplib::Response& res, bool chat) {
-  const auto t0 = Clock::now();
-  const std::string what = std::string("POST ") + req.path;
+  auto call = std::make_shared<Call>();
+  call->what = "POST " + req.path;
+  call->chat = chat;
   // A non-streaming reply writes nothing until the end, so the watchdog watches its socket to
   // notice a client that went away; a stream's writes notice it, this just notices sooner.
   const int fd = client_socket(req.remote_addr, req.remote_port, req.local_port);
-  auto slot = std::make_shared<Slot>(metrics_, reaper_.get(), fd);
+  call->slot = std::make_shared<Slot>(metrics_, reaper_.get(), fd);
   ++metrics_.requests;
-  ApiRequest ar;
-  std::vector<int32_t> prompt;
   try {
-    if (draining_) throw ApiError(503, "the server is shutting down", "", "shutting_down");
-    if (metrics_.active > opt_.parallel + opt_.max_queue)
-      throw ApiError(503, "the server is busy: too many requests in flight; retry later", "",
-                     "server_busy");
-    const Json body = parse_body(req.body);
-    ar = chat ? parse_chat_request(body, text_, opt_.defaults, opt_.limits, opt_.model_name)
-              : parse_completion_request(body, opt_.defaults, opt_.limits, opt_.model_name);
-    prompt = text_.tokenizer.encode(ar.prompt);
-    finalize_request(ar, int(prompt.size()), opt_.limits);
-    if (!ar.seeded)
-      ar.gen.sampling.seed = (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
+    read_request(req, *call);
   } catch (const ApiError& e) {
     ++metrics_.errors;
     send_error(res, e);
-    log_request(what, e.status, ms_since(t0), e.what());
+    log_request(call->what, e.status, ms_since(call->t0), e.what());
     return;
   }
-
-  ResponseMeta meta{random_id(chat ? "chatcmpl-" : "cmpl-"), int64_t(std::time(nullptr)),
-                    opt_.model_name, chat};
-  auto stream = std::make_shared<Stream>();
-  stream->peer_fd = fd;
+  call->meta = {random_id(chat ? "chatcmpl-" : "cmpl-"), int64_t(std::time(nullptr)),
+                opt_.model_name, chat};
+  call->stream = std::make_shared<Stream>();
+  call->stream->peer_fd = fd;
   {
     std::lock_guard<std::mutex> lk(live_mu_);
-    live_.insert(stream);
+    live_.insert(call->stream);
   }
-  // Runs the request, handing deltas to `out`; records metrics; leaves the stream registry.
-  auto run = [this, stream, ar, prompt,
-              t0](const std::function<bool(std::vector<ReplyDelta>&)>& out) {
-    struct Leave {
-      Server* s;
-      std::shared_ptr<Stream> st;
-      ~Leave() {
-        std::lock_guard<std::mutex> lk(s->live_mu_);
-        s->live_.erase(st);
-      }
-    } leave{this, stream};
-    struct Unwatch {  // the socket may close once the handler returns
-      Stream& st;
-      ~Unwatch() { st.peer_fd = -1; }
-    } unwatch{*stream};
-    const double started_ms = ms_since(t0);  // parsing and tokenizing count toward TTFT
-    RunOutcome o = run_request(engine_, text_, ar, prompt, out, &stream->cancel);
-    const auto& mt = o.result.metrics;
-    metrics_.prompt_tokens += mt.prompt_tokens;
-    metrics_.cached_tokens += mt.prompt_tokens - mt.prefill_tokens;
-    metrics_.generated_tokens += int64_t(o.result.tokens.size());
-    if (o.finish_reason == "cancelled") ++metrics_.cancelled;
-    if (o.first_token_ms >= 0) {
-      metrics_.ttft.observe((started_ms + o.first_token_ms) / 1e3);
-      if (o.result.tokens.size() > 1)
-        metrics_.tpot.observe((o.last_token_ms - o.first_token_ms) / 1e3 /
-                              double(o.result.tokens.size() - 1));
-    }
-    return o;
-  };
+  if (call->req.stream)
+    answer_stream(call, res);
+  else
+    answer_whole(*call, res);
+}
 
-  if (!ar.stream) {
-    Reply reply;
-    std::string text;
-    try {
-      RunOutcome o = run([&](std::vector<ReplyDelta>& ds) {
-        for (const ReplyDelta& d : ds) chat ? reply.add(d) : void(text += d.text);
-        return true;
-      });
-      if (o.finish_reason == "cancelled" && stream->client_left) {
-        // Nobody is left to answer; 499 is nginx's name for it, for the log.
-        log_request(what, 499, ms_since(t0), usage_detail(o) + " (client gone)");
-        return;
-      }
-      if (o.finish_reason == "cancelled")
-        throw ApiError(503, "the request was cancelled: the server is shutting down", "",
-                       "shutting_down");
-      send_json(res, chat ? chat_response(meta, reply, o.finish_reason, o.result)
-                          : completion_response(meta, text, o.finish_reason, o.result));
-      log_request(what, 200, ms_since(t0), usage_detail(o));
-    } catch (const ApiError& e) {
-      ++metrics_.errors;
-      send_error(res, e);
-      log_request(what, e.status, ms_since(t0), e.what());
-    } catch (const std::exception& e) {
-      ++metrics_.errors;
-      send_error(res, ApiError(500, std::string("generation failed: ") + e.what()));
-      log_request(what, 500, ms_since(t0), e.what());
+void Server::read_request(const httplib::Request& req, Call& call) {
+  if (draining_) throw ApiError(503, "the server is shutting down", "", "shutting_down");
+  if (metrics_.active > opt_.parallel + opt_.max_queue)
+    throw ApiError(503, "the server is busy: too many requests in flight; retry later", "",
+                   "server_busy");
+  const Json body = parse_body(req.body);
+  call.req = call.chat
+                 ? parse_chat_request(body, text_, opt_.defaults, opt_.limits, opt_.model_name)
+                 : parse_completion_request(body, opt_.defaults, opt_.limits, opt_.model_name);
+  call.prompt = text_.tokenizer.encode(call.req.prompt);
+  finalize_request(call.req, int(call.prompt.size()), opt_.limits);
+  if (!call.req.seeded)
+    call.req.gen.sampling.seed = (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
+}
+
+RunOutcome Server::run(Call& call, const std::function<bool(std::vector<ReplyDelta>&)>& out) {
+  Stream& stream = *call.stream;
+  struct Leave {  // the registry, and the socket, which may close once the handler returns
+    Server* s;
+    std::shared_ptr<Stream> st;
+    ~Leave() {
+      st->peer_fd = -1;
+      std::lock_guard<std::mutex> lk(s->live_mu_);
+      s->live_.erase(st);
     }
-    return;
+  } leave{this, call.stream};
+  const double started_ms = ms_since(call.t0);  // parsing and tokenizing count toward TTFT
+  RunOutcome o = run_request(engine_, text_, call.req, call.prompt, out, &stream.cancel);
+  const auto& mt = o.result.metrics;
+  metrics_.prompt_tokens += mt.prompt_tokens;
+  metrics_.cached_tokens += cached_tokens(mt);
+  metrics_.generated_tokens += int64_t(o.result.tokens.size());
+  if (o.finish_reason == "cancelled") ++metrics_.cancelled;
+  if (o.first_token_ms >= 0) {
+    metrics_.ttft.observe((started_ms + o.first_token_ms) / 1e3);
+    if (o.result.tokens.size() > 1)
+      metrics_.tpot.observe((o.last_token_ms - o.first_token_ms) / 1e3 /
+                            double(o.result.tokens.size() - 1));
   }
+  return o;
+}
 
+void Server::answer_whole(Call& call, httplib::Response& res) {
+  Reply reply;
+  try {
+    RunOutcome o = run(call, [&](std::vector<ReplyDelta>& ds) {
+      for (const ReplyDelta& d : ds) reply.add(d);
+      return true;
+    });
+    if (o.finish_reason == "cancelled" && call.stream->client_left) {
+      // Nobody is left to answer; 499 is nginx's name for it, for the log.
+      log_request(call.what, 499, ms_since(call.t0), usage_detail(o) + " (client gone)");
+      return;
+    }
+    if (o.finish_reason == "cancelled")
+      throw ApiError(503, "the request was cancelled: the server is shutting down", "",
+                     "shutting_down");
+    send_json(res, call.chat
+                       ? chat_response(call.meta, reply, o.finish_reason, o.result)
+                       : completion_response(call.meta, reply.content, o.finish_reason, o.result));
+    log_request(call.what, 200, ms_since(call.t0), usage_detail(o));
+  } catch (const ApiError& e) {
+    ++metrics_.errors;
+    send_error(res, e);
+    log_request(call.what, e.status, ms_since(call.t0), e.what());
+  } catch (const std::exception& e) {
+    ++metrics_.errors;
+    send_error(res, ApiError(500, std::string("generation failed: ") + e.what()));
+    log_request(call.what, 500, ms_since(call.t0), e.what());
+  }
+}
+
+void Server::answer_stream(const std::shared_ptr<Call>& call, httplib::Response& res) {
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");  // nginx: pass each event on at once
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [this, stream, run, meta, chat, ar, slot, what, t0](size_t, httplib::DataSink& sink) {
-        {
-          std::lock_guard<std::mutex> lk(stream->mu);
-          stream->sink = &sink;
-        }
-        int tool_index = 0;
-        auto write_deltas = [&](std::vector<ReplyDelta>& ds) {
-          std::string events;
-          for (const ReplyDelta& d : ds)
-            events += chat ? delta_chunk(meta, d, tool_index) : completion_chunk(meta, d.text, "");
-          return stream->write(events);
-        };
-        bool ok = true;
-        if (chat) {
-          Json first = Json::object();
-          first.set("role", Json("assistant"));
-          first.set("content", Json(""));
-          ok = stream->write(chat_chunk(meta, std::move(first), ""));
-        }
-        int status = 200;
-        std::string detail;
-        if (ok) {
-          try {
-            RunOutcome o = run(write_deltas);
-            detail = usage_detail(o);
-            if (o.finish_reason == "cancelled" && !o.client_gone && !stream->client_left) {
-              stream->write(sse(error_json(
-                  ApiError(503, "cancelled: the server is shutting down", "", "shutting_down"))));
-            } else if (!o.client_gone && !stream->broken) {
-              stream->write(chat ? chat_chunk(meta, Json::object(), o.finish_reason)
-                                 : completion_chunk(meta, "", o.finish_reason));
-              if (ar.include_usage) stream->write(usage_chunk(meta, o.result));
-              stream->write("data: [DONE]\n\n");
-            }
-          } catch (const std::exception& e) {
-            ++metrics_.errors;
-            status = 500;
-            detail = e.what();
-            stream->write(
-                sse(error_json(ApiError(500, std::string("generation failed: ") + e.what()))));
-          }
-        }
-        {
-          std::lock_guard<std::mutex> lk(stream->mu);
-          stream->sink = nullptr;
-          if (stream->broken || stream->client_left) detail += " (client gone)";
-        }
-        log_request(what + " stream", status, ms_since(t0), detail);
-        sink.done();
-        return true;
-      });
+  // The provider runs after the handler returns; `call` (and its slot) lives as long as it.
+  res.set_chunked_content_provider("text/event-stream",
+                                   [this, call](size_t, httplib::DataSink& sink) {
+                                     stream_events(*call, sink);
+                                     sink.done();
+                                     return true;
+                                   });
+}
+
+void Server::stream_events(Call& call, httplib::DataSink& sink) {
+  Stream& stream = *call.stream;
+  const ResponseMeta& meta = call.meta;
+  {
+    std::lock_guard<std::mutex> lk(stream.mu);
+    stream.sink = &sink;
+  }
+  int tool_index = 0;
+  auto write_deltas = [&](std::vector<ReplyDelta>& ds) {
+    std::string events;
+    for (const ReplyDelta& d : ds)
+      events += call.chat ? delta_chunk(meta, d, tool_index) : completion_chunk(meta, d.text, "");
+    return stream.write(events);
+  };
+  bool ok = true;
+  if (call.chat) {
+    Json first = Json::object();
+    first.set("role", Json("assistant"));
+    first.set("content", Json(""));
+    ok = stream.write(chat_chunk(meta, std::move(first), ""));
+  }
+  int status = 200;
+  std::string detail;
+  if (ok) {
+    try {
+      RunOutcome o = run(call, write_deltas);
+      detail = usage_detail(o);
+      if (o.finish_reason == "cancelled" && !stream.gone()) {
+        stream.write(sse(error_json(
+            ApiError(503, "cancelled: the server is shutting down", "", "shutting_down"))));
+      } else if (!stream.gone()) {
+        stream.write(call.chat ? chat_chunk(meta, Json::object(), o.finish_reason)
+                               : completion_chunk(meta, "", o.finish_reason));
+        if (call.req.include_usage) stream.write(usage_chunk(meta, o.result));
+        stream.write("data: [DONE]\n\n");
+      }
+    } catch (const std::exception& e) {
+      ++metrics_.errors;
+      status = 500;
+      detail = e.what();
+      stream.write(sse(error_json(ApiError(500, std::string("generation failed: ") + e.what()))));
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lk(stream.mu);
+    stream.sink = nullptr;
+  }
+  if (stream.gone()) detail += " (client gone)";
+  log_request(call.what + " stream", status, ms_since(call.t0), detail);
 }
 
 void Server::watchdog() {

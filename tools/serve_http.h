@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -18,6 +19,7 @@
 #include "models/text_frontend.h"
 #include "tools/serve_api.h"
 #include "tools/serve_metrics.h"
+#include "tools/serve_run.h"
 #include "tools/serve_sockets.h"
 
 namespace httplib {
@@ -40,7 +42,7 @@ struct ServeOptions {
   int timeout_s = 30;         // socket read/write timeout
   int shutdown_grace_s = 10;  // after SIGTERM, running requests get this long to finish
   ApiLimits limits;
-  ApiDefaults defaults;
+  GenerateOptions defaults;  // for fields a request leaves out
 };
 
 class Server {
@@ -57,12 +59,19 @@ class Server {
   void shutdown();
 
   struct Stream;  // one response in flight (serve_http.cpp)
+  struct Call;    // one generation request (serve_http.cpp)
 
  private:
   void routes();
   void chat_completions(const httplib::Request& req, httplib::Response& res);
   void completions(const httplib::Request& req, httplib::Response& res);
   void generate(const httplib::Request& req, httplib::Response& res, bool chat);
+  void read_request(const httplib::Request& req, Call& call);  // throws ApiError
+  // Runs the call on the engine, handing deltas to `out`; records metrics; leaves the registry.
+  RunOutcome run(Call& call, const std::function<bool(std::vector<ReplyDelta>&)>& out);
+  void answer_whole(Call& call, httplib::Response& res);
+  void answer_stream(const std::shared_ptr<Call>& call, httplib::Response& res);
+  void stream_events(Call& call, httplib::DataSink& sink);
   void watchdog();
   void log_request(const std::string& what, int status, double ms, const std::string& detail);
 
