@@ -18,6 +18,7 @@
 #include "hearth.h"
 #include "models/json_value.h"
 #include "models/qwen3_model.h"
+#include "models/conversation.h"
 #include "models/text_frontend.h"
 
 namespace hearth::capi {
@@ -168,9 +169,7 @@ struct hearth_model {
 struct hearth_session {
   std::shared_ptr<hearth::capi::ModelCore> core;
   std::unique_ptr<hearth::Session> session;  // on core->engine
-  hearth::Json messages = hearth::Json::array();
-  std::string system_prompt;
-  bool has_system = false;
+  std::unique_ptr<hearth::Conversation> conversation;  // the chat messages, on *core->text
   int context_length = 0;
   hearth_metrics metrics{};
   std::atomic<bool> cancel{false};

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
 
 #include "api/capi_internal.h"
 #include "core/threadpool.h"
@@ -182,8 +183,12 @@ hearth_status hearth_model_load(const char* path, const hearth_model_params* par
     const hearth_model_params p =
         read_struct("hearth_model_params", params, hearth_model_params_default(),
                     HEARTH_FIELD_END(hearth_model_params, progress_user_data));
-    HEARTH_CHECK_ARG(p.n_threads >= 0 && p.n_threads <= 4096, "hearth_model_params.n_threads is ",
-                     p.n_threads, "; expected 0 (automatic) or a positive count");
+    // Hundreds of spinning workers on a few cores only thrash: more than 4 per CPU is refused.
+    const int max_threads = 4 * int(std::max(1u, std::thread::hardware_concurrency()));
+    HEARTH_CHECK_ARG(p.n_threads >= 0 && p.n_threads <= max_threads,
+                     "hearth_model_params.n_threads is ", p.n_threads,
+                     "; expected 0 (automatic) or up to ", max_threads,
+                     " (4x this machine's CPUs)");
     HEARTH_CHECK_ARG(p.prefill_chunk >= 0, "hearth_model_params.prefill_chunk is ", p.prefill_chunk,
                      "; expected 0 (automatic) or a positive count");
     HEARTH_CHECK_ARG(p.kv_budget_mib >= 0, "hearth_model_params.kv_budget_mib is ", p.kv_budget_mib,
@@ -191,8 +196,15 @@ hearth_status hearth_model_load(const char* path, const hearth_model_params* par
 
     const fs::path dir(path);
     std::error_code ec;
-    if (!fs::is_directory(dir, ec))
-      api_fail(HEARTH_ERR_NOT_FOUND, path, ": model folder does not exist or is not a folder");
+    if (!fs::is_directory(dir, ec)) {
+      if (!fs::exists(dir, ec))
+        api_fail(HEARTH_ERR_NOT_FOUND, path, ": model folder does not exist or is not a folder");
+      try {
+        check_checkpoint_folder(path);  // says what it is instead (a GGUF file, ...)
+      } catch (const hearth::Error& e) {
+        api_fail(HEARTH_ERR_UNSUPPORTED, e.what());
+      }
+    }
     for (const char* f : {"config.json", "tokenizer.json"})
       if (!file_exists(dir / f))
         api_fail(HEARTH_ERR_NOT_FOUND, path, ": no ", f, " in the model folder");
@@ -267,7 +279,8 @@ hearth_status hearth_model_get_info(const hearth_model* model, hearth_model_info
     v.path = m.model->dir().c_str();
     v.has_chat_template = m.has_template;
     v.n_threads = m.backend_options.threads;
-    write_struct("hearth_model_info", info, v, HEARTH_FIELD_END(hearth_model_info, n_threads));
+    v.random_weights = m.model->config().random_weights ? 1 : 0;
+    write_struct("hearth_model_info", info, v, HEARTH_FIELD_END(hearth_model_info, random_weights));
     return HEARTH_OK;
   });
 }

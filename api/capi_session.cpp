@@ -44,9 +44,10 @@ hearth_generate_params read_generate_params(const hearth_generate_params* params
   return p;
 }
 
-// The generation behind hearth_session_generate*, _chat: prompt ids in, text out, metrics kept.
+// The generation behind hearth_session_generate*, _chat: prompt ids in, text out (and the
+// generated ids in *tokens when given), metrics kept.
 std::string generate(hearth_session* s, const std::vector<int32_t>& prompt,
-                     const hearth_generate_params& p) {
+                     const hearth_generate_params& p, std::vector<int32_t>* tokens = nullptr) {
   ModelCore& m = *s->core;
   const int vocab = m.model->config().vocab_size;
   HEARTH_CHECK_ARG(!prompt.empty(), "the prompt is empty");
@@ -136,12 +137,8 @@ std::string generate(hearth_session* s, const std::vector<int32_t>& prompt,
   mt.prefill_tokens_per_s = g.prefill_tokens_per_s;
   mt.cached_tokens = int32_t(s->session->cached_tokens().size());
   mt.kv_bytes = s->session->kv_bytes();
+  if (tokens) *tokens = std::move(r.tokens);
   return text;
-}
-
-void reset_messages(hearth_session* s) {
-  s->messages = Json::array();
-  if (s->has_system) s->messages.push_back(message_json("system", s->system_prompt));
 }
 
 void give_text(const std::string& text, char** out) {
@@ -175,11 +172,9 @@ hearth_status hearth_session_new(hearth_model* model, const hearth_session_param
     auto s = std::make_unique<hearth_session>();
     s->core = model->core;
     s->context_length = p.context_length > 0 ? p.context_length : max_ctx;
-    if (p.system_prompt) {
-      s->has_system = true;
-      s->system_prompt = p.system_prompt;
-    }
-    reset_messages(s.get());
+    s->conversation = std::make_unique<Conversation>(
+        *s->core->text,
+        p.system_prompt ? std::optional<std::string>(p.system_prompt) : std::nullopt);
     // n_threads is the model's: all sessions run on the model's one thread pool.
     s->session = std::make_unique<Session>(*s->core->engine);
     s->metrics.struct_size = sizeof s->metrics;
@@ -198,7 +193,10 @@ hearth_status hearth_session_reset(hearth_session* session) {
     HEARTH_CHECK_ARG(session, "hearth_session_reset: session is NULL");
     BusyGuard busy(session, "hearth_session_reset");
     session->session->reset();
-    reset_messages(session);
+    session->conversation->reset();
+    // The metrics describe the last generation, but the cache they count is gone now.
+    session->metrics.cached_tokens = 0;
+    session->metrics.kv_bytes = 0;
     return HEARTH_OK;
   });
 }
@@ -256,24 +254,21 @@ hearth_status hearth_session_chat(hearth_session* session, const char* user_text
     if (!m.has_template)
       api_fail(HEARTH_ERR_UNSUPPORTED, m.model->dir(),
                ": the model has no chat template (tokenizer_config.json: chat_template)");
-    Json::Array& msgs = session->messages.as_array();
-    msgs.push_back(message_json("user", user_text));
-    std::string reply;
+    // Room for the reply before old turns must go: what it asks for, at most a quarter of the
+    // context.
+    const int reserve = std::min(p.max_new_tokens, session->context_length / 4);
+    Conversation::Turn turn;
     try {
-      std::string prompt;
-      try {
-        prompt = m.text->chat.render(session->messages, opt);
-      } catch (const hearth::Error& e) {
-        api_fail(HEARTH_ERR_MODEL, "chat template: ", e.what());
-      }
-      const std::vector<int32_t> ids = m.text->tokenizer.encode(prompt);
-      reply = generate(session, ids, p);
-      msgs.push_back(message_json("assistant", reply));
-    } catch (...) {
-      // A failed turn leaves the conversation as it was.
-      msgs.pop_back();
-      throw;
+      turn = session->conversation->prepare(user_text, opt, session->context_length, reserve);
+    } catch (const ContextFull& e) {
+      api_fail(HEARTH_ERR_CONTEXT_FULL, e.what());
+    } catch (const hearth::Error& e) {
+      api_fail(HEARTH_ERR_MODEL, "chat template: ", e.what());
     }
+    std::vector<int32_t> tokens;
+    const std::string reply = generate(session, turn.prompt, p, &tokens);
+    session->conversation->commit(turn, tokens, reply);
+    session->metrics.dropped_messages = turn.dropped_messages;
     give_text(reply, out_reply);
     return HEARTH_OK;
   });
@@ -286,7 +281,7 @@ hearth_status hearth_session_add_message(hearth_session* session, const char* ro
     HEARTH_CHECK_ARG(role && *role, "hearth_session_add_message: role is NULL or empty");
     HEARTH_CHECK_ARG(content, "hearth_session_add_message: content is NULL");
     BusyGuard busy(session, "hearth_session_add_message");
-    session->messages.push_back(message_json(role, content));
+    session->conversation->add(role, content);
     return HEARTH_OK;
   });
 }
@@ -297,7 +292,7 @@ hearth_status hearth_session_message_count(const hearth_session* session, size_t
     HEARTH_CHECK_ARG(session, "hearth_session_message_count: session is NULL");
     HEARTH_CHECK_ARG(out_count, "hearth_session_message_count: out_count is NULL");
     BusyGuard busy(session, "hearth_session_message_count");
-    *out_count = session->messages.size();
+    *out_count = session->conversation->messages().size();
     return HEARTH_OK;
   });
 }
@@ -309,9 +304,10 @@ hearth_status hearth_session_get_message(const hearth_session* session, size_t i
     HEARTH_CHECK_ARG(session, "hearth_session_get_message: session is NULL");
     HEARTH_CHECK_ARG(out_message, "hearth_session_get_message: out_message is NULL");
     BusyGuard busy(session, "hearth_session_get_message");
-    HEARTH_CHECK_ARG(index < session->messages.size(), "hearth_session_get_message: index ", index,
-                     " is out of range (", session->messages.size(), " messages)");
-    const Json& msg = session->messages.at(index);
+    const Json& messages = session->conversation->messages();
+    HEARTH_CHECK_ARG(index < messages.size(), "hearth_session_get_message: index ", index,
+                     " is out of range (", messages.size(), " messages)");
+    const Json& msg = messages.at(index);
     out_message->role = msg.at("role").as_string().c_str();
     out_message->content = msg.at("content").as_string().c_str();
     return HEARTH_OK;
@@ -324,7 +320,7 @@ hearth_status hearth_session_get_metrics(const hearth_session* session,
     HEARTH_CHECK_ARG(session, "hearth_session_get_metrics: session is NULL");
     BusyGuard busy(session, "hearth_session_get_metrics");
     write_struct("hearth_metrics", out_metrics, session->metrics,
-                 HEARTH_FIELD_END(hearth_metrics, kv_bytes));
+                 HEARTH_FIELD_END(hearth_metrics, dropped_messages));
     return HEARTH_OK;
   });
 }

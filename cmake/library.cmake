@@ -1,6 +1,7 @@
 # The embeddable library: libhearth.so (a versioned SONAME, exporting the C API of include/hearth.h
 # and nothing else) and libhearth.a, both from the objects the CLI is built from; `cmake --install`
-# rules with pkg-config and find_package(hearth) files; the strict-C99 API test; the examples.
+# rules with pkg-config and find_package(hearth) files, the man page and the bash completion; the
+# strict-C99 API test; the examples.
 # Included at the end of the top-level CMakeLists.txt, so every dependency of hearth_obj is known.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
@@ -39,35 +40,72 @@ set_target_properties(hearth_static PROPERTIES
   OUTPUT_NAME hearth
   ARCHIVE_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
 
-# What a program linking libhearth.a also needs, for hearth.pc (Requires.private and
-# Libs.private) and hearth-config.cmake (hearth::hearth_static), read from hearth_obj's link
-# libraries so a dependency added there is packaged too.
-set(_pc_requires "")
+# What a program linking libhearth.a also needs, for hearth.pc (Libs.private) and
+# hearth-config.cmake (hearth::hearth_static), read from hearth_obj's link libraries so a
+# dependency added there is packaged too. hearth.pc names them as -L/-l flags rather than in
+# Requires.private: pkg-config adds a required package's Cflags to `--cflags hearth` even when it
+# is private, and none of their headers are hearth.h's.
 set(_pc_libs "")
 set(_cfg_libs "")
+set(_pc_system_dirs ${CMAKE_C_IMPLICIT_LINK_DIRECTORIES} ${CMAKE_CXX_IMPLICIT_LINK_DIRECTORIES})
+# Appends a pkg-config module's `--libs --static` flags (as pkg_check_modules read them) to
+# _pc_libs, less the -L of directories the linker searches anyway.
+macro(_hearth_pc_module prefix)
+  foreach(flag IN LISTS ${prefix}_STATIC_LDFLAGS)
+    string(REGEX REPLACE "/$" "" _dir "${flag}")
+    string(REGEX REPLACE "^-L" "" _dir "${_dir}")
+    if(NOT (flag MATCHES "^-L" AND _dir IN_LIST _pc_system_dirs))
+      list(APPEND _pc_libs ${flag})
+    endif()
+  endforeach()
+endmacro()
+# Appends -L/-l flags for a library file (the -L only outside the linker's own directories).
+macro(_hearth_pc_file path)
+  get_filename_component(_dir "${path}" DIRECTORY)
+  get_filename_component(_name "${path}" NAME)
+  string(REGEX REPLACE "^lib([^/]+)\\.(so|a)(\\.[0-9.]*)?$" "\\1" _name "${_name}")
+  if(NOT _dir IN_LIST _pc_system_dirs)
+    list(APPEND _pc_libs -L${_dir})
+  endif()
+  list(APPEND _pc_libs -l${_name})
+endmacro()
+# An imported CMake target's library file, or the fallback name when it has none (an INTERFACE
+# target, a build type it lacks).
+macro(_hearth_pc_target target fallback)
+  get_target_property(_type ${target} TYPE)
+  set(_loc "")
+  if(NOT _type STREQUAL "INTERFACE_LIBRARY")
+    get_target_property(_loc ${target} LOCATION)
+  endif()
+  if(_loc AND _loc MATCHES "/lib[^/]+\\.(so|a)(\\.[0-9.]*)?$")
+    _hearth_pc_file("${_loc}")
+  else()
+    list(APPEND _pc_libs -l${fallback})
+  endif()
+endmacro()
 get_target_property(_hearth_deps hearth_obj LINK_LIBRARIES)
 foreach(dep IN LISTS _hearth_deps)
   if(dep STREQUAL "simdjson::simdjson")
-    list(APPEND _pc_requires simdjson)
+    _hearth_pc_target(simdjson::simdjson simdjson)
     list(APPEND _cfg_libs simdjson)
   elseif(dep STREQUAL "PkgConfig::PCRE2")
-    list(APPEND _pc_requires libpcre2-8)
+    _hearth_pc_module(PCRE2)
     list(APPEND _cfg_libs pcre2-8)
   elseif(dep STREQUAL "PkgConfig::UTF8PROC")
-    list(APPEND _pc_requires libutf8proc)
+    _hearth_pc_module(UTF8PROC)
     list(APPEND _cfg_libs utf8proc)
   elseif(dep STREQUAL "PkgConfig::OPENBLAS")
-    list(APPEND _pc_requires openblas)
+    _hearth_pc_module(OPENBLAS)
     list(APPEND _cfg_libs openblas)
   elseif(dep STREQUAL "DNNL::dnnl")
-    list(APPEND _pc_libs -ldnnl)
+    _hearth_pc_target(DNNL::dnnl dnnl)
     list(APPEND _cfg_libs dnnl)
   elseif(dep STREQUAL "Threads::Threads")
     list(APPEND _pc_libs -pthread)
     list(APPEND _cfg_libs Threads::Threads)
   elseif(dep MATCHES "/lib([^/]+)\\.(so|a)(\\.[0-9.]*)?$")
-    list(APPEND _pc_libs -l${CMAKE_MATCH_1})
-    list(APPEND _cfg_libs ${CMAKE_MATCH_1})
+    list(APPEND _cfg_libs ${CMAKE_MATCH_1}) # before the macro's own matching replaces it
+    _hearth_pc_file("${dep}")
   elseif(dep MATCHES "^-")
     list(APPEND _pc_libs ${dep})
     list(APPEND _cfg_libs ${dep})
@@ -77,10 +115,8 @@ foreach(dep IN LISTS _hearth_deps)
   endif()
 endforeach()
 list(APPEND _pc_libs -lstdc++ -lm)
-list(REMOVE_DUPLICATES _pc_requires)
 list(REMOVE_DUPLICATES _pc_libs)
 list(REMOVE_DUPLICATES _cfg_libs)
-string(REPLACE ";" " " HEARTH_PC_REQUIRES_PRIVATE "${_pc_requires}")
 string(REPLACE ";" " " HEARTH_PC_LIBS_PRIVATE "${_pc_libs}")
 set(HEARTH_CONFIG_STATIC_LIBS "${_cfg_libs}")
 
@@ -107,6 +143,21 @@ install(FILES ${CMAKE_BINARY_DIR}/packaging/hearth.pc
 install(FILES ${CMAKE_BINARY_DIR}/packaging/hearth-config.cmake
   ${CMAKE_BINARY_DIR}/packaging/hearth-config-version.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/hearth)
+
+# The man page, written from the built CLI's --help texts whenever the CLI is rebuilt (so it always
+# describes the binary installed beside it), and the bash completion, which reads the same help at
+# completion time. A cross build runs the CLI through its emulator.
+set(HEARTH_MAN_PAGE ${CMAKE_BINARY_DIR}/hearth.1)
+add_custom_command(OUTPUT ${HEARTH_MAN_PAGE}
+  COMMAND ${CMAKE_COMMAND} -DHEARTH=$<TARGET_FILE:hearth> -DOUT=${HEARTH_MAN_PAGE}
+    -DVERSION=${PROJECT_VERSION} "-DEMULATOR=${CMAKE_CROSSCOMPILING_EMULATOR}"
+    -P ${CMAKE_SOURCE_DIR}/cmake/man_page.cmake
+  DEPENDS hearth ${CMAKE_SOURCE_DIR}/cmake/man_page.cmake
+  COMMENT "Writing hearth.1 from hearth --help")
+add_custom_target(hearth_man ALL DEPENDS ${HEARTH_MAN_PAGE})
+install(FILES ${HEARTH_MAN_PAGE} DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+install(FILES tools/hearth.bash-completion
+  DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions RENAME hearth)
 
 # Examples, built here against the in-tree shared library exactly as they would be against the
 # installed one.
@@ -135,14 +186,19 @@ if(HEARTH_TESTS)
     HEARTH_SHARED_DIR="${CMAKE_SOURCE_DIR}/../shared")
   add_test(NAME capi_c99 COMMAND hearth_capi_c99)
 
-  # test_capi.cpp inspects the built libraries and installs the package to a temporary prefix.
-  add_dependencies(hearth_tests hearth_shared hearth_static)
+  # test_capi.cpp inspects the built libraries and installs the package to a temporary prefix
+  # (the man page included).
+  add_dependencies(hearth_tests hearth_shared hearth_static hearth_man)
   target_compile_definitions(hearth_tests PRIVATE
     HEARTH_SHARED_LIBRARY="$<TARGET_FILE:hearth_shared>"
     HEARTH_BUILD_DIR="${CMAKE_BINARY_DIR}"
     HEARTH_C_COMPILER="${CMAKE_C_COMPILER}"
     HEARTH_CMAKE_COMMAND="${CMAKE_COMMAND}"
     HEARTH_SANITIZED=$<BOOL:${HEARTH_SANITIZE}>)
+  # The man page has a section per command and renders cleanly; the completion completes.
+  add_test(NAME man_page COMMAND ${CMAKE_SOURCE_DIR}/tests/man_page_test.sh
+    $<TARGET_FILE:hearth> ${HEARTH_MAN_PAGE} ${CMAKE_SOURCE_DIR}/tools/hearth.bash-completion)
+
   if(GTK4_FOUND)
     find_program(HEARTH_XVFB_RUN xvfb-run)
     if(HEARTH_XVFB_RUN)

@@ -136,11 +136,11 @@ typedef enum hearth_kv_type {
 } hearth_kv_type;
 
 /* Called during hearth_model_load with the fraction done (0..1, never decreasing) and a stage
- * name: "config" (config.json parsed), "checkpoint" (safetensors opened and validated), "weights"
- * (tensors bound), "graph" (compute graph built), "tokenizer", "prefault" (weight pages being read
- * in; called repeatedly), "backend" (graph compiled for the backend), "done" (1.0). Return 0 to
- * cancel the load (it then fails with HEARTH_ERR_CANCELLED and frees everything), nonzero to go
- * on. */
+ * name: "start" (0.0, before anything is read), "config" (config.json parsed), "checkpoint"
+ * (safetensors opened and validated), "weights" (tensors bound), "graph" (compute graph built),
+ * "tokenizer", "prefault" (weight pages being read in; called repeatedly), "backend" (graph
+ * compiled for the backend), "done" (1.0). Return 0 to cancel the load (it then fails with
+ * HEARTH_ERR_CANCELLED and frees everything), nonzero to go on. */
 typedef int (*hearth_progress_fn)(float fraction, const char* stage, void* user_data);
 
 typedef struct hearth_model_params {
@@ -198,6 +198,9 @@ typedef struct hearth_model_info {
   const char* path;    /* the folder it was loaded from */
   int32_t has_chat_template;
   int32_t n_threads; /* compute threads of the model, shared by its sessions */
+  /* Nonzero for a `hearth standin` checkpoint (config.json has "hearth_standin"): random weights,
+   * whose text is noise; an app should say so. Added in 0.1; older callers do not get it. */
+  int32_t random_weights;
 } hearth_model_info;
 
 HEARTH_API hearth_status hearth_model_get_info(const hearth_model* model, hearth_model_info* info);
@@ -358,8 +361,12 @@ HEARTH_API hearth_status hearth_session_generate_tokens(hearth_session* session,
 /* One chat turn: appends {"user", user_text} to the session's messages, renders them with the
  * chat template (chat may be NULL), generates the reply, and appends it as the assistant message
  * (also when cancelled or stopped, so the conversation stays consistent with the cache). Only the
- * tokens of the new turn are computed when the cache holds the earlier ones. On failure the
- * user message is removed again. */
+ * tokens of the new turn are computed when the cache holds the earlier ones: the turn continues
+ * the exact tokens of the conversation so far, whatever the template would make of its history.
+ * When the conversation no longer fits the session's context with room for the reply
+ * (max_new_tokens, at most a quarter of the context), its oldest turns are dropped, keeping the
+ * system prompt (hearth_metrics.dropped_messages counts them); HEARTH_ERR_CONTEXT_FULL only when
+ * the new message alone does not fit. On failure the conversation is left as it was. */
 HEARTH_API hearth_status hearth_session_chat(hearth_session* session, const char* user_text,
                                              const hearth_chat_params* chat,
                                              const hearth_generate_params* params,
@@ -405,6 +412,9 @@ typedef struct hearth_metrics {
   double prefill_tokens_per_s;
   int32_t cached_tokens; /* tokens the cache holds now */
   uint64_t kv_bytes;     /* memory of the session's KV cache */
+  /* Messages the last hearth_session_chat dropped, oldest first, to fit the context (they are
+   * gone from the session's messages too). Added in 0.1; older callers do not get it. */
+  int32_t dropped_messages;
 } hearth_metrics;
 
 HEARTH_API hearth_status hearth_session_get_metrics(const hearth_session* session,

@@ -217,6 +217,7 @@ Qwen3Config parse_qwen3_config(const std::string& text, const std::string& src) 
   if (bos.size() > 1) fail(src, ": field 'bos_token_id' must be a single token id");
   if (!bos.empty()) c.bos_token_id = bos[0];
 
+  c.random_weights = f.has("hearth_standin");
   if (f.has("quantization_config")) {
     c.has_quantization_config = true;
     c.quantization_config_json = simdjson::minify(f.get("quantization_config"));

@@ -24,6 +24,8 @@ struct Qwen3Config {
   std::string torch_dtype;             // "bfloat16", ...; empty when absent
   std::vector<int32_t> eos_token_ids;  // empty when absent or null
   std::optional<int32_t> bos_token_id;
+  // config.json has the "hearth_standin" object `hearth standin` writes: the weights are noise.
+  bool random_weights = false;
   bool has_quantization_config = false;
   std::string quantization_config_json;  // minified JSON text, when has_quantization_config
   std::string config_hash;  // FNV-1a 64 of config.json's bytes, 16 lowercase hex digits

@@ -1,11 +1,35 @@
 #include "models/qwen3_model.h"
 
+#include <filesystem>
+#include <fstream>
 #include <set>
 
+#include "core/error.h"
 #include "core/quant_format.h"
 #include "models/qwen3_graph.h"
 
 namespace hearth {
+
+void check_checkpoint_folder(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(dir, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory) fail(dir, ": ", ec.message());
+  if (!fs::exists(st)) fail(dir, ": no such checkpoint folder");
+  if (fs::is_directory(st)) return;
+  if (fs::is_regular_file(st)) {
+    char magic[4] = {};
+    std::ifstream(dir, std::ios::binary).read(magic, 4);
+    if (std::string(magic, 4) == "GGUF")
+      fail(dir,
+           ": a GGUF file, which hearth does not load (yet); it loads Hugging Face checkpoint ",
+           "folders (config.json, *.safetensors and the tokenizer files)");
+    const std::string parent = fs::path(dir).parent_path().string();
+    fail(dir, ": a file, not a checkpoint folder; pass the folder with config.json and ",
+         "*.safetensors", parent.empty() ? "" : " (" + parent + "?)");
+  }
+  fail(dir, ": not a checkpoint folder (a folder with config.json and *.safetensors)");
+}
 
 std::unique_ptr<Qwen3Model> Qwen3Model::load(const std::string& dir) {
   return load(dir, nullptr);
@@ -18,6 +42,7 @@ std::unique_ptr<Qwen3Model> Qwen3Model::load(const std::string& dir,
     if (progress) progress(stage);
   };
   auto m = std::unique_ptr<Qwen3Model>(new Qwen3Model());
+  check_checkpoint_folder(dir);
   m->dir_ = dir;
   m->config_ = load_qwen3_config(dir);
   m->gen_ = load_generation_config(dir, m->config_);

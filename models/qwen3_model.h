@@ -12,6 +12,10 @@
 
 namespace hearth {
 
+// Throws hearth::Error naming what `dir` is when it is not a folder (missing, a GGUF file, a
+// .safetensors file, a FIFO), before any file inside it is looked for.
+void check_checkpoint_folder(const std::string& dir);
+
 class Qwen3Model {
  public:
   static std::unique_ptr<Qwen3Model> load(const std::string& dir);

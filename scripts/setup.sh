@@ -4,6 +4,8 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config git
       libopenblas-dev libdnnl-dev ocl-icd-opencl-dev opencl-headers libomp-dev libsimdjson-dev doctest-dev
       libpcre2-dev libutf8proc-dev libcpp-httplib-dev
+      # line editing in hearth chat (BSD-licensed)
+      libedit-dev
       python3
       # examples/desktop-chat and its Xvfb test; leak checks of the C API
       libgtk-4-dev xvfb xauth x11-apps imagemagick valgrind

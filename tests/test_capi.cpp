@@ -309,6 +309,7 @@ TEST_SUITE("capi") {
       CHECK(std::string(info.backend).rfind("cpu", 0) == 0);
       CHECK(info.n_params == count_checkpoint_params(dir));
       CHECK(std::string(info.dtype) == (dir == kTiny ? "BF16" : "F32"));
+      CHECK(info.random_weights == 0);  // the fixtures' config.json has no "hearth_standin"
     }
   }
 
@@ -366,6 +367,12 @@ TEST_SUITE("capi") {
           "/no/such/folder");
     CHECK(m == nullptr);
     TempDir d;
+    {
+      std::ofstream(d.path / "model.gguf", std::ios::binary) << std::string("GGUF\3\0\0\0", 8);
+      fails(hearth_model_load((d.path / "model.gguf").c_str(), nullptr, &m), HEARTH_ERR_UNSUPPORTED,
+            "a GGUF file");
+      fs::remove(d.path / "model.gguf");
+    }
     fails(hearth_model_load(d.path.c_str(), nullptr, &m), HEARTH_ERR_NOT_FOUND, "config.json");
     fs::copy_file(kTiny + "/config.json", d.path / "config.json");
     fs::copy_file(kTiny + "/tokenizer.json", d.path / "tokenizer.json");
@@ -696,8 +703,15 @@ TEST_SUITE("capi") {
     const std::string r2 = take(out);
     const hearth_metrics m2 = metrics_of(s.s);
     CHECK(m2.prompt_tokens > m1.prompt_tokens);
-    // Only the new turn is computed (plus the previous reply, re-rendered by the template).
-    CHECK(m2.prefill_tokens < m2.prompt_tokens - m1.prompt_tokens + 20);
+    // Only the new turn is computed: the reply's last token, the template's closing of the reply
+    // (its end token too when the length limit cut it) and the new user turn. The template's
+    // re-rendering of the reply (without the empty think block) is not what the cache holds.
+    const std::string turn2 =
+        std::string(m1.finish_reason == HEARTH_FINISH_LENGTH ? "<|im_end|>" : "") +
+        "\n<|im_start|>user\nSecond question<|im_end|>\n<|im_start|>assistant\n<think>\n\n"
+        "</think>\n\n";
+    CHECK(m2.prefill_tokens == 1 + int(tokenize(model.m, turn2).size()));
+    CHECK(m2.prompt_tokens == m1.prompt_tokens + m1.new_tokens + int(tokenize(model.m, turn2).size()));
     CHECK(m2.cached_tokens > 0);
     CHECK(m2.kv_bytes > 0);
 
@@ -720,16 +734,59 @@ TEST_SUITE("capi") {
     msgs.push_back({"user", "Third"});
     REQUIRE(hearth_apply_chat_template(model.m, msgs.data(), msgs.size(), &c, &out) == HEARTH_OK);
     const std::vector<int32_t> ids = tokenize(model.m, take(out));
-    // Generating from exactly those tokens reuses everything up to the new message.
+    // Generating from exactly those tokens reuses the cache up to where the template's rendering
+    // of the history departs from what was generated: the first reply's empty think block, which
+    // the template leaves out of past turns.
     REQUIRE(hearth_session_generate_tokens(s.s, ids.data(), ids.size(), &g, &out) == HEARTH_OK);
     hearth_free(out);
-    CHECK(metrics_of(s.s).prefill_tokens < 30);
+    const hearth_metrics m3 = metrics_of(s.s);
+    CHECK(m3.prompt_tokens - m3.prefill_tokens ==
+          m1.prompt_tokens - int(tokenize(model.m, "<think>\n\n</think>\n\n").size()));
 
     REQUIRE(hearth_session_reset(s.s) == HEARTH_OK);
     REQUIRE(hearth_session_message_count(s.s, &n) == HEARTH_OK);
     CHECK(n == 1);  // the system prompt stays
+    CHECK(metrics_of(s.s).cached_tokens == 0);  // what the cache holds now: nothing
+    CHECK(metrics_of(s.s).kv_bytes == 0);
     REQUIRE(hearth_session_chat(s.s, "First question", &c, &g, &out) == HEARTH_OK);
     CHECK(take(out) == r1);  // greedy: the same conversation gives the same reply
+  }
+
+  TEST_CASE("a chat that outgrows the session's context drops its oldest turns and goes on") {
+    Model model(kTiny);
+    hearth_session_params sp = hearth_session_params_default();
+    sp.system_prompt = "Sys.";
+    sp.context_length = 80;
+    Session s(model.m, &sp);
+    hearth_generate_params g = greedy(8);
+    g.ignore_eos = 1;
+    hearth_chat_params c = hearth_chat_params_default();
+    c.thinking = 0;
+    int dropped = 0;
+    for (int turn = 0; turn < 6; ++turn) {
+      CAPTURE(turn);
+      char* out = nullptr;
+      REQUIRE(hearth_session_chat(s.s, "one more question for you", &c, &g, &out) == HEARTH_OK);
+      hearth_free(out);
+      const hearth_metrics m = metrics_of(s.s);
+      CHECK(m.prompt_tokens + m.new_tokens <= 80);
+      dropped += m.dropped_messages;
+      hearth_message first;
+      REQUIRE(hearth_session_get_message(s.s, 0, &first) == HEARTH_OK);
+      CHECK(std::string(first.content) == "Sys.");
+    }
+    CHECK(dropped > 0);
+    size_t n = 0;
+    REQUIRE(hearth_session_message_count(s.s, &n) == HEARTH_OK);
+    CHECK(n == size_t(1 + 12 - dropped));
+    // A message that cannot fit even alone is refused, and the conversation stays as it was.
+    char* out = nullptr;
+    CHECK(hearth_session_chat(s.s, std::string(2000, 'x').c_str(), &c, &g, &out) ==
+          HEARTH_ERR_CONTEXT_FULL);
+    CHECK(std::string(hearth_last_error()).find("the context holds 80") != std::string::npos);
+    size_t n2 = 0;
+    REQUIRE(hearth_session_message_count(s.s, &n2) == HEARTH_OK);
+    CHECK(n2 == n);
   }
 
   TEST_CASE("two models in two threads, and two sessions of one model in two threads") {
@@ -887,7 +944,7 @@ TEST_SUITE("capi") {
       r = run("timeout 120 " + exe.string() + " " + kTiny);
       CHECK_MESSAGE(r.status == 0, r.out);
       CHECK(r.out.find("> Tell me more.") != std::string::npos);
-      CHECK(r.out.find("[finish 4]") != std::string::npos);  // the third reply was cancelled
+      CHECK(r.out.find("[finish cancelled]") != std::string::npos);  // the third reply was cancelled
       CHECK(r.out.find("100% done") != std::string::npos);
     }
   }

@@ -2,7 +2,6 @@
 // failure contract (non-zero exit, one `error:` line naming the problem, never a signal).
 #include <doctest/doctest.h>
 #include <simdjson.h>
-#include <sys/wait.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -12,56 +11,11 @@
 #include <string>
 #include <vector>
 
-namespace fs = std::filesystem;
+#include "tests/cli_run.h"
+
+using namespace cli_test;
 
 namespace {
-
-const std::string kModels = std::string(HEARTH_SHARED_DIR) + "/fixtures/models/";
-
-struct Result {
-  int status = -1;
-  bool signaled = false;
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-fs::path temp_dir() {
-  static int n = 0;
-  fs::path p = fs::temp_directory_path() /
-               ("hearth_cli_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-  fs::create_directories(p);
-  return p;
-}
-
-Result run(const std::string& args) {
-  fs::path d = temp_dir();
-  std::string cmd = std::string("timeout 60 ") + HEARTH_BINARY + " " + args + " >" +
-                    (d / "out").string() + " 2>" + (d / "err").string();
-  int st = std::system(cmd.c_str());
-  Result r;
-  if (WIFEXITED(st)) r.status = WEXITSTATUS(st);
-  r.signaled = WIFSIGNALED(st) || r.status > 128 || r.status == 124;
-  r.out = slurp((d / "out").string());
-  r.err = slurp((d / "err").string());
-  fs::remove_all(d);
-  return r;
-}
-
-void expect_error(const std::string& args, const std::string& needle) {
-  CAPTURE(args);
-  Result r = run(args);
-  CHECK(r.status != 0);
-  CHECK(!r.signaled);
-  CHECK(r.err.rfind("error: ", 0) == 0);
-  CHECK(r.err.find(needle) != std::string::npos);
-  CAPTURE(r.err);
-}
 
 std::string ids_arg(simdjson::dom::element arr) {
   std::string s;
@@ -136,7 +90,7 @@ TEST_SUITE("cli") {
     expect_error("generate --model " + m + " --ids 1 --max-new-tokens 50000",
                  "max_position_embeddings");
     expect_error("generate --model " + m + " --ids 1 --bogus", "--bogus");
-    expect_error("generate --model " + m + " --ids 1 --top-p 1.5", "top_p");
+    expect_error("generate --model " + m + " --ids 1 --top-p 1.5", "--top-p");
     expect_error("logits --model " + m + " --ids 1,2,3 --out /tmp/x --chunks 1,1", "add up");
     expect_error("logits --model " + m + " --ids 1 --out /nonexistent/dir/x", "/nonexistent/dir/x");
     expect_error("generate --model " + m + " --ids 1 --isa sse9", "sse9");

@@ -96,6 +96,7 @@ int cmd_serve(int argc, char** argv) {
   sched.max_batch_tokens = args.integer("--max-batch-tokens", 0);
   if (sched.max_batch_tokens < 0) fail("--max-batch-tokens must not be negative");
   Loaded l = load_engine(args, ro, sched);
+  note_random_weights(*l.model);
   const TextFrontEnd text = TextFrontEnd::load(l.model->dir());
   serve::Server server(*l.engine, text, serve_options(args, l, text, parallel));
   const int port = server.bind();

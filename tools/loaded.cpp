@@ -1,7 +1,12 @@
 #include "tools/loaded.h"
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <random>
+#include <thread>
 
 #include "core/error.h"
 #include "core/json_writer.h"
@@ -9,8 +14,8 @@
 namespace hearth::cli {
 
 const std::vector<std::string> kEngineOptions = {
-    "--model=", "--threads=",  "--backend=",   "--isa=",      "--kv=",       "--prefill-chunk=",
-    "--gemm=",  "--hugepages", "--kv-budget=", "--kv-block=", "--max-batch="};
+    "--model=", "--threads=",  "--backend=",   "--isa=",      "--kv=",        "--prefill-chunk=",
+    "--gemm=",  "--hugepages", "--kv-budget=", "--kv-block=", "--max-batch=", "--ctx="};
 
 // --hugepages: the backend keeps private huge-page copies of the matmul weights, in the layouts
 // its kernels read fastest (BackendOptions::weight_copies); the model maps the file as usual.
@@ -42,7 +47,11 @@ int env_positive(const char* name) {
 BackendOptions backend_options(const Args& args) {
   BackendOptions bo;
   bo.threads = args.integer("--threads", 0);
-  if (bo.threads < 0) fail("--threads must be positive");
+  // Hundreds of spinning workers on a few cores only thrash; more than 4 per CPU is a typo.
+  const int cpus = int(std::max(1u, std::thread::hardware_concurrency()));
+  if (args.has("--threads") && (bo.threads < 1 || bo.threads > 4 * cpus))
+    fail("--threads must be in [1, ", 4 * cpus, "] (4x this machine's ", cpus, " CPUs), got ",
+         bo.threads);
   bo.cpu.isa = args.has("--isa") ? args.str("--isa") : env_str("HEARTH_ISA");
   bo.cpu.gemm = args.has("--gemm") ? args.str("--gemm") : env_str("HEARTH_GEMM");
   bo.cpu.gemm_min_tokens = env_positive("HEARTH_GEMM_MIN_TOKENS");
@@ -82,18 +91,69 @@ Loaded load_engine(const Args& args) {
   return load_engine(args, runner_options(args), SchedulerOptions{});
 }
 
+namespace {
+
+// MemAvailable from /proc/meminfo, in bytes; 0 where there is none.
+size_t mem_available_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  size_t kb = 0;
+  while (f >> key >> kb) {
+    if (key == "MemAvailable:") return kb << 10;
+    f.ignore(1 << 10, '\n');
+  }
+  return 0;
+}
+
+}  // namespace
+
+int context_length(const Args& args, const Qwen3Model& m, DType kv_dtype) {
+  const int max = m.config().max_position_embeddings;
+  if (args.has("--ctx")) {
+    const int n = args.integer("--ctx", 0);
+    if (n < 16 || n > max)
+      fail("--ctx must be in [16, ", max, "] (the model's max_position_embeddings), got ", n);
+    return n;
+  }
+  if (args.has("--kv-budget")) return max;
+  // The model's whole context, unless its KV cache would take more than half the memory free now
+  // (pages are committed as they fill, so this bounds what a long conversation can grow to).
+  const size_t avail = mem_available_bytes();
+  const size_t per_position = KVStorage::position_bytes(m.graph().kv, kv_dtype);
+  if (avail == 0 || per_position == 0 || avail / 2 / per_position >= size_t(max)) return max;
+  return std::max(256, int(avail / 2 / per_position) / 256 * 256);
+}
+
 Loaded load_engine(const Args& args, const RunnerOptions& ro, const SchedulerOptions& so) {
   auto t0 = std::chrono::steady_clock::now();
   Loaded l;
   l.model = load_model(args);
   const BackendOptions bo = backend_options(args);
   const auto& c = l.model->config();
+  const int ctx = context_length(args, *l.model, bo.kv_dtype);
   l.runner = std::make_unique<Runner>(create_backend(args.str("--backend"), bo), l.model->graph(),
-                                      c.vocab_size, c.max_position_embeddings, ro);
+                                      c.vocab_size, ctx, ro);
   l.engine = std::make_unique<Engine>(*l.runner, so);
   l.load_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return l;
+}
+
+int context_positions(const Loaded& l) {
+  const KVPool& pool = l.runner->kv_pool();
+  return std::min(l.runner->max_positions(), pool.n_blocks() * pool.block_size());
+}
+
+int default_answer_tokens(bool thinking) {
+  return thinking ? 4096 : 1024;
+}
+
+void note_random_weights(const Qwen3Model& m) {
+  if (m.config().random_weights)
+    std::fprintf(stderr,
+                 "note: %s has random weights (a hearth standin checkpoint): its text is noise, "
+                 "for tests and benchmarks only\n",
+                 m.dir().c_str());
 }
 
 std::string manifest_json(const Loaded& l, const std::vector<int32_t>& prompt,
@@ -125,7 +185,7 @@ std::string manifest_json(const Loaded& l, const std::vector<int32_t>& prompt,
   w.field("repetition_penalty", opt.sampling.repetition_penalty);
   w.field("presence_penalty", opt.sampling.presence_penalty);
   w.field("frequency_penalty", opt.sampling.frequency_penalty);
-  w.field("seed", int64_t(opt.sampling.seed));
+  w.key("seed").raw(std::to_string(opt.sampling.seed));
   w.key("stop_ids").array(opt.stop_ids);
   w.field("ignore_eos", opt.ignore_eos);
   w.end_object();
@@ -147,6 +207,32 @@ std::vector<std::string> sampling_options() {
           "--greedy"};
 }
 
+namespace {
+
+// A value that would silently do something else (a negative temperature is not "colder") is an
+// error naming the option.
+void check_sampling(const Args& args, const SamplingParams& s) {
+  if (s.temperature < 0) fail("--temperature must be >= 0 (0 is greedy), got ", s.temperature);
+  if (s.top_k < 0) fail("--top-k must be >= 0 (0: off), got ", s.top_k);
+  if (!(s.top_p > 0 && s.top_p <= 1)) fail("--top-p must be in (0, 1], got ", s.top_p);
+  if (!(s.min_p >= 0 && s.min_p <= 1)) fail("--min-p must be in [0, 1], got ", s.min_p);
+  if (!(s.repetition_penalty > 0))
+    fail("--repetition-penalty must be > 0 (1: off), got ", s.repetition_penalty);
+  if (s.presence_penalty < 0) fail("--presence-penalty must be >= 0, got ", s.presence_penalty);
+  if (s.frequency_penalty < 0) fail("--frequency-penalty must be >= 0, got ", s.frequency_penalty);
+  if (args.has("--greedy") && args.has("--temperature"))
+    fail("--greedy and --temperature contradict each other; give one");
+}
+
+// A fresh seed per run, so sampled text differs between runs; 32 bits keep it exact in any JSON
+// reader, and the manifest records it so a run can be repeated with --seed.
+uint64_t fresh_seed() {
+  std::random_device rd;
+  return rd();
+}
+
+}  // namespace
+
 GenerateOptions generate_options(const Args& args, const Qwen3Model& m, bool model_defaults) {
   const GenerationConfig& gc = m.generation_config();
   GenerateOptions o;
@@ -167,13 +253,18 @@ GenerateOptions generate_options(const Args& args, const Qwen3Model& m, bool mod
   if (auto v = args.opt_number("--repetition-penalty")) s.repetition_penalty = float(*v);
   if (auto v = args.opt_number("--presence-penalty")) s.presence_penalty = float(*v);
   if (auto v = args.opt_number("--frequency-penalty")) s.frequency_penalty = float(*v);
+  check_sampling(args, s);
   if (args.has("--greedy")) s.temperature = 0.f;
   if (args.has("--seed")) {
     const std::string v = args.str("--seed");
     char* end = nullptr;
+    errno = 0;
     unsigned long long seed = std::strtoull(v.c_str(), &end, 10);
-    if (v.empty() || *end) fail("--seed: '", v, "' is not a non-negative integer");
+    if (v.empty() || *end || errno || v[0] == '-')
+      fail("--seed: '", v, "' is not a non-negative 64-bit integer");
     s.seed = seed;
+  } else {
+    s.seed = fresh_seed();
   }
   o.stop_ids = gc.eos_token_ids;
   o.ignore_eos = args.has("--ignore-eos");

@@ -30,8 +30,19 @@ Loaded load_engine(const Args& args, const RunnerOptions& ro, const SchedulerOpt
 // --gemm, --kv).
 std::unique_ptr<Qwen3Model> load_model(const Args& args);
 BackendOptions backend_options(const Args& args);
+// --ctx, else the model's max_position_embeddings or less where the free memory would not hold its
+// KV cache.
+int context_length(const Args& args, const Qwen3Model& m, DType kv_dtype);
 // --prefill-chunk, --kv-budget (MiB), --kv-block and --max-batch (sequences per step).
 RunnerOptions runner_options(const Args& args);
+
+// Positions one sequence may use: the runner's context, or less where the KV budget holds less.
+int context_positions(const Loaded& l);
+// The answer length `run` and `chat` allow when --max-new-tokens is not given: Qwen3 thinks for
+// hundreds to thousands of tokens before it answers, so thinking gets a larger limit.
+int default_answer_tokens(bool thinking);
+// On stderr, one line when the model has random weights (a `hearth standin` checkpoint).
+void note_random_weights(const Qwen3Model& m);
 
 // The reproducibility record: model folder, config hash, dtypes, backend, ISA, threads, version,
 // prompt ids and settings.

@@ -54,13 +54,32 @@ static int check(hearth_status s, const char* what) {
   return s == HEARTH_OK;
 }
 
+/* The enum has no name function in the API; a switch keeps the names next to the values. */
+static const char* finish_name(hearth_finish_reason r) {
+  switch (r) {
+    case HEARTH_FINISH_NONE:
+      return "none";
+    case HEARTH_FINISH_STOP_TOKEN:
+      return "stop_token";
+    case HEARTH_FINISH_STOP_STRING:
+      return "stop_string";
+    case HEARTH_FINISH_LENGTH:
+      return "length";
+    case HEARTH_FINISH_CANCELLED:
+      return "cancelled";
+    case HEARTH_FINISH_CALLBACK:
+      return "callback";
+  }
+  return "unknown"; /* a reason added by a newer library */
+}
+
 static void print_metrics(hearth_session* session) {
   hearth_metrics m;
   m.struct_size = sizeof m;
   if (!check(hearth_session_get_metrics(session, &m), "metrics")) return;
   fprintf(stderr,
-          "\n[finish %d] prompt %d tokens (%d computed), %d new, first token %.0f ms, %.1f tok/s\n",
-          (int)m.finish_reason, m.prompt_tokens, m.prefill_tokens, m.new_tokens, m.ttft_ms,
+          "\n[finish %s] prompt %d tokens (%d computed), %d new, first token %.0f ms, %.1f tok/s\n",
+          finish_name(m.finish_reason), m.prompt_tokens, m.prefill_tokens, m.new_tokens, m.ttft_ms,
           m.tokens_per_s);
 }
 

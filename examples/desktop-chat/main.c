@@ -2,7 +2,9 @@
  *
  * The model loads and replies are generated on worker threads; the workers hand progress and text
  * to the GTK main loop with g_idle_add, so the window stays responsive while the reply streams in.
- * Stop cancels a reply (hearth_session_cancel is safe from any thread).
+ * Stop cancels a reply (hearth_session_cancel is safe from any thread). New chat forgets the
+ * conversation. Opening another folder keeps the current model until the new one has loaded, so
+ * a folder that fails to load costs nothing but an error message.
  *
  *   desktop-chat [MODEL_DIR]
  *
@@ -10,6 +12,10 @@
  * soon as the model is loaded, prints the reply to stdout between "REPLY-BEGIN" and "REPLY-END",
  * prints how long the main loop was ever blocked during generation, saves a screenshot of its
  * window to HEARTH_CHAT_TEST_SCREENSHOT (if set), and quits. HEARTH_CHAT_MAX_TOKENS limits replies.
+ * With HEARTH_CHAT_TEST_BAD_MODEL set to a folder that fails to load, it first goes on: opens
+ * that folder, prints whether the model and conversation survived ("bad folder: ..."), sends a
+ * second prompt ("second reply: ..."), presses New chat ("new chat: ..."), and presses Stop during
+ * a third reply ("stop: ...", with where the keyboard focus went).
  */
 #include <gtk/gtk.h>
 #include <hearth.h>
@@ -17,10 +23,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Where the test hook is (see the top of the file). */
+typedef enum {
+  TEST_FIRST_REPLY,
+  TEST_BAD_FOLDER,
+  TEST_SECOND_REPLY,
+  TEST_STOPPED_REPLY,
+} TestStage;
+
 typedef struct {
   GtkApplication* app;
   GtkWidget *window, *open_button, *model_label, *progress, *thinking, *view, *entry, *send, *stop,
-      *status;
+      *new_chat, *status;
   GtkTextBuffer* buffer;
   GtkTextTag *tag_user, *tag_thinking;
 
@@ -29,16 +43,42 @@ typedef struct {
   GThread* worker;  /* the load or generation thread; at most one at a time */
   gint cancel_load; /* atomic: the progress callback returns 0 once set */
   gboolean generating, in_think, closing;
-  char* model_dir;
+  char* model_dir;   /* of the loaded model */
+  char* loading_dir; /* of the model being loaded */
 
   /* Test hook state. */
   const char* test_prompt;
   const char* test_screenshot;
+  const char* test_bad_model;
+  TestStage test_stage;
+  gboolean test_stop_pressed;
+  hearth_model* test_kept_model; /* the model that must survive the bad folder */
+  size_t test_kept_messages;
   GString* reply;
   gint64 last_tick_us, max_gap_us;
   guint tick_source;
   int max_tokens;
 } App;
+
+/* ---- controls ---------------------------------------------------------------------------- */
+
+/* One worker at a time: while a load or a reply runs, only Stop (for a reply) is live. */
+static void update_controls(App* app) {
+  gboolean idle = app->worker == NULL, chat = idle && app->session != NULL;
+  gtk_widget_set_sensitive(app->open_button, idle);
+  gtk_widget_set_sensitive(app->send, chat);
+  gtk_widget_set_sensitive(app->new_chat, chat);
+  gtk_widget_set_sensitive(app->stop, app->generating);
+}
+
+static gboolean entry_has_focus(App* app) {
+  GtkWidget* focus = gtk_window_get_focus(GTK_WINDOW(app->window));
+  /* The entry hands its focus to the text widget inside it. */
+  return focus && (focus == app->entry || gtk_widget_is_ancestor(focus, app->entry));
+}
+
+static void send_prompt(App* app, const char* text);
+static gboolean take_screenshot_and_quit(gpointer data);
 
 /* ---- messages from worker threads, run on the main loop ---------------------------------- */
 
@@ -77,7 +117,23 @@ typedef struct {
   char* error;
 } LoadResult;
 
-static void send_prompt(App* app, const char* text);
+static size_t message_count(App* app) {
+  size_t n = 0;
+  if (app->session) hearth_session_message_count(app->session, &n);
+  return n;
+}
+
+/* Test hook: a folder that failed to load must leave the model and the conversation as they
+ * were, and the next prompt must still be answered. */
+static void test_after_bad_folder(App* app, const char* error) {
+  gboolean kept = app->model && app->model == app->test_kept_model &&
+                  message_count(app) == app->test_kept_messages;
+  printf("bad folder: load failed: %s\n", error);
+  printf("bad folder: model kept: %s, messages: %zu\n", kept ? "yes" : "no", message_count(app));
+  fflush(stdout);
+  app->test_stage = TEST_SECOND_REPLY;
+  send_prompt(app, "Tell me more.");
+}
 
 static gboolean on_load_done(gpointer data) {
   LoadResult* r = data;
@@ -89,22 +145,40 @@ static gboolean on_load_done(gpointer data) {
     r->model = NULL;
     r->status = HEARTH_ERR_CANCELLED;
   }
-  gtk_widget_set_sensitive(app->open_button, TRUE);
   if (app->closing) {
     /* The window is going away: nothing to show. */
   } else if (r->status != HEARTH_OK) {
-    char* msg = g_strdup_printf("Could not load the model: %s", r->error);
-    gtk_progress_bar_set_text(GTK_PROGRESS_BAR(app->progress), "Load failed");
+    char* msg = g_strdup_printf("Could not load %s: %s", app->loading_dir, r->error);
+    /* The model loaded before (if any) is still there, with its conversation: the bar goes back
+     * to saying so, and the status line says what went wrong. */
+    gtk_progress_bar_set_fraction(GTK_PROGRESS_BAR(app->progress), app->model ? 1.0 : 0.0);
+    gtk_progress_bar_set_text(GTK_PROGRESS_BAR(app->progress),
+                              app->model ? "Model loaded" : "Load failed");
     gtk_label_set_text(GTK_LABEL(app->status), msg);
     fprintf(stderr, "%s\n", msg);
     g_free(msg);
-    if (app->test_prompt) g_application_quit(G_APPLICATION(app->app));
+    g_free(app->loading_dir);
+    app->loading_dir = NULL;
+    update_controls(app);
+    if (app->session) gtk_widget_grab_focus(app->entry);
+    if (app->test_prompt && app->test_stage == TEST_BAD_FOLDER)
+      test_after_bad_folder(app, r->error);
+    else if (app->test_prompt)
+      g_application_quit(G_APPLICATION(app->app));
   } else {
     hearth_model_info info;
     hearth_session_params sp = hearth_session_params_default();
     hearth_status s;
     char* label;
+    /* Only now, with the new model in hand, does the old one go, and its conversation with it. */
+    hearth_session_free(app->session);
+    hearth_model_free(app->model);
+    app->session = NULL;
     app->model = r->model;
+    g_free(app->model_dir);
+    app->model_dir = app->loading_dir;
+    app->loading_dir = NULL;
+    gtk_text_buffer_set_text(app->buffer, "", 0);
     info.struct_size = sizeof info;
     hearth_model_get_info(app->model, &info);
     label = g_strdup_printf("%s  ·  %d layers, %.2f B params, %s  ·  %s", app->model_dir,
@@ -113,12 +187,12 @@ static gboolean on_load_done(gpointer data) {
     g_free(label);
     sp.system_prompt = "You are a helpful assistant.";
     s = hearth_session_new(app->model, &sp, &app->session);
+    update_controls(app);
     if (s != HEARTH_OK) {
       gtk_label_set_text(GTK_LABEL(app->status), hearth_last_error());
     } else {
       gtk_progress_bar_set_text(GTK_PROGRESS_BAR(app->progress), "Model loaded");
-      gtk_widget_set_sensitive(app->send, TRUE);
-      gtk_widget_set_sensitive(app->entry, TRUE);
+      gtk_label_set_text(GTK_LABEL(app->status), "");
       gtk_widget_grab_focus(app->entry);
       if (app->test_prompt) send_prompt(app, app->test_prompt);
     }
@@ -135,26 +209,23 @@ static gpointer load_thread(gpointer data) {
   mp.progress = load_progress;
   mp.progress_user_data = app;
   r->app = app;
-  r->status = hearth_model_load(app->model_dir, &mp, &r->model);
+  r->status = hearth_model_load(app->loading_dir, &mp, &r->model);
   if (r->status != HEARTH_OK) r->error = g_strdup(hearth_last_error()); /* per thread: copy now */
   g_idle_add(on_load_done, r);
   return NULL;
 }
 
+/* The current model and conversation stay usable until the new model has loaded (on_load_done
+ * swaps them); chatting waits meanwhile, as there is one worker. */
 static void start_load(App* app, const char* dir) {
   if (app->worker) return; /* a load or a reply is running */
-  hearth_session_free(app->session);
-  hearth_model_free(app->model);
-  app->session = NULL;
-  app->model = NULL;
-  g_free(app->model_dir);
-  app->model_dir = g_strdup(dir);
-  gtk_label_set_text(GTK_LABEL(app->model_label), dir);
-  gtk_widget_set_sensitive(app->send, FALSE);
-  gtk_widget_set_sensitive(app->open_button, FALSE);
+  g_free(app->loading_dir);
+  app->loading_dir = g_strdup(dir);
+  if (!app->model) gtk_label_set_text(GTK_LABEL(app->model_label), dir);
   gtk_progress_bar_set_fraction(GTK_PROGRESS_BAR(app->progress), 0.0);
   g_atomic_int_set(&app->cancel_load, 0);
   app->worker = g_thread_new("hearth-load", load_thread, app);
+  update_controls(app);
 }
 
 /* ---- generation ------------------------------------------------------------------------ */
@@ -185,6 +256,12 @@ static gboolean on_text_idle(gpointer data) {
   if (app->reply) g_string_append(app->reply, m->text);
   g_free(m->text);
   g_free(m);
+  /* Test hook: Stop as a user would press it, the button taking the focus first. */
+  if (app->test_prompt && app->test_stage == TEST_STOPPED_REPLY && !app->test_stop_pressed) {
+    app->test_stop_pressed = TRUE;
+    gtk_widget_grab_focus(app->stop);
+    g_signal_emit_by_name(app->stop, "clicked"); /* gtk_widget_activate clicks 250 ms later */
+  }
   return G_SOURCE_REMOVE;
 }
 
@@ -209,11 +286,75 @@ typedef struct {
   hearth_metrics metrics;
 } ChatJob;
 
-static gboolean take_screenshot_and_quit(gpointer data);
+static const char* finish_name(hearth_finish_reason r) {
+  switch (r) {
+    case HEARTH_FINISH_NONE:
+      return "none";
+    case HEARTH_FINISH_STOP_TOKEN:
+      return "stop_token";
+    case HEARTH_FINISH_STOP_STRING:
+      return "stop_string";
+    case HEARTH_FINISH_LENGTH:
+      return "length";
+    case HEARTH_FINISH_CANCELLED:
+      return "cancelled";
+    case HEARTH_FINISH_CALLBACK:
+      return "callback";
+  }
+  return "unknown";
+}
+
+/* Test hook, after each reply: prints what xvfb_test.sh checks and takes the next step. */
+static void test_after_reply(App* app, const ChatJob* job) {
+  switch (app->test_stage) {
+    case TEST_FIRST_REPLY:
+      printf("REPLY-BEGIN\n%s\nREPLY-END\n", app->reply->str);
+      printf("status: %s\n", hearth_status_name(job->status));
+      printf("new tokens: %d\n", job->metrics.new_tokens);
+      printf("main loop max gap during generation: %.0f ms\n", app->max_gap_us / 1000.0);
+      fflush(stdout);
+      if (app->test_bad_model && job->status == HEARTH_OK) {
+        app->test_stage = TEST_BAD_FOLDER;
+        app->test_kept_model = app->model;
+        app->test_kept_messages = message_count(app);
+        start_load(app, app->test_bad_model); /* what choosing it in the dialog does */
+        return;
+      }
+      break;
+    case TEST_SECOND_REPLY: {
+      GtkTextIter start, end;
+      hearth_message first = {NULL, NULL};
+      size_t n;
+      printf("second reply: status %s, new tokens %d, messages %zu\n",
+             hearth_status_name(job->status), job->metrics.new_tokens, message_count(app));
+      if (gtk_widget_get_sensitive(app->new_chat)) g_signal_emit_by_name(app->new_chat, "clicked");
+      n = message_count(app);
+      if (n > 0) hearth_session_get_message(app->session, 0, &first);
+      gtk_text_buffer_get_bounds(app->buffer, &start, &end);
+      printf("new chat: messages %zu, system prompt only: %s, view chars %d\n", n,
+             n == 1 && first.role && strcmp(first.role, "system") == 0 ? "yes" : "no",
+             gtk_text_iter_get_offset(&end) - gtk_text_iter_get_offset(&start));
+      fflush(stdout);
+      app->test_stage = TEST_STOPPED_REPLY;
+      send_prompt(app, "Write a long story.");
+      return;
+    }
+    case TEST_STOPPED_REPLY:
+      printf("stop: finish %s, focus on entry: %s\n", finish_name(job->metrics.finish_reason),
+             entry_has_focus(app) ? "yes" : "no");
+      fflush(stdout);
+      break;
+    case TEST_BAD_FOLDER:
+      break;
+  }
+  /* Give GTK a moment to lay out and draw the last text before the screenshot. */
+  g_timeout_add(400, take_screenshot_and_quit, app);
+}
 
 static gboolean on_chat_done(gpointer data) {
   ChatJob* job = data;
   App* app = job->app;
+  GtkWidget* focus;
   char* status;
   if (app->worker) g_thread_join(app->worker); /* on_close may have joined it already */
   app->worker = NULL;
@@ -222,9 +363,11 @@ static gboolean on_chat_done(gpointer data) {
   if (app->tick_source) g_source_remove(app->tick_source);
   app->tick_source = 0;
   append(app, "\n\n", NULL);
-  gtk_widget_set_sensitive(app->stop, FALSE);
-  gtk_widget_set_sensitive(app->send, TRUE);
-  gtk_widget_set_sensitive(app->open_button, TRUE);
+  focus = gtk_window_get_focus(GTK_WINDOW(app->window));
+  update_controls(app);
+  /* Typing goes on where it was, unless the focus sat on a button the reply used (or nowhere);
+   * the user may have moved it to the conversation to copy text. */
+  if (!focus || focus == app->stop || focus == app->send) gtk_widget_grab_focus(app->entry);
   if (job->status != HEARTH_OK) {
     status = g_strdup_printf("Error: %s", job->error);
   } else {
@@ -235,15 +378,7 @@ static gboolean on_chat_done(gpointer data) {
   }
   gtk_label_set_text(GTK_LABEL(app->status), status);
   g_free(status);
-  if (app->test_prompt && !app->closing) {
-    printf("REPLY-BEGIN\n%s\nREPLY-END\n", app->reply->str);
-    printf("status: %s\n", hearth_status_name(job->status));
-    printf("new tokens: %d\n", job->metrics.new_tokens);
-    printf("main loop max gap during generation: %.0f ms\n", app->max_gap_us / 1000.0);
-    fflush(stdout);
-    /* Give GTK a moment to lay out and draw the last text before the screenshot. */
-    g_timeout_add(400, take_screenshot_and_quit, app);
-  }
+  if (app->test_prompt && !app->closing) test_after_reply(app, job);
   g_free(job->prompt);
   g_free(job->error);
   g_free(job);
@@ -289,14 +424,12 @@ static void send_prompt(App* app, const char* text) {
   job->prompt = g_strdup(text);
   job->thinking = gtk_check_button_get_active(GTK_CHECK_BUTTON(app->thinking)) ? 1 : 0;
   app->generating = TRUE;
-  gtk_widget_set_sensitive(app->send, FALSE);
-  gtk_widget_set_sensitive(app->open_button, FALSE);
-  gtk_widget_set_sensitive(app->stop, TRUE);
   gtk_label_set_text(GTK_LABEL(app->status), "Generating…");
   app->last_tick_us = 0;
   app->max_gap_us = 0;
   app->tick_source = g_timeout_add(20, on_tick, app);
   app->worker = g_thread_new("hearth-chat", chat_thread, job);
+  update_controls(app);
 }
 
 /* ---- screenshot (test hook) ------------------------------------------------------------ */
@@ -348,6 +481,26 @@ static void on_stop(GtkWidget* widget, gpointer data) {
   App* app = data;
   (void)widget;
   if (app->session && app->generating) hearth_session_cancel(app->session);
+  /* Stop is pressed to say something else: the keyboard goes back to the entry rather than
+   * staying on a button that is about to turn insensitive. */
+  gtk_widget_grab_focus(app->entry);
+}
+
+/* Forgets the conversation (the system prompt stays) and its cached tokens. */
+static void on_new_chat(GtkWidget* widget, gpointer data) {
+  App* app = data;
+  hearth_status s;
+  (void)widget;
+  if (!app->session || app->worker) return;
+  s = hearth_session_reset(app->session);
+  if (s != HEARTH_OK) {
+    gtk_label_set_text(GTK_LABEL(app->status), hearth_last_error());
+    return;
+  }
+  gtk_text_buffer_set_text(app->buffer, "", 0);
+  app->in_think = FALSE;
+  gtk_label_set_text(GTK_LABEL(app->status), "New chat");
+  gtk_widget_grab_focus(app->entry);
 }
 
 #if GTK_CHECK_VERSION(4, 10, 0)
@@ -435,9 +588,12 @@ static void on_activate(GtkApplication* gapp, gpointer data) {
   gtk_widget_set_hexpand(app->model_label, TRUE);
   gtk_label_set_xalign(GTK_LABEL(app->model_label), 0.0f);
   app->thinking = gtk_check_button_new_with_label("Thinking");
+  app->new_chat = gtk_button_new_with_label("New chat");
+  g_signal_connect(app->new_chat, "clicked", G_CALLBACK(on_new_chat), app);
   gtk_box_append(GTK_BOX(top), app->open_button);
   gtk_box_append(GTK_BOX(top), app->model_label);
   gtk_box_append(GTK_BOX(top), app->thinking);
+  gtk_box_append(GTK_BOX(top), app->new_chat);
   gtk_box_append(GTK_BOX(box), top);
 
   app->progress = gtk_progress_bar_new();
@@ -470,8 +626,6 @@ static void on_activate(GtkApplication* gapp, gpointer data) {
   g_signal_connect(app->send, "clicked", G_CALLBACK(on_send), app);
   app->stop = gtk_button_new_with_label("Stop");
   g_signal_connect(app->stop, "clicked", G_CALLBACK(on_stop), app);
-  gtk_widget_set_sensitive(app->send, FALSE);
-  gtk_widget_set_sensitive(app->stop, FALSE);
   gtk_box_append(GTK_BOX(bottom), app->entry);
   gtk_box_append(GTK_BOX(bottom), app->send);
   gtk_box_append(GTK_BOX(bottom), app->stop);
@@ -480,10 +634,11 @@ static void on_activate(GtkApplication* gapp, gpointer data) {
   app->status = gtk_label_new("");
   gtk_label_set_xalign(GTK_LABEL(app->status), 0.0f);
   gtk_box_append(GTK_BOX(box), app->status);
+  update_controls(app);
 
   gtk_window_present(GTK_WINDOW(app->window));
-  if (app->model_dir) {
-    char* dir = g_strdup(app->model_dir);
+  if (app->loading_dir) {
+    char* dir = g_strdup(app->loading_dir);
     start_load(app, dir);
     g_free(dir);
   }
@@ -496,9 +651,10 @@ int main(int argc, char** argv) {
   memset(&app, 0, sizeof app);
   app.test_prompt = getenv("HEARTH_CHAT_TEST_PROMPT");
   app.test_screenshot = getenv("HEARTH_CHAT_TEST_SCREENSHOT");
+  app.test_bad_model = getenv("HEARTH_CHAT_TEST_BAD_MODEL");
   app.max_tokens = max_tokens ? atoi(max_tokens) : 1024;
   if (app.test_prompt) app.reply = g_string_new("");
-  if (argc > 1) app.model_dir = g_strdup(argv[1]);
+  if (argc > 1) app.loading_dir = g_strdup(argv[1]); /* loaded once the window is up */
 
   /* Non-unique: every start is its own window and needs no session bus (tests run without one). */
   app.app = gtk_application_new("org.hearth.DesktopChat", G_APPLICATION_NON_UNIQUE);
@@ -510,6 +666,7 @@ int main(int argc, char** argv) {
   hearth_session_free(app.session);
   hearth_model_free(app.model);
   g_free(app.model_dir);
+  g_free(app.loading_dir);
   if (app.reply) g_string_free(app.reply, TRUE);
   return status;
 }
