@@ -52,9 +52,10 @@ class Progress {
   float last_ = 0.f;
 };
 
+// Something is there (a symlink loop or a FIFO too: loading then says what is wrong with it).
 bool file_exists(const fs::path& p) {
   std::error_code ec;
-  return fs::exists(p, ec);
+  return fs::exists(fs::symlink_status(p, ec));
 }
 
 // Reads one byte per page of every weight file, so page faults happen during the load (with a

@@ -14,9 +14,23 @@ namespace hearth {
 
 namespace {
 
+// Whether p is a regular file (through symlinks); false when nothing is there. Something that is
+// there but is no file to map (a FIFO, a folder, a symlink loop or one to nowhere) is an error
+// saying what it is, not "missing".
 bool is_file(const fs::path& p) {
   std::error_code ec;
-  return fs::is_regular_file(p, ec);
+  const fs::file_status link = fs::symlink_status(p, ec);
+  if (ec || !fs::exists(link)) return false;
+  const fs::file_status st = fs::status(p, ec);
+  if (ec) fail(p.string(), ": cannot be read: ", ec.message());
+  if (fs::is_regular_file(st)) return true;
+  const char* what = fs::is_directory(st)                                 ? "a folder"
+                     : fs::is_fifo(st)                                    ? "a FIFO"
+                     : fs::is_socket(st)                                  ? "a socket"
+                     : fs::is_block_file(st) || fs::is_character_file(st) ? "a device"
+                     : !fs::exists(st)                                    ? "a symlink to nothing"
+                                                                          : "not a file";
+  fail(p.string(), ": not a regular file (", what, ")");
 }
 
 // Shard names come from a file we did not write; keep them inside the checkpoint folder.

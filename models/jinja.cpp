@@ -29,7 +29,7 @@ void check_overflow(bool overflow) {
 Value repeat(const Value& seq, int64_t n) {
   // Python would try (and fail) to allocate; refuse early instead.
   size_t unit = seq.kind == K::String ? seq.str().size() : seq.items().size();
-  if (n > 0 && unit > 0 && uint64_t(n) > (uint64_t(1) << 28) / unit)
+  if (n > 0 && unit > 0 && uint64_t(n) > uint64_t(Limits{}.max_value) / unit)
     rt_fail("MemoryError: repeated sequence too large");
   if (seq.kind == K::String) {
     std::string out;
@@ -160,9 +160,38 @@ Value Interp::lookup(const std::string& name) const {
   return make_undefined("'" + name + "' is undefined");
 }
 
+namespace {
+
+size_t value_size(const Value& v) {
+  switch (v.kind) {
+    case K::String:
+      return v.str().size();
+    case K::List:
+    case K::Tuple:
+      return v.items().size();
+    case K::Dict:
+      return v.dict().entries.size();
+    default:
+      return 0;
+  }
+}
+
+}  // namespace
+
+void Interp::step() {
+  if (++steps > limits.max_steps)
+    rt_fail("the template ran past its budget of ", std::to_string(limits.max_steps),
+            " steps (loops within loops?)");
+}
+
 Value Interp::eval(const Expr& e) {
   try {
-    return eval_inner(e);
+    step();
+    Value v = eval_inner(e);
+    if (value_size(v) > limits.max_value)
+      rt_fail("a value of the template grew past ", std::to_string(limits.max_value),
+              " bytes or items");
+    return v;
   } catch (const RuntimeFail& f) {
     fail("template line ", e.line, " column ", e.col, ": ", f.what());
   }
@@ -481,6 +510,9 @@ Flow Interp::exec_for(const Stmt& s) {
 
 Flow Interp::exec_stmt(const Stmt& s) {
   try {
+    step();
+    if (out->size() > limits.max_output)
+      rt_fail("the template's output grew past ", std::to_string(limits.max_output), " bytes");
     switch (s.kind) {
       case StmtKind::Text:
         *out += s.text;
@@ -559,7 +591,7 @@ Template Template::parse(const std::string& source) {
   return t;
 }
 
-std::string Template::render(const Json& context) const {
+std::string Template::render(const Json& context, const Limits& limits) const {
   using namespace detail;
   auto root = std::make_shared<Frame>();
   if (context.is_object()) {
@@ -569,9 +601,12 @@ std::string Template::render(const Json& context) const {
   }
   std::string out;
   Interp in;
+  in.limits = limits;
   in.out = &out;
   in.frame = root;
   in.exec(program_->body);
+  if (out.size() > limits.max_output)
+    fail("the template's output grew past ", limits.max_output, " bytes");
   return out;
 }
 

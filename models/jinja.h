@@ -4,6 +4,8 @@
 // and the globals raise_exception and strftime_now. Values behave as their Python counterparts
 // (str/int/float/list/dict), because templates print and compare them the Python way.
 #pragma once
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -16,6 +18,15 @@ namespace detail {
 struct Program;
 }
 
+// What one render may spend. Chat templates come from the internet: each loop may be small and the
+// whole still unbounded (nested loops), or a string may double each iteration, so the total is
+// bounded too. A template over the limits fails with an error naming its line.
+struct Limits {
+  uint64_t max_steps = 5'000'000;        // statements and expressions evaluated (~2 s)
+  size_t max_output = size_t(32) << 20;  // bytes of rendered text
+  size_t max_value = size_t(16) << 20;   // bytes of one string, items of one list or dict
+};
+
 class Template {
  public:
   // An empty template; renders "".
@@ -24,7 +35,7 @@ class Template {
   static Template parse(const std::string& source);
   // `context` is an object whose members become template variables. Runtime errors throw
   // hearth::Error "template line L column C: ..."; raise_exception(msg) throws one containing msg.
-  std::string render(const Json& context) const;
+  std::string render(const Json& context, const Limits& limits = {}) const;
 
  private:
   std::shared_ptr<const detail::Program> program_;

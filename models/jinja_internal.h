@@ -326,10 +326,13 @@ enum class Flow { Normal, Break, Continue };
 
 struct Interp {
   std::string* out = nullptr;
+  Limits limits;
+  uint64_t steps = 0;
   std::shared_ptr<Frame> frame;
   Value captured;  // the text a set-block or filter-block hands to its filter chain
   int depth = 0;
 
+  void step();  // one more statement or expression: fails past limits.max_steps
   Value eval(const Expr& e);
   Flow exec(const Body& body);
   Flow exec_stmt(const Stmt& s);

@@ -116,7 +116,9 @@ void load_model(Model& m, element model, const Json& j, const ByteMap& bm) {
   for (auto kv : vocab) {
     int64_t id;  // messages are built only on failure: this loop runs 150k times
     if (kv.value.get(id)) fail(j.file, ": model.vocab[\"", kv.key, "\"] must be an integer");
-    if (id < 0 || id > INT32_MAX) fail(j.file, ": model.vocab id ", id, " out of range");
+    if (id < 0 || id >= m.id_bound)
+      fail(j.file, ": model.vocab[\"", kv.key, "\"] is ", id, ", outside [0, ", m.id_bound, ") (",
+           m.id_bound_source, ")");
     m.tokens.set(int32_t(id), kv.key);
   }
 
@@ -251,7 +253,9 @@ void load_added_tokens(Model& m, element root, const Json& j) {
     std::string where = "added_tokens[" + std::to_string(k++) + "]";
     tok::AddedToken t;
     int64_t id = j.integer(j.get(e, "id", where), where + ".id");
-    if (id < 0 || id > INT32_MAX) fail(j.file, ": ", where, ".id out of range");
+    if (id < 0 || id >= m.id_bound)
+      fail(j.file, ": ", where, ".id is ", id, ", outside [0, ", m.id_bound, ") (",
+           m.id_bound_source, ")");
     t.id = int32_t(id);
     t.content = j.str(j.get(e, "content", where), where + ".content");
     t.single_word = j.flag(e, "single_word", where, false);
@@ -319,10 +323,15 @@ void load_config(Model& m, const std::string& text, const std::string& file) {
 }
 
 std::shared_ptr<Model> build(const std::string& tokenizer_json, const std::string& config_json,
-                             const std::string& tj_name, const std::string& cfg_name) {
+                             const std::string& tj_name, const std::string& cfg_name,
+                             int64_t vocab_size, const std::string& vocab_source) {
   static_assert(sizeof(int32_t) == 4, "ids are 32-bit");
   const ByteMap bm;
   auto m = std::make_shared<Model>();
+  if (vocab_size > 0) {
+    m->id_bound = vocab_size;
+    m->id_bound_source = vocab_source;
+  }
   Json j{tj_name};
   simdjson::dom::parser parser;
   element root;
@@ -426,13 +435,23 @@ Tokenizer Tokenizer::load(const std::string& dir) {
   std::string tj = dir + "/tokenizer.json", tc = dir + "/tokenizer_config.json";
   std::string cfg;
   if (std::ifstream(tc).good()) cfg = read_file(tc);
-  return Tokenizer(build(read_file(tj), cfg, tj, tc));
+  // The model's vocab_size bounds the ids, when the folder has a config.json that says it.
+  const std::string config = dir + "/config.json";
+  int64_t vocab = 0;
+  if (std::ifstream(config).good()) {
+    simdjson::dom::parser parser;
+    simdjson::padded_string text(read_file(config));
+    simdjson::dom::element root;
+    if (!parser.parse(text).get(root) && root.is_object() && root["vocab_size"].get(vocab))
+      vocab = 0;  // absent or not an integer: config.json's own checks say so
+  }
+  return Tokenizer(build(read_file(tj), cfg, tj, tc, vocab, config + ": vocab_size"));
 }
 
 Tokenizer Tokenizer::from_json(const std::string& tokenizer_json,
-                               const std::string& tokenizer_config_json) {
-  return Tokenizer(
-      build(tokenizer_json, tokenizer_config_json, "tokenizer.json", "tokenizer_config.json"));
+                               const std::string& tokenizer_config_json, int64_t vocab_size) {
+  return Tokenizer(build(tokenizer_json, tokenizer_config_json, "tokenizer.json",
+                         "tokenizer_config.json", vocab_size, "vocab_size"));
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {

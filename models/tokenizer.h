@@ -17,11 +17,13 @@ struct Model;  // defined in models/tokenizer_impl.h
 class Tokenizer {
  public:
   // Reads DIR/tokenizer.json and, when present, DIR/tokenizer_config.json (chat template, eos/bos).
-  // Throws hearth::Error naming the file and field on anything malformed or not implemented.
+  // Ids must be below DIR/config.json's vocab_size (when it has one). Throws hearth::Error naming
+  // the file and field on anything malformed or not implemented.
   static Tokenizer load(const std::string& dir);
-  // Same from in-memory JSON; an empty config string means "no tokenizer_config.json".
+  // Same from in-memory JSON; an empty config string means "no tokenizer_config.json";
+  // vocab_size 0: ids up to 2^24.
   static Tokenizer from_json(const std::string& tokenizer_json,
-                             const std::string& tokenizer_config_json);
+                             const std::string& tokenizer_config_json, int64_t vocab_size = 0);
 
   // Token ids for `text`; added-token strings anywhere in the text become their ids, no special
   // tokens are added. Invalid UTF-8 in `text` is first replaced by U+FFFD (as from_utf8_lossy).

@@ -172,6 +172,10 @@ struct BpeScratch {
 // ---- The loaded tokenizer ----
 
 struct Model {
+  // Every id must be below this: the model's vocab_size when known, else a limit far above any
+  // real vocabulary. Tables are sized by the largest id, so an id of 2^31 - 1 must not get there.
+  int64_t id_bound = int64_t(1) << 24;
+  std::string id_bound_source = "the largest vocabulary hearth accepts";
   // Vocabulary and added tokens: spelling (byte-level mapped, as in tokenizer.json) <-> id.
   TokenTable tokens;
   // What decode emits for id i: bytes[bytes_off[i], bytes_off[i + 1]).

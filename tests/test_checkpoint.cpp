@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -897,5 +898,20 @@ TEST_SUITE("checkpoint") {
       write_tiny(d, t, ts);
       CHECK_ERROR(load_and_bind(d.str()), "gate_proj", "dtype U8");
     }
+  }
+
+  TEST_CASE("a weights file that is a FIFO, a folder or a symlink loop says so") {
+    TempDir d;
+    fs::copy_file(kModels + "/tiny-tied-bf16/config.json", d / "config.json");
+    REQUIRE(::mkfifo((d / "model.safetensors").c_str(), 0600) == 0);
+    CHECK_ERROR(Checkpoint::open(d.str(), MapMode::Shared), "model.safetensors",
+                "not a regular file (a FIFO)");
+    fs::remove(d / "model.safetensors");
+    fs::create_directory(d / "model.safetensors");
+    CHECK_ERROR(Checkpoint::open(d.str(), MapMode::Shared), "not a regular file (a folder)");
+    fs::remove(d / "model.safetensors");
+    fs::create_symlink("model.safetensors", d / "model.safetensors");
+    CHECK_ERROR(Checkpoint::open(d.str(), MapMode::Shared), "model.safetensors",
+                "Too many levels of symbolic links");
   }
 }

@@ -96,5 +96,12 @@ TEST_SUITE("cli") {
     expect_error("generate --model " + m + " --ids 1 --isa sse9", "sse9");
     expect_error("generate --model " + m + " --ids 1 --kv int4", "expected f32, f16, bf16 or int8");
     expect_error("frobnicate", "frobnicate");
+    // JSON ids are range-checked as 64-bit values: 2^32 + 1 is not read as 1.
+    const std::string big = (fs::temp_directory_path() / "hearth_big_id.jsonl").string();
+    std::ofstream(big) << "{\"ids\": [9707, 4294967297]}\n";
+    expect_error("detokenize --model " + m + " --jsonl " + big, "4294967297, not a token id");
+    fs::remove(big);
+    expect_error("tokenize --model " + m + " --jsonl /tmp", "a folder, not a JSON-lines file");
+    expect_error("tokenize --model " + m + " --jsonl /dev/zero", "longer than 64 MiB");
   }
 }

@@ -477,4 +477,43 @@ TEST_SUITE("jinja") {
     CHECK_THROWS_AS(j.at("zzz"), Error);
     CHECK_THROWS_AS(j.at("b").as_string(), Error);
   }
+
+  TEST_CASE("a render's total work and sizes are bounded, with errors naming the line") {
+    // Each range is under the sandbox's MAX_RANGE, the whole is 10^10 steps.
+    const std::string nested =
+        "{% for i in range(100000) %}\n{% for j in range(100000) %}{{ '' }}{% endfor %}"
+        "{% endfor %}";
+    jinja::Limits few;
+    few.max_steps = 100000;
+    std::string e;
+    try {
+      jinja::Template::parse(nested).render(Json::parse("{}"), few);
+    } catch (const Error& err) {
+      e = err.what();
+    }
+    CHECK(e.find("budget of 100000 steps") != std::string::npos);
+    CHECK(e.find("template line 2") != std::string::npos);
+    // The default budget stops it too (in a second or two).
+    CHECK(render_error(nested).find("budget of 5000000 steps") != std::string::npos);
+    // A string that doubles every iteration.
+    e = render_error(
+        "{% set ns = namespace(s='ab') %}{% for i in range(64) %}\n\n"
+        "{% set ns.s = ns.s ~ ns.s %}{% endfor %}");
+    CHECK(e.find("grew past 16777216 bytes or items") != std::string::npos);
+    CHECK(e.find("template line 3") != std::string::npos);
+    // So does a list.
+    e = render_error(
+        "{% set ns = namespace(l=[1]) %}{% for i in range(64) %}"
+        "{% set ns.l = ns.l + ns.l %}{% endfor %}");
+    CHECK(e.find("grew past") != std::string::npos);
+    // Output that grows a piece at a time.
+    jinja::Limits small;
+    small.max_output = 1000;
+    const jinja::Template t = jinja::Template::parse("{% for i in range(10000) %}xy{% endfor %}");
+    CHECK_THROWS_WITH_AS(t.render(Json::parse("{}"), small),
+                         doctest::Contains("output grew past 1000 bytes"), Error);
+    CHECK(t.render(Json::parse("{}")).size() == 20000);
+    // Python's str * n is refused before it allocates.
+    CHECK(render_error("{{ 'x' * 100000000 }}").find("MemoryError") != std::string::npos);
+  }
 }

@@ -402,4 +402,27 @@ TEST_SUITE("tokenizer") {
     CHECK_THROWS_WITH_AS(Tokenizer::load("/nonexistent-dir"),
                          doctest::Contains("/nonexistent-dir/tokenizer.json"), hearth::Error);
   }
+
+  TEST_CASE("token ids are checked against the model's vocab_size, not used to size tables") {
+    const std::string no_merges = R"(,"merges":[])";
+    std::string j = tiny_json(no_merges);
+    const std::string big = std::to_string(INT32_MAX);
+    j.replace(j.find("\"id\":259"), 8, "\"id\":" + big);
+    std::string e;
+    try {
+      Tokenizer::from_json(j, "", 300);
+    } catch (const hearth::Error& err) {
+      e = err.what();
+    }
+    CAPTURE(e);
+    CHECK(e.find("added_tokens[0].id is 2147483647, outside [0, 300) (vocab_size)") !=
+          std::string::npos);
+    // Without a vocab_size the limit is 2^24, named as such.
+    CHECK(error_of(j).find("outside [0, 16777216) (the largest vocabulary hearth accepts)") !=
+          std::string::npos);
+    std::string v = tiny_json(no_merges);
+    v.replace(v.find("\"ab\":256"), 8, "\"ab\":4000000000");
+    CHECK(error_of(v).find("model.vocab[\"ab\"] is 4000000000, outside") != std::string::npos);
+    CHECK_NOTHROW(Tokenizer::from_json(tiny_json(no_merges), "", 263));
+  }
 }

@@ -58,8 +58,11 @@ int cmd_detokenize(int argc, char** argv) {
     const Json& ids = member(v, "ids");
     if (!ids.is_array()) fail("\"ids\" must be an array");
     std::vector<int32_t> list;
+    // Range-checked as the 64-bit values JSON gives, so 2^32 + 1 is refused rather than read as 1.
     for (const Json& id : ids.as_array()) {
       if (!id.is_int()) fail("\"ids\" must hold integers");
+      if (id.as_int() < 0 || id.as_int() > INT32_MAX)
+        fail("\"ids\"[", list.size(), "] is ", id.as_int(), ", not a token id");
       list.push_back(int32_t(id.as_int()));
     }
     bool skip = false;

@@ -46,7 +46,7 @@ LineReader::Input LineReader::read() {
 #ifdef HEARTH_HAVE_LIBEDIT
   if (editing_) {
     // \1 brackets the colour codes so libedit does not count them as prompt width.
-    const char* prompt = colour_ ? "\n\1\033[1;32m\1> \1\033[0m\1" : "\n> ";
+    const char* prompt = colour_ ? "\n\1\033[1;32m\1>\1\033[0m\1 " : "\n> ";
     char* line = readline(prompt);
     if (!line) {
       if (interrupted) return {Status::Interrupted, ""};

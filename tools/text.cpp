@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <memory>
 
 #include "core/error.h"
 
@@ -33,18 +34,20 @@ std::string strip_newlines(const std::string& s) {
 }  // namespace
 
 void for_each_jsonl(const std::string& path, const std::function<void(size_t, const Json&)>& fn) {
-  std::ifstream file;
-  std::istream* in = &std::cin;
+  FILE* f = stdin;
   if (path != "-") {
-    file.open(path, std::ios::binary);
-    if (!file) fail(path, ": cannot open");
-    in = &file;
+    struct stat st {};
+    if (stat(path.c_str(), &st) != 0) fail(path, ": ", std::strerror(errno));
+    if (S_ISDIR(st.st_mode)) fail(path, ": a folder, not a JSON-lines file");
+    f = std::fopen(path.c_str(), "rb");
+    if (!f) fail(path, ": ", std::strerror(errno));
   }
+  std::unique_ptr<FILE, int (*)(FILE*)> owned(f == stdin ? nullptr : f, &std::fclose);
   std::string line;
   size_t n = 0;
-  while (std::getline(*in, line)) {
+  auto one = [&] {
     ++n;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) return;
     Json v;
     try {
       v = Json::parse(line);
@@ -56,7 +59,27 @@ void for_each_jsonl(const std::string& path, const std::function<void(size_t, co
     } catch (const Error& e) {
       fail(path, ": line ", n, ": ", e.what());
     }
+  };
+  // Read in blocks so an endless line (/dev/zero) ends in an error, not in all of memory.
+  char buf[1 << 16];
+  size_t got;
+  while ((got = std::fread(buf, 1, sizeof buf, f)) > 0) {
+    for (size_t i = 0; i < got;) {
+      const char* nl = static_cast<const char*>(std::memchr(buf + i, '\n', got - i));
+      const size_t end = nl ? size_t(nl - buf) : got;
+      line.append(buf + i, end - i);
+      if (line.size() > kMaxTextBytes)
+        fail(path, ": line ", n + 1, " is longer than ", kMaxTextBytes >> 20, " MiB");
+      i = end;
+      if (nl) {
+        one();
+        line.clear();
+        ++i;
+      }
+    }
   }
+  if (std::ferror(f)) fail(path, ": read error: ", std::strerror(errno));
+  if (!line.empty()) one();
 }
 
 std::string read_text(const std::string& path, const std::string& what) {

@@ -181,8 +181,10 @@ static gboolean on_load_done(gpointer data) {
     gtk_text_buffer_set_text(app->buffer, "", 0);
     info.struct_size = sizeof info;
     hearth_model_get_info(app->model, &info);
-    label = g_strdup_printf("%s  ·  %d layers, %.2f B params, %s  ·  %s", app->model_dir,
-                            info.n_layers, (double)info.n_params / 1e9, info.dtype, info.backend);
+    label = g_strdup_printf("%s  ·  %d layers, %.2f B params, %s%s  ·  %s", app->model_dir,
+                            info.n_layers, (double)info.n_params / 1e9, info.dtype,
+                            info.random_weights ? " (random weights: its text is noise)" : "",
+                            info.backend);
     gtk_label_set_text(GTK_LABEL(app->model_label), label);
     g_free(label);
     sp.system_prompt = "You are a helpful assistant.";
