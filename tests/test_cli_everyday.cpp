@@ -102,6 +102,7 @@ TEST_SUITE("cli") {
     expect_error("run --model " + gguf + " hi", "GGUF");
     expect_error("run --model " + kTiny + "/config.json hi", "not a checkpoint folder");
     expect_error("run --model " + kTiny + " --prompt-file /tmp", "a folder, not a text file");
+    expect_error("run --model " + kTiny + " --prompt-file /dev/zero", "more than 64 MiB");
     expect_error("run --model " + kTiny, "the prompt is empty");  // stdin is /dev/null
     expect_error("run --model " + kTiny + " --prompt a --prompt-file /etc/hostname",
                  "give the prompt one way");

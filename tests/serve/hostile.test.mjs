@@ -295,3 +295,32 @@ test('a flood beyond --parallel + --max-queue: 503 with Retry-After, the rest se
     if (exit.code !== 0) assert.fail(`SIGTERM exit ${JSON.stringify(exit)}`);
   }
 });
+
+test('JSON nested deeper than 1024 levels: 400 naming the depth', async () => {
+  const deep = '['.repeat(5000) + ']'.repeat(5000);
+  const r = await postBytes(`{"model":"${modelName}","messages":[{"role":"user","content":"hi"}],"x":${deep}}`);
+  assert400(r, /deep|depth/i, 'deep JSON');
+});
+
+test('a header over 8 KiB: a 4xx (or the connection closed), and the server goes on', async () => {
+  const status = await new Promise((resolve) => {
+    const sock = net.connect(new URL(server.url).port, '127.0.0.1');
+    let data = '';
+    sock.on('data', (d) => (data += d));
+    sock.on('error', () => resolve('closed'));
+    sock.on('close', () => resolve(data.split(' ')[1] || 'closed'));
+    sock.write(`GET /health HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(100000)}\r\n\r\n`);
+  });
+  assert.ok(status === 'closed' || /^4\d\d$/.test(status), `got ${status}`);
+});
+
+test('a prompt over the context, and max_tokens over it: 400 naming the limit', async () => {
+  const long = 'word '.repeat(50000);
+  const r = await requestJSON(server.url, '/v1/chat/completions', validBody({
+    messages: [{ role: 'user', content: long }],
+  }), { signal: AbortSignal.timeout(60000) });
+  assert400(r, /prompt|context|tokens/i, 'long prompt');
+  const r2 = await requestJSON(server.url, '/v1/chat/completions', validBody({ max_tokens: 10000000 }));
+  assert.ok(r2.status === 400 || r2.status === 200, `${r2.status} ${r2.text}`);
+  if (r2.status === 400) assert400(r2, /max_tokens/, 'huge max_tokens');
+});
