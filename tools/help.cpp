@@ -2,7 +2,6 @@
 
 #include <string>
 
-#include "backends/cpu/cpu_features.h"
 #include "core/backend.h"
 
 namespace hearth::cli {
@@ -113,6 +112,7 @@ const char* kServePage =
     "  --max-body-mb N         request body limit (default 8)\n"
     "  --max-prompt-tokens N   prompt limit (default: the context)\n"
     "  --max-tokens N          cap on a request's max_tokens (default: the context)\n"
+    "  --ctx N                 context of a request in tokens (default: the model's maximum)\n"
     "  --model-name NAME       the model's id in the API (default: the folder's name)\n"
     "  --timeout S             read/write timeout of a connection, seconds (default 30)\n"
     "  --shutdown-grace S      seconds running requests get at shutdown (default 10)\n"
@@ -334,10 +334,18 @@ std::string version_text() {
 #endif
   std::string backends;
   for (const auto& b : backend_names()) backends += (backends.empty() ? "" : " ") + b;
-  const cpu::Isa best = cpu::choose_isa(cpu::detect_cpu_features(), "");
+  // What the default backend makes of this machine (a one-thread instance: cheap to create).
+  BackendOptions one;
+  one.threads = 1;
+  std::string here;
+  try {
+    here = create_backend("", one)->describe();
+  } catch (const std::exception& e) {
+    here = std::string("none usable: ") + e.what();
+  }
   return std::string("hearth ") + HEARTH_VERSION + "\n" + "build: " + HEARTH_BUILD_TYPE +
-         "\nISAs compiled: " + compiled + " (this CPU: " + cpu::isa_name(best) + ")" +
-         "\nbackends: " + backends + "\n";
+         "\nISAs compiled: " + compiled + "\nbackends: " + backends + "\nthis machine: " + here +
+         "\n";
 }
 
 }  // namespace hearth::cli
