@@ -99,15 +99,9 @@ ref = {("0.6b-bf16", 1): (134, 16.0), ("0.6b-bf16", 2): (258, 23.7),
 def med(xs):
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
-# Prefill against the peak of the arithmetic it ran on: int8 dots (quantized weights on the int8
-# GEMM), bf16 dots (BF16 weights on the bf16 GEMM), else f32 FMAs.
+# Prefill against the peak of the arithmetic it ran on (hearth bench picks the fastest of them).
 def peak_fraction(r):
-    d = r["backend_detail"]
-    if "Q" in r["weight_dtypes"] and "int8 GEMM" in d and r.get("peak_int8_gops"):
-        return r["prefill_int8_peak_fraction"], "int8"
-    if r["weight_dtypes"] == "BF16" and "dnnl-bf16" in d and r.get("peak_bf16_gflops"):
-        return r["prefill_bf16_peak_fraction"], "bf16"
-    return r["prefill_peak_fraction"], "f32"
+    return r["prefill_peak_fraction"], r["prefill_peak_arithmetic"] or "no probe"
 print("\n| scheme | threads | prefill t/s | % peak (of) | decode t/s | % read bw | bw GB/s "
       "| llama.cpp pp/tg | ratio pp/tg |")
 print("|---|---|---|---|---|---|---|---|---|")

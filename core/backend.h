@@ -3,6 +3,7 @@
 // The backends a build has are listed in core/backend_list.cpp; the runner picks one by name or by
 // priority.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -57,13 +58,51 @@ struct KVStorage {
   }
 };
 
+// The kinds of arithmetic a backend multiplies with, each with its own peak (MachinePeaks): a
+// step's speed is only comparable with the peak of the arithmetic it ran on.
+enum class Arithmetic : uint8_t {
+  F32Fma,    // f32 fused multiply-adds
+  Int8Dot,   // int8 dot products with int32 sums (x86 vpdpbusd and kin, Arm sdot)
+  Bf16Dot,   // bf16 pair dot products with f32 sums (vdpbf16ps)
+  Bf16Tile,  // bf16 tile products with f32 sums (Intel AMX tdpbf16ps)
+};
+inline const char* arithmetic_name(Arithmetic a) {
+  switch (a) {
+    case Arithmetic::F32Fma:
+      return "f32 FMA";
+    case Arithmetic::Int8Dot:
+      return "int8 dot";
+    case Arithmetic::Bf16Dot:
+      return "bf16 dot";
+    case Arithmetic::Bf16Tile:
+      return "bf16 tile (AMX)";
+  }
+  return "?";
+}
+
 // Ceilings of the machine as a backend uses it (its threads and kernels), to quote measured speed
-// against (`hearth bench`); 0 where not measured or where the backend has no such kernel.
+// against (`hearth bench`); 0 where not measured or where the backend has no such kernel. Each
+// counts 2 operations per multiply-add, as a matmul's FLOP count does.
 struct MachinePeaks {
-  double read_gbs = 0;     // memory read bandwidth, GB/s
-  double fma_gflops = 0;   // independent f32 FMAs from registers, GFLOP/s
-  double int8_gops = 0;    // int8 dot products, G ops/s
-  double bf16_gflops = 0;  // bf16 pair dot products, GFLOP/s
+  double read_gbs = 0;          // memory read bandwidth, GB/s
+  double fma_gflops = 0;        // independent f32 FMAs from registers at the widest vectors
+                                // the backend's code may use (a library's own), GFLOP/s
+  double int8_gops = 0;         // int8 dot products, G ops/s
+  double bf16_gflops = 0;       // bf16 pair dot products, GFLOP/s
+  double bf16_tile_gflops = 0;  // bf16 tile products, GFLOP/s
+  double of(Arithmetic a) const {
+    switch (a) {
+      case Arithmetic::F32Fma:
+        return fma_gflops;
+      case Arithmetic::Int8Dot:
+        return int8_gops;
+      case Arithmetic::Bf16Dot:
+        return bf16_gflops;
+      case Arithmetic::Bf16Tile:
+        return bf16_tile_gflops;
+    }
+    return 0;
+  }
 };
 
 struct CompiledGraph {
@@ -77,8 +116,12 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
-  // A one-line description for manifests: ISA, threads, libraries.
+  // A one-line description for manifests and banners (under 80 characters for one kind of
+  // weights): ISA, threads, and what multiplies the weights of the graphs it was given.
   virtual std::string describe() const = 0;
+  // Told by the runner which graph it will compile, before it compiles any, so that describe()
+  // speaks of that graph's weights from the start. Default: ignored.
+  virtual void expect(const Graph&) {}
   virtual int threads() const { return 1; }
   virtual bool supports_op(const Graph& g, const Node& n) const = 0;
   // Allocates everything the graph needs for steps of up to max_tokens tokens and max_outputs rows
@@ -99,6 +142,11 @@ class Backend {
   // Measures the machine with this backend's threads and kernels: read bandwidth, and with
   // `compute` the compute peaks too; takes a second or two. Default: nothing measured (all 0).
   virtual MachinePeaks measure_peaks(bool compute) const { return {}; }
+  // The arithmetic that steps of n_tokens rows run on in the graphs given so far (expect, compile):
+  // their matmuls over the step's token rows and attention; output-row matmuls (a prefill's one
+  // LM head row) are left out. Every FLOP of those runs at most at the fastest one's peak. Empty
+  // where the backend does not say.
+  virtual std::vector<Arithmetic> step_arithmetic(int /*n_tokens*/) const { return {}; }
 };
 
 struct BackendFactory {

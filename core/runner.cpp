@@ -53,6 +53,7 @@ Runner::Runner(std::unique_ptr<Backend> backend, const Graph& graph, int vocab_s
   for (const Node& n : graph_.nodes())
     if (!backend_->supports_op(graph_, n))
       fail("backend ", backend_->name(), " does not support op ", op_name(n.op));
+  backend_->expect(graph_);
   const size_t per_block =
       KVStorage::position_bytes(graph_.kv, backend_->kv_dtype()) * size_t(opt_.block_size);
   const size_t budget =

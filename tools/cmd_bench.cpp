@@ -1,5 +1,8 @@
 // hearth bench: prefill and decode speed of a model next to the machine's own limits (memory read
-// bandwidth, f32 FMA and int8 dot peaks), measured in the same run with the same thread count.
+// bandwidth, and the peaks of each arithmetic the kernels use: f32 FMAs, int8 and bf16 dot
+// products, AMX bf16 tiles), measured in the same run with the same thread count. The text report
+// gives every figure with its unit; warnings (a busy machine) and notes go to stderr, with --json
+// too.
 //
 // After a warm-up (one full prefill and a short decode, which also pages the weights in and builds
 // every GEMM primitive), each of --reps rounds runs a prefill of --prompt random tokens into an
@@ -8,19 +11,32 @@
 // forked child, so its 1 GiB buffer never counts in this process's peak RSS.
 //
 // JSON fields (--json; rates are medians over the rounds, *_runs list every round):
+//   hearth_version             the library's version (HEARTH_VERSION)
+//   cpu_model                  /proc/cpuinfo's "model name" (Arm: "Hardware", else the implementer
+//                              and part numbers), "unknown" without
 //   model_dir, weight_dtypes, backend_detail, threads, kv_dtype, prompt_tokens, gen_tokens, reps
 //   prefill_tokens_per_s       prompt tokens per second of one prefill (chunked as the runner does)
 //   prefill_gflops             its model FLOPs per second: 2 per weight per token in the layers,
 //                              attention's 4 * heads * head_dim per visible position, one LM head
 //                              row
-//   peak_gflops                the same threads running independent f32 FMAs from registers
-//   prefill_peak_fraction      prefill_gflops / peak_gflops
-//   peak_int8_gops             the same with int8 dot products (vpdpbusd), 0 where the ISA's
-//                              kernels have none; INT8/INT4 weights' prefill runs on them
-//   prefill_int8_peak_fraction prefill_gflops / peak_int8_gops (0 without)
+//   peak_gflops                the same threads running independent f32 FMAs from registers,
+//                              GFLOP/s, at the CPU's widest vectors where a GEMM library runs
+//                              (it picks its own, whatever --isa)
+//   peak_int8_gops             the same with int8 dot products (vpdpbusd), G ops/s at 2 per
+//                              multiply-add; 0 where the ISA's kernels have no probe for them
 //   peak_bf16_gflops           the same with bf16 pair dot products (vdpbf16ps), 0 where the ISA
-//                              has none; BF16 weights prefill on them with `gemm dnnl-bf16`
-//   prefill_bf16_peak_fraction prefill_gflops / peak_bf16_gflops (0 without)
+//                              has none
+//   peak_bf16_tile_gflops      the same with AMX bf16 tile products (tdpbf16ps), 0 without AMX;
+//                              oneDNN's bf16 GEMM (`dnnl-bf16`) runs on them where the CPU has them
+//   prefill_arithmetic         what the prefill's token-row matmuls and attention ran on
+//                              (Backend::step_arithmetic): "f32 FMA", "int8 dot", "bf16 dot",
+//                              "bf16 tile (AMX)"
+//   prefill_peak_arithmetic    the one of those with the highest measured peak, and
+//   prefill_peak_gops          that peak. Every counted FLOP ran on one of them, so
+//   prefill_peak_fraction      prefill_gflops / prefill_peak_gops is at most 1 but for noise (the
+//                              probe and the prefill run at different moments) and the LM head's
+//                              one row, whose arithmetic is not counted (0.3% of a 128-token 0.6B
+//                              prefill's FLOPs); "", 0 and 0 where one of them has no probe
 //   decode_tokens_per_s        greedy decode tokens per second (LM head fused with the argmax)
 //   decode_weight_bytes        weight bytes read per decoded token: decode_weight_bytes(), less
 //                              what the backend proved it need not read (with --hugepages, a BF16
@@ -31,7 +47,8 @@
 //   mem_bw_gbs                 memory read bandwidth, GB/s (1e9 bytes): the best probe of the
 //                              run, each a vector read-only sum over 1 GiB split over the threads
 //   mem_bw_runs                every probe
-//   decode_bw_fraction         decode_bytes_per_token * decode_tokens_per_s / (mem_bw_gbs * 1e9)
+//   decode_bw_fraction         decode_bytes_per_token * decode_tokens_per_s / (mem_bw_gbs * 1e9):
+//                              above 1 only where the weights fit in the CPU's caches
 //   prefill_cpu_share          CPU time / (wall time * threads) while prefilling, and the same
 //   decode_cpu_share           while decoding: well below 1 means other work shared the cores
 //   peak_rss_mb                this process's peak resident set, MiB (getrusage)
@@ -50,7 +67,8 @@
 // each preceded by a bandwidth probe. New random prompts every run, so the KV pool's prefix cache
 // never hits. JSON (--json): model_dir, weight_dtypes, backend_detail, threads, kv_dtype,
 // prompt_tokens, gen_tokens, reps, prefill_chunk, peak_gflops, peak_int8_gops, peak_bf16_gflops,
-// mem_bw_gbs (best probe), mem_bw_runs, peak_rss_mb, load_ms, and "parallel": one object per N
+// peak_bf16_tile_gflops, mem_bw_gbs (best probe), mem_bw_runs, peak_rss_mb, load_ms, and
+// "parallel": one object per N
 // (rates are medians over the rounds):
 //   n                               sequences
 //   prefill_tokens_per_s            N * prompt_tokens / prefill phase wall time (aggregate)
@@ -94,28 +112,6 @@
 namespace hearth::cli {
 
 namespace {
-
-// Opens the report with what every run records: model, backend, threads, KV type and sizes.
-void begin_report(JsonWriter& w, const Qwen3Model& model, Runner& runner, DType kv, int prompt,
-                  int gen) {
-  w.begin_object();
-  w.field("model_dir", model.dir()).field("weight_dtypes", model.weight_dtypes());
-  w.field("backend_detail", runner.backend().describe())
-      .field("threads", runner.backend().threads());
-  w.field("kv_dtype", dtype_name(kv)).field("prompt_tokens", prompt).field("gen_tokens", gen);
-}
-
-// With --json prints the report and returns true; else prints the table's title line.
-bool print_json_or_title(const Args& args, const JsonWriter& w, const Qwen3Model& model,
-                         Runner& runner) {
-  if (args.has("--json")) {
-    std::printf("%s\n", w.str().c_str());
-    return true;
-  }
-  std::printf("%s, %s, %s\n", model.dir().c_str(), model.weight_dtypes().c_str(),
-              runner.backend().describe().c_str());
-  return false;
-}
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) {
@@ -172,6 +168,116 @@ double peak_rss_mb() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   return double(ru.ru_maxrss) / 1024;  // Linux reports KiB
+}
+
+// The CPU's name: x86 kernels list a "model name"; Arm ones give "Hardware" on some boards and
+// otherwise only the implementer and part numbers.
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::map<std::string, std::string> first;  // key -> its first value
+  auto trim = [](const std::string& t) {
+    const size_t b = t.find_first_not_of(" \t"), e = t.find_last_not_of(" \t");
+    return b == std::string::npos ? std::string() : t.substr(b, e - b + 1);
+  };
+  std::string line;
+  while (std::getline(f, line)) {
+    const size_t colon = line.find(':');
+    if (colon != std::string::npos)
+      first.emplace(trim(line.substr(0, colon)), trim(line.substr(colon + 1)));
+  }
+  for (const char* k : {"model name", "Hardware"})
+    if (!first[k].empty()) return first[k];
+  if (!first["CPU part"].empty())
+    return "CPU implementer " + first["CPU implementer"] + ", part " + first["CPU part"];
+  return "unknown";
+}
+
+std::string threads_text(int n) {
+  return std::to_string(n) + (n == 1 ? " thread" : " threads");
+}
+
+constexpr Arithmetic kArithmetic[] = {Arithmetic::F32Fma, Arithmetic::Int8Dot, Arithmetic::Bf16Dot,
+                                      Arithmetic::Bf16Tile};
+const char* peak_unit(Arithmetic a) {
+  return a == Arithmetic::Int8Dot ? "G int8 ops/s" : "GFLOP/s";
+}
+
+// The best of every compute probe so far (bandwidth is kept per probe).
+void keep_best(MachinePeaks& best, const MachinePeaks& p) {
+  best.fma_gflops = std::max(best.fma_gflops, p.fma_gflops);
+  best.int8_gops = std::max(best.int8_gops, p.int8_gops);
+  best.bf16_gflops = std::max(best.bf16_gflops, p.bf16_gflops);
+  best.bf16_tile_gflops = std::max(best.bf16_tile_gflops, p.bf16_tile_gflops);
+}
+
+void peaks_json(JsonWriter& w, const MachinePeaks& p) {
+  w.field("peak_gflops", p.fma_gflops).field("peak_int8_gops", p.int8_gops);
+  w.field("peak_bf16_gflops", p.bf16_gflops).field("peak_bf16_tile_gflops", p.bf16_tile_gflops);
+}
+
+// "f32 FMA 174 GFLOP/s, int8 dot 698 G int8 ops/s, ..." for the peaks measured.
+std::string peaks_text(const MachinePeaks& p) {
+  std::string s;
+  char buf[96];
+  for (Arithmetic a : kArithmetic) {
+    if (p.of(a) <= 0) continue;
+    std::snprintf(buf, sizeof buf, "%s%s %.0f %s", s.empty() ? "" : ", ", arithmetic_name(a),
+                  p.of(a), peak_unit(a));
+    s += buf;
+  }
+  return s;
+}
+
+// What a prefill of `prompt` tokens in chunks of `chunk` ran on, and the peak to quote it against:
+// the highest measured among them, as every counted FLOP ran at most that fast. None (peak 0)
+// where one of them has no probe, which could be the fastest.
+struct PrefillBound {
+  std::vector<Arithmetic> used;
+  std::string unprobed;  // the first of them without a probe
+  Arithmetic by = Arithmetic::F32Fma;
+  double peak = 0;
+};
+PrefillBound prefill_bound(const Backend& be, const MachinePeaks& p, int prompt, int chunk) {
+  PrefillBound b;
+  b.used = be.step_arithmetic(std::min(prompt, chunk));
+  if (prompt > chunk && prompt % chunk)  // the last, shorter chunk may take other kernels
+    for (Arithmetic a : be.step_arithmetic(prompt % chunk))
+      if (std::find(b.used.begin(), b.used.end(), a) == b.used.end()) b.used.push_back(a);
+  for (Arithmetic a : b.used) {
+    if (p.of(a) <= 0 && b.unprobed.empty()) b.unprobed = arithmetic_name(a);
+    if (p.of(a) > b.peak) b.peak = p.of(a), b.by = a;
+  }
+  if (!b.unprobed.empty()) b.peak = 0;
+  return b;
+}
+
+std::string names(const std::vector<Arithmetic>& v) {
+  std::string s;
+  for (Arithmetic a : v) s += (s.empty() ? "" : " + ") + std::string(arithmetic_name(a));
+  return s;
+}
+
+// Opens the report with what every run records: model, backend, threads, KV type and sizes.
+void begin_report(JsonWriter& w, const Qwen3Model& model, Runner& runner, DType kv, int prompt,
+                  int gen) {
+  w.begin_object();
+  w.field("hearth_version", HEARTH_VERSION).field("cpu_model", cpu_model());
+  w.field("model_dir", model.dir()).field("weight_dtypes", model.weight_dtypes());
+  w.field("backend_detail", runner.backend().describe())
+      .field("threads", runner.backend().threads());
+  w.field("kv_dtype", dtype_name(kv)).field("prompt_tokens", prompt).field("gen_tokens", gen);
+}
+
+// With --json prints the report and returns true; else prints the table's title line.
+bool print_json_or_title(const Args& args, const JsonWriter& w, const Qwen3Model& model,
+                         Runner& runner) {
+  if (args.has("--json")) {
+    std::printf("%s\n", w.str().c_str());
+    return true;
+  }
+  std::printf("%s, %s, %s\n", model.dir().c_str(), model.weight_dtypes().c_str(),
+              runner.backend().describe().c_str());
+  return false;
 }
 
 // Model FLOPs of a prefill of T tokens from an empty cache.
@@ -296,7 +402,7 @@ int bench_parallel(const Args& args) {
   };
   std::vector<PerN> per(ns.size());
   std::vector<double> bw;
-  double peak = 0, peak_i8 = 0, peak_bf16 = 0;
+  MachinePeaks peaks;
   for (int r = 0; r < reps; ++r) {
     for (size_t k = 0; k < ns.size(); ++k) {
       const int n = ns[k];
@@ -304,9 +410,7 @@ int bench_parallel(const Args& args) {
       const MachinePeaks p = runner.backend().measure_peaks(r == 0 && k == 0);
       bw.push_back(p.read_gbs);
       per[k].bw = std::max(per[k].bw, p.read_gbs);
-      peak = std::max(peak, p.fma_gflops);
-      peak_i8 = std::max(peak_i8, p.int8_gops);
-      peak_bf16 = std::max(peak_bf16, p.bf16_gflops);
+      keep_best(peaks, p);
       progress.say("N=" + std::to_string(n) + " round " + std::to_string(r + 1) + "/" +
                    std::to_string(reps));
       const ParallelRun run = run_parallel(runner, n, prompt, gen, rng);
@@ -335,9 +439,7 @@ int bench_parallel(const Args& args) {
   JsonWriter w;
   begin_report(w, *model, runner, bo.kv_dtype, prompt, gen);
   w.field("reps", reps).field("prefill_chunk", runner.prefill_chunk());
-  w.field("peak_gflops", peak)
-      .field("peak_int8_gops", peak_i8)
-      .field("peak_bf16_gflops", peak_bf16);
+  peaks_json(w, peaks);
   w.field("mem_bw_gbs", best_bw);
   w.key("mem_bw_runs").array(bw);
   w.field("peak_rss_mb", peak_rss_mb()).field("load_ms", load_ms);
@@ -384,27 +486,98 @@ int bench_parallel(const Args& args) {
   w.end_array();
   w.end_object();
   progress.say("");
-  if (print_json_or_title(args, w, *model, runner)) return 0;
-  std::printf(
-      "%d threads, prompt %d + gen %d tokens per sequence, %d round(s); read %.1f GB/s, "
-      "FMA peak %.0f GFLOP/s",
-      threads, prompt, gen, reps, best_bw, peak);
-  if (peak_i8 > 0) std::printf(", int8 dot peak %.0f G/s", peak_i8);
-  if (peak_bf16 > 0) std::printf(", bf16 dot peak %.0f GFLOP/s", peak_bf16);
-  std::printf("\n%5s %12s %12s %12s %10s %10s %8s\n", "N", "prefill t/s", "decode t/s",
-              "per stream", "ms/step", "% read bw", "cpu");
   bool busy = false;
-  for (const Row& x : rows) {
-    std::printf("%5d %12.1f %12.2f %12.2f %10.2f %9.0f%% %7.0f%%\n", x.n, x.pf, x.dc, x.per_stream,
-                x.ms_step, 100 * x.frac, 100 * std::min(x.pf_share, x.dc_share));
-    busy = busy || x.pf_share < 0.9 || x.dc_share < 0.9;
-  }
-  std::printf("peak RSS %.0f MiB, load %.0f ms\n", peak_rss_mb(), load_ms);
+  for (const Row& x : rows) busy = busy || x.pf_share < 0.9 || x.dc_share < 0.9;
   if (busy)
-    std::printf(
-        "warning: some runs' threads got under 90%% of their CPU time (cpu column); the "
-        "machine is busy and those rates are below what it can do\n");
+    std::fprintf(stderr,
+                 "warning: some runs' threads got under 90%% of their CPU time (cpu %% column); "
+                 "the machine is busy and those rates are below what it can do\n");
+  if (print_json_or_title(args, w, *model, runner)) return 0;
+  std::printf("%s, prompt %d + gen %d tokens per sequence, %d round(s); read %.1f GB/s; peaks %s\n",
+              threads_text(threads).c_str(), prompt, gen, reps, best_bw, peaks_text(peaks).c_str());
+  std::printf("%5s %16s %16s %16s %10s %10s %6s\n", "N", "prefill tokens/s", "decode tokens/s",
+              "tokens/s/stream", "ms/step", "% read bw", "cpu %");
+  for (const Row& x : rows)
+    std::printf("%5d %16.1f %16.2f %16.2f %10.2f %9.0f%% %5.0f%%\n", x.n, x.pf, x.dc, x.per_stream,
+                x.ms_step, 100 * x.frac, 100 * std::min(x.pf_share, x.dc_share));
+  std::printf("peak RSS %.0f MiB, load %.0f ms\n", peak_rss_mb(), load_ms);
   return 0;
+}
+
+// One model's bench: rates are medians over the rounds.
+struct SingleResult {
+  std::vector<double> prefill_tps, decode_tps, bw;
+  MachinePeaks peaks;  // the best of each compute probe
+  double pf = 0, dc = 0, pf_gflops = 0, weight_bytes = 0, saved = 0, kv_bytes = 0, bytes = 0;
+  double best_bw = 0, pf_share = 0, dc_share = 0, load_ms = 0;
+  PrefillBound bound;
+};
+
+void single_json(JsonWriter& w, const SingleResult& r, int reps) {
+  w.field("reps", reps);
+  w.field("prefill_tokens_per_s", r.pf);
+  w.key("prefill_runs").array(r.prefill_tps);
+  w.field("prefill_gflops", r.pf_gflops);
+  peaks_json(w, r.peaks);
+  w.key("prefill_arithmetic").begin_array();
+  for (Arithmetic a : r.bound.used) w.value(arithmetic_name(a));
+  w.end_array();
+  const bool bound = r.bound.peak > 0;
+  w.field("prefill_peak_arithmetic", bound ? arithmetic_name(r.bound.by) : "");
+  w.field("prefill_peak_gops", r.bound.peak);
+  w.field("prefill_peak_fraction", bound ? r.pf_gflops / r.bound.peak : 0.0);
+  w.field("decode_tokens_per_s", r.dc);
+  w.key("decode_runs").array(r.decode_tps);
+  w.field("decode_weight_bytes", r.weight_bytes).field("head_screen_saving_bytes", r.saved);
+  w.field("decode_kv_bytes_per_token", r.kv_bytes);
+  w.field("decode_bytes_per_token", r.bytes);
+  w.field("mem_bw_gbs", r.best_bw);
+  w.key("mem_bw_runs").array(r.bw);
+  w.field("decode_bw_fraction", r.best_bw > 0 ? r.bytes * r.dc / (r.best_bw * 1e9) : 0.0);
+  w.field("peak_rss_mb", peak_rss_mb()).field("weights_hugepage_mb", hugepage_mb());
+  w.field("prefill_cpu_share", r.pf_share).field("decode_cpu_share", r.dc_share);
+  w.field("load_ms", r.load_ms);
+  w.end_object();
+}
+
+// Warnings and notes, on stderr whatever the report's form.
+void single_notes(const SingleResult& r) {
+  if (!r.bound.unprobed.empty())
+    std::fprintf(stderr,
+                 "note: the prefill ran on %s, whose peak was not measured (no probe for this "
+                 "ISA, or it failed): no fraction of a peak is given\n",
+                 r.bound.unprobed.c_str());
+  if (r.bound.peak > 0 && r.pf_gflops > r.bound.peak)
+    std::fprintf(stderr,
+                 "note: the prefill outran the measured %s peak, which can only be noise: the "
+                 "machine was busier during the probe than during the prefill\n",
+                 arithmetic_name(r.bound.by));
+  if (r.best_bw > 0 && r.bytes * r.dc > r.best_bw * 1e9)
+    std::fprintf(stderr,
+                 "note: decode read faster than the measured memory bandwidth: its %.0f MB per "
+                 "token fit in the CPU's caches\n",
+                 r.bytes / 1e6);
+  if (r.pf_share < 0.9 || r.dc_share < 0.9)
+    std::fprintf(stderr,
+                 "warning: the threads got %.0f%% (prefill) and %.0f%% (decode) of their CPU "
+                 "time; the machine is busy and these rates are below what it can do\n",
+                 100 * r.pf_share, 100 * r.dc_share);
+}
+
+void single_text(const SingleResult& r, int threads, int prompt, int gen) {
+  std::printf("%s; peaks %s\n", threads_text(threads).c_str(), peaks_text(r.peaks).c_str());
+  // Named by the arithmetic whose peak bounds it; JSON's prefill_arithmetic lists all it ran on.
+  std::printf("prefill %d: %8.1f tokens/s, %6.1f GFLOP/s", prompt, r.pf, r.pf_gflops);
+  if (r.bound.peak > 0)
+    std::printf(" = %.0f%% of the %s peak, %.0f %s\n", 100 * r.pf_gflops / r.bound.peak,
+                arithmetic_name(r.bound.by), r.bound.peak, peak_unit(r.bound.by));
+  else
+    std::printf(" on %s\n", names(r.bound.used).c_str());
+  std::printf("decode %d:  %8.2f tokens/s, %6.1f MB/token, %.1f GB/s = %.0f%% of %.1f GB/s read\n",
+              gen, r.dc, r.bytes / 1e6, r.bytes * r.dc / 1e9,
+              100 * r.bytes * r.dc / (r.best_bw * 1e9), r.best_bw);
+  std::printf("peak RSS %.0f MiB, %.0f MiB in huge pages, load %.0f ms\n", peak_rss_mb(),
+              hugepage_mb(), r.load_ms);
 }
 
 }  // namespace
@@ -478,83 +651,45 @@ int cmd_bench(int argc, char** argv) {
     Session(engine).generate({tokens[0]}, w);
   }
 
-  std::vector<double> prefill_tps, decode_tps, bw;
-  double peak = 0, peak_i8 = 0, peak_bf16 = 0;
+  SingleResult res;
   for (int r = 0; r < reps; ++r) {
     progress.say("probe " + std::to_string(r + 1) + "/" + std::to_string(reps));
     const MachinePeaks p = runner.backend().measure_peaks(r == 0);
-    bw.push_back(p.read_gbs);
-    peak = std::max(peak, p.fma_gflops);
-    peak_i8 = std::max(peak_i8, p.int8_gops);
-    peak_bf16 = std::max(peak_bf16, p.bf16_gflops);
+    res.bw.push_back(p.read_gbs);
+    keep_best(res.peaks, p);
     progress.say("prefill " + std::to_string(r + 1) + "/" + std::to_string(reps));
-    prefill_tps.push_back(prompt / prefill_once());
+    res.prefill_tps.push_back(prompt / prefill_once());
     progress.say("decode " + std::to_string(r + 1) + "/" + std::to_string(reps));
-    decode_tps.push_back(decode_once());
+    res.decode_tps.push_back(decode_once());
   }
   progress.say("probe");
-  bw.push_back(runner.backend().measure_peaks(false).read_gbs);
+  res.bw.push_back(runner.backend().measure_peaks(false).read_gbs);
 
   // Decode step i (1..gen) feeds position i and attends over positions 0..i.
   // (An int8 cache also reads one f32 scale per row.)
   const double kv_per_pos =
       double(cfg.num_hidden_layers) * 2 * cfg.num_key_value_heads *
       (cfg.head_dim * double(dtype_size(bo.kv_dtype)) + (bo.kv_dtype == DType::I8 ? 4 : 0));
-  double kv_bytes = 0;
-  for (int i = 1; i <= gen; ++i) kv_bytes += kv_per_pos * (i + 1);
-  kv_bytes /= gen;
-  const double saved = runner.backend().argmax_bytes_saved();
-  const double weight_bytes = double(model->decode_weight_bytes()) - saved;
-  const double bytes = weight_bytes + kv_bytes;
-  const double best_bw = *std::max_element(bw.begin(), bw.end());
-  const double pf = median(prefill_tps), dc = median(decode_tps);
-  const double pf_gflops = prefill_flops(cfg, prompt) / (prompt / pf) / 1e9;
-  const double pf_share = prefill_cpu / (prefill_wall * threads);
-  const double dc_share = decode_cpu / (decode_wall * threads);
+  for (int i = 1; i <= gen; ++i) res.kv_bytes += kv_per_pos * (i + 1);
+  res.kv_bytes /= gen;
+  res.saved = runner.backend().argmax_bytes_saved();
+  res.weight_bytes = double(model->decode_weight_bytes()) - res.saved;
+  res.bytes = res.weight_bytes + res.kv_bytes;
+  res.best_bw = *std::max_element(res.bw.begin(), res.bw.end());
+  res.pf = median(res.prefill_tps), res.dc = median(res.decode_tps);
+  res.pf_gflops = prefill_flops(cfg, prompt) / (prompt / res.pf) / 1e9;
+  res.pf_share = prefill_cpu / (prefill_wall * threads);
+  res.dc_share = decode_cpu / (decode_wall * threads);
+  res.bound = prefill_bound(runner.backend(), res.peaks, prompt, runner.prefill_chunk());
+  res.load_ms = load_ms;
+  progress.say("");
+  single_notes(res);
 
   JsonWriter w;
   begin_report(w, *model, runner, bo.kv_dtype, prompt, gen);
-  w.field("reps", reps);
-  w.field("prefill_tokens_per_s", pf);
-  w.key("prefill_runs").array(prefill_tps);
-  w.field("prefill_gflops", pf_gflops).field("peak_gflops", peak);
-  w.field("prefill_peak_fraction", peak > 0 ? pf_gflops / peak : 0.0);
-  w.field("peak_int8_gops", peak_i8);
-  w.field("prefill_int8_peak_fraction", peak_i8 > 0 ? pf_gflops / peak_i8 : 0.0);
-  w.field("peak_bf16_gflops", peak_bf16);
-  w.field("prefill_bf16_peak_fraction", peak_bf16 > 0 ? pf_gflops / peak_bf16 : 0.0);
-  w.field("decode_tokens_per_s", dc);
-  w.key("decode_runs").array(decode_tps);
-  w.field("decode_weight_bytes", weight_bytes).field("head_screen_saving_bytes", saved);
-  w.field("decode_kv_bytes_per_token", kv_bytes);
-  w.field("decode_bytes_per_token", bytes);
-  w.field("mem_bw_gbs", best_bw);
-  w.key("mem_bw_runs").array(bw);
-  w.field("decode_bw_fraction", best_bw > 0 ? bytes * dc / (best_bw * 1e9) : 0.0);
-  w.field("peak_rss_mb", peak_rss_mb()).field("weights_hugepage_mb", hugepage_mb());
-  w.field("prefill_cpu_share", pf_share).field("decode_cpu_share", dc_share);
-  w.field("load_ms", load_ms);
-  w.end_object();
-  progress.say("");
+  single_json(w, res, reps);
   if (print_json_or_title(args, w, *model, runner)) return 0;
-  std::printf("prefill %d: %8.1f tokens/s  %6.1f GFLOP/s (%.0f%% of %.0f measured FMA peak", prompt,
-              pf, pf_gflops, peak > 0 ? 100 * pf_gflops / peak : 0.0, peak);
-  // INT8/INT4 weights multiply int8 activations where the kernels have an int8 GEMM.
-  if (peak_i8 > 0 && model->weight_dtypes().find('Q') != std::string::npos)
-    std::printf("; %.0f%% of %.0f int8 dot peak", 100 * pf_gflops / peak_i8, peak_i8);
-  // BF16 weights multiply bf16 activations when the GEMM is dnnl-bf16.
-  else if (peak_bf16 > 0 && runner.backend().describe().find("dnnl-bf16") != std::string::npos)
-    std::printf("; %.0f%% of %.0f bf16 dot peak", 100 * pf_gflops / peak_bf16, peak_bf16);
-  std::printf(")\n");
-  std::printf("decode %d:  %8.2f tokens/s  %6.1f MB/token, %.1f GB/s = %.0f%% of %.1f GB/s read\n",
-              gen, dc, bytes / 1e6, bytes * dc / 1e9, 100 * bytes * dc / (best_bw * 1e9), best_bw);
-  std::printf("peak RSS %.0f MiB, %.0f MiB in huge pages, load %.0f ms\n", peak_rss_mb(),
-              hugepage_mb(), load_ms);
-  if (pf_share < 0.9 || dc_share < 0.9)
-    std::printf(
-        "warning: the threads got %.0f%% (prefill) and %.0f%% (decode) of their CPU time; "
-        "the machine is busy and these rates are below what it can do\n",
-        100 * pf_share, 100 * dc_share);
+  single_text(res, threads, prompt, gen);
   return 0;
 }
 

@@ -66,6 +66,28 @@ std::string requested_gemm(const BackendOptions& opt) {
   return opt.cpu.gemm;
 }
 
+// Weight kinds as describe() names them, one bit each in LinearKind::dtypes.
+constexpr const char* kWeightKinds[] = {"f32", "f16", "bf16", "int8", "int4", "int4 codebook"};
+unsigned weight_kind_bit(const Tensor& w) {
+  const int i = w.dtype == DType::F32    ? 0
+                : w.dtype == DType::F16  ? 1
+                : w.dtype == DType::BF16 ? 2
+                : w.dtype == DType::Q8   ? 3
+                : w.codebook             ? 5
+                                         : 4;
+  return 1u << i;
+}
+std::string weight_kinds(unsigned bits) {
+  std::string s;
+  for (int i = 0; i < 6; ++i)
+    if (bits & (1u << i)) s += (s.empty() ? "" : "+") + std::string(kWeightKinds[i]);
+  return s;
+}
+
+std::string threads_phrase(int n) {
+  return std::to_string(n) + (n == 1 ? " thread" : " threads");
+}
+
 }  // namespace
 
 void Buffer::alloc(size_t n, const char* what) {
@@ -119,10 +141,92 @@ CpuBackend::CpuBackend(const BackendOptions& opt, const CpuFeatures& cpu)
   if (!gemm.empty() && gemm != "auto") kernels_.quant_prefill = false;  // the library, as asked
 }
 
+void CpuBackend::note_linear_steps(const Graph& g, const std::vector<Step>& steps) {
+  std::lock_guard<std::mutex> lock(kinds_mu_);
+  for (const Step& s : steps) {
+    if (s.kind != Step::Kind::Linear) continue;
+    LinearKind k;
+    k.all_quantized = k.all_bf16 = true;
+    for (const auto& p : s.lin.parts) {
+      const Tensor& w = g.tensor(p.w).weight;
+      k.dtypes |= weight_kind_bit(w);
+      k.all_quantized = k.all_quantized && w.quantized();
+      k.any_quantized = k.any_quantized || w.quantized();
+      k.all_bf16 = k.all_bf16 && (w.dtype == DType::BF16 || w.quantized());
+    }
+    k.token_rows = g.tensor(s.lin.x).rows == Rows::Tokens;
+    if (std::find(kinds_.begin(), kinds_.end(), k) == kinds_.end()) kinds_.push_back(k);
+  }
+}
+
+void CpuBackend::expect(const Graph& g) {
+  note_linear_steps(g, plan_steps(g));
+}
+
+LinearRoute CpuBackend::route(const LinearKind& k, int64_t n_tokens) const {
+  return linear_route(kernels_, gemm_kind_, gemm_ != nullptr, gemm_min_tokens_, n_tokens,
+                      k.all_quantized, k.all_bf16);
+}
+
+// "bf16 weights: oneDNN bf16 GEMM (AMX) from 64 tokens" for each route a prefill's token-row
+// steps take (the LM head runs on one row per sequence and is left out).
 std::string CpuBackend::describe() const {
-  return std::string("cpu ") + isa_name(kernels_.isa) + ", " + std::to_string(pool_.size()) +
-         " threads, gemm " + gemm_name(gemm_kind_) + " from " + std::to_string(gemm_min_tokens_) +
-         " tokens" + (kernels_.quant_prefill ? " (quantized weights: int8 GEMM)" : "");
+  std::string d =
+      std::string("cpu ") + isa_name(kernels_.isa) + ", " + threads_phrase(pool_.size());
+  const bool amx = kernels_.dot_bf16_tile_loop != nullptr;
+  auto route_text = [&](LinearRoute r) -> std::string {
+    const std::string from = " from " + std::to_string(gemm_min_tokens_) + " tokens";
+    switch (r) {
+      case LinearRoute::Kernels:
+        return "native kernels";
+      case LinearRoute::Int8Gemm:
+        return "int8 GEMM from " + std::to_string(kQuantGemmMinTokens) + " tokens";
+      case LinearRoute::LibraryF32:
+        return (gemm_kind_ == GemmKind::OpenBlas ? "OpenBLAS sgemm" : "oneDNN f32 GEMM") + from;
+      case LinearRoute::LibraryBf16:
+        return std::string("oneDNN bf16 GEMM") + (amx ? " (AMX)" : "") + from;
+    }
+    return "?";
+  };
+  std::vector<std::pair<std::string, unsigned>> by_route;  // route text -> weight kinds
+  {
+    std::lock_guard<std::mutex> lock(kinds_mu_);
+    for (const LinearKind& k : kinds_) {
+      if (!k.token_rows) continue;
+      const std::string text = route_text(route(k, int64_t(1) << 30));
+      auto it = std::find_if(by_route.begin(), by_route.end(),
+                             [&](const auto& e) { return e.first == text; });
+      if (it == by_route.end()) it = by_route.insert(by_route.end(), {text, 0u});
+      it->second |= k.dtypes;
+    }
+  }
+  for (const auto& [text, kinds] : by_route) d += ", " + weight_kinds(kinds) + " weights: " + text;
+  return d;
+}
+
+std::vector<Arithmetic> CpuBackend::step_arithmetic(int n_tokens) const {
+  std::vector<Arithmetic> out{Arithmetic::F32Fma};  // attention, and the kernels' float weights
+  auto add = [&](Arithmetic a) {
+    if (std::find(out.begin(), out.end(), a) == out.end()) out.push_back(a);
+  };
+  std::lock_guard<std::mutex> lock(kinds_mu_);
+  for (const LinearKind& k : kinds_) {
+    if (!k.token_rows) continue;
+    switch (route(k, n_tokens)) {
+      case LinearRoute::Kernels:  // the quantized kernels multiply int8 codes by int8 activations
+        if (k.any_quantized) add(Arithmetic::Int8Dot);
+        break;
+      case LinearRoute::Int8Gemm:
+        add(Arithmetic::Int8Dot);
+        break;
+      case LinearRoute::LibraryF32:
+        break;
+      case LinearRoute::LibraryBf16:
+        add(kernels_.dot_bf16_tile_loop ? Arithmetic::Bf16Tile : Arithmetic::Bf16Dot);
+        break;
+    }
+  }
+  return out;
 }
 
 bool CpuBackend::supports_op(const Graph& g, const Node& n) const {
@@ -154,6 +258,7 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
   for (const Node& n : nodes)
     if (!supports_op(g, n)) fail("cpu backend: op ", op_name(n.op), " is not supported");
   cg->steps = plan_steps(g);
+  note_linear_steps(g, cg->steps);
   cg->norm_w.assign(ts.size(), nullptr);
   cg->k_factor.assign(ts.size(), nullptr);
   cg->ptr.assign(ts.size(), nullptr);

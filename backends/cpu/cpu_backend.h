@@ -6,10 +6,13 @@
 // them from HEARTH_ISA, HEARTH_GEMM and HEARTH_GEMM_MIN_TOKENS.
 #pragma once
 #include <memory>
+#include <mutex>
+#include <vector>
 
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/head_screen.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/plan.h"
 #include "core/backend.h"
 #include "core/threadpool.h"
 
@@ -34,13 +37,24 @@ struct CpuKVStorage : KVStorage {
   KVPaging paging(const SeqRows& s) const { return {s.blocks, block_size, block_stride}; }
 };
 
+// How a linear step of n_tokens rows multiplies its weights: the ISA's matmul kernels (quantized
+// weights on int8 dot products, others widened to f32 FMAs), the kernels' int8 GEMM, or the GEMM
+// library in f32 or bf16. run_linear_step runs what this says; describe() and step_arithmetic()
+// report it. all_bf16 counts quantized weights too (gemm_rows dequantizes them to bf16).
+enum class LinearRoute : uint8_t { Kernels, Int8Gemm, LibraryF32, LibraryBf16 };
+LinearRoute linear_route(const KernelTable& kt, GemmKind kind, bool have_gemm, int gemm_min_tokens,
+                         int64_t n_tokens, bool all_quantized, bool all_bf16);
+
 class CpuBackend : public Backend {
  public:
   explicit CpuBackend(const BackendOptions& opt);
   // With the CPU's features given (tests vary them).
   CpuBackend(const BackendOptions& opt, const CpuFeatures& cpu);
   std::string name() const override { return "cpu"; }
+  // ISA and threads; then, once a graph was given (expect, compile), what multiplies its weights
+  // in prefill-sized steps: "cpu avx512, 2 threads, int4 weights: int8 GEMM from 16 tokens".
   std::string describe() const override;
+  void expect(const Graph& g) override;
   int threads() const override { return pool_.size(); }
   bool supports_op(const Graph& g, const Node& n) const override;
   std::unique_ptr<CompiledGraph> compile(const Graph& g, int max_tokens, int max_outputs) override;
@@ -50,6 +64,7 @@ class CpuBackend : public Backend {
   void run(CompiledGraph& cg, const StepInputs& in) override;
   double argmax_bytes_saved() const override;
   MachinePeaks measure_peaks(bool compute) const override;  // machine_peaks.cpp
+  std::vector<Arithmetic> step_arithmetic(int n_tokens) const override;
 
   Isa isa() const { return kernels_.isa; }
   const KernelTable& kernels() const { return kernels_; }
@@ -67,6 +82,22 @@ class CpuBackend : public Backend {
   std::shared_ptr<WeightStore> weight_copies_;  // BackendOptions::weight_copies
   bool kv_huge_pages_;                          // BackendOptions::kv_huge_pages
   ScreenStats screen_stats_;                    // of every compiled graph's screened LM head
+
+  // The kinds of linear step in the graphs given so far, for describe() and step_arithmetic().
+  struct LinearKind {
+    unsigned dtypes = 0;  // bit per weight kind (weight_kind_bit in cpu_backend.cpp)
+    bool all_quantized = false, all_bf16 = false;  // as linear_route takes them
+    bool any_quantized = false;
+    bool token_rows = false;  // over the step's tokens (not output rows)
+    bool operator==(const LinearKind& o) const {
+      return dtypes == o.dtypes && all_quantized == o.all_quantized && all_bf16 == o.all_bf16 &&
+             any_quantized == o.any_quantized && token_rows == o.token_rows;
+    }
+  };
+  void note_linear_steps(const Graph& g, const std::vector<Step>& steps);
+  LinearRoute route(const LinearKind& k, int64_t n_tokens) const;
+  mutable std::mutex kinds_mu_;  // compile() may run in a step while another thread describes
+  std::vector<LinearKind> kinds_;
 };
 
 // The fused steps a compiled graph runs, one per line (see describe_steps), for tests and tools.

@@ -340,16 +340,26 @@ bool all_bf16(const StepCtx& c, const LinearStep& s) {
 
 }  // namespace
 
+LinearRoute linear_route(const KernelTable& kt, GemmKind kind, bool have_gemm, int gemm_min_tokens,
+                         int64_t n_tokens, bool all_quantized, bool all_bf16) {
+  const bool quant_gemm = kt.quant_prefill && all_quantized;
+  if (have_gemm && n_tokens >= gemm_min_tokens && !quant_gemm)
+    return kind == GemmKind::DnnlBf16 && all_bf16 ? LinearRoute::LibraryBf16
+                                                  : LinearRoute::LibraryF32;
+  return quant_gemm && n_tokens >= kQuantGemmMinTokens ? LinearRoute::Int8Gemm
+                                                       : LinearRoute::Kernels;
+}
+
 void run_linear_step(const StepCtx& c, const LinearStep& s) {
   const int64_t T = c.rows(s.x);
   if (T == 0) return;  // e.g. the LM head of a prefill chunk whose logits nobody asked for
   const int64_t K = c.tensor(s.x).cols;
-  const bool long_step =
-      c.gemm && T >= c.gemm_min_tokens && !(c.kt.quant_prefill && all_quantized(c, s));
-  const bool bf16 = long_step && c.gemm_kind == GemmKind::DnnlBf16 && all_bf16(c, s);
+  const LinearRoute route = linear_route(c.kt, c.gemm_kind, c.gemm != nullptr, c.gemm_min_tokens, T,
+                                         all_quantized(c, s), all_bf16(c, s));
+  const bool long_step = route == LinearRoute::LibraryF32 || route == LinearRoute::LibraryBf16;
+  const bool bf16 = route == LinearRoute::LibraryBf16;
   // Many tokens through the kernels' int8 GEMM: the input is quantized once, shared.
-  const bool i8 =
-      !long_step && c.kt.quant_prefill && T >= kQuantGemmMinTokens && all_quantized(c, s);
+  const bool i8 = route == LinearRoute::Int8Gemm;
   const float* x = c.ptr(s.x);
   uint16_t* xb = bf16 ? c.cg.x_bf16.u16() : nullptr;
   const ActsI8 xi8 = i8 ? ActsI8::in(c.cg.x_i8, T, K) : ActsI8();

@@ -66,6 +66,7 @@ KernelTable make_kernel_table(Isa isa, const CpuFeatures& f) {
     fill_matmul_q4_avx512(k);
     fill_matmul_q4cb_avx512(k);
     if (f.avx512vbmi) fill_screen_q8_avx512(k);
+    if (f.amx_bf16) fill_peak_amx(k);
   }
 #endif
 #if defined(__aarch64__)

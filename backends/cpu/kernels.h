@@ -238,6 +238,9 @@ struct KernelTable {
   // The same for bf16 pair dot products (flops: 4 per pair), where the bf16 GEMM can run; null
   // elsewhere.
   FmaLoopFn dot_bf16_loop = nullptr;
+  // The same for bf16 tile products (AMX tdpbf16ps), which oneDNN's bf16 GEMM runs on where the
+  // CPU has them (peak_amx.cpp); null elsewhere. Returns 0 flops if the OS refuses tile state.
+  FmaLoopFn dot_bf16_tile_loop = nullptr;
   QuantMatmulFn matmul_q8 = nullptr, matmul_q4 = nullptr;
   QuantDequantFn dequant_q8 = nullptr, dequant_q4 = nullptr;
   // Q4 whose nibbles index a codebook (Tensor::codebook) rather than the uniform grid.
@@ -281,6 +284,7 @@ void fill_matmul_q4_avx512(KernelTable& k);
 void fill_matmul_q4cb_avx512(KernelTable& k);
 void fill_screen_q8_avx512(KernelTable& k);  // needs f.avx512vbmi
 #endif
+void fill_peak_amx(KernelTable& k);  // with f.amx_bf16: sets dot_bf16_tile_loop if tiles work
 #if defined(__aarch64__)
 void fill_matmul_neon(KernelTable& k);  // attention and vecops stay scalar on NEON for now
 // Q8/Q4/Q4-codebook on SDOT when f has neon_dotprod, else on plain NEON.
