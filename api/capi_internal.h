@@ -143,7 +143,7 @@ struct ModelCore {
   std::string backend_name;
   RunnerOptions runner_options;
   std::string dtype, backend_desc;
-  uint64_t n_params = 0;
+  uint64_t n_params = 0, n_active_params = 0;
 
   // The model's one runner (backend, thread pool, KV pool) and the engine every session generates
   // through: sessions running at once share its steps. Declared last so they are destroyed before

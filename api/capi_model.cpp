@@ -84,15 +84,23 @@ void prefault_weights(const Checkpoint& ck, Progress& prog) {
   }
 }
 
-uint64_t count_params(const Qwen3Config& c) {
+// The architecture's parameters (embeddings counted once when tied); with active, only those a
+// token runs through (top_k of a sparse layer's experts).
+uint64_t count_params(const Qwen3Config& c, bool active = false) {
   const uint64_t h = uint64_t(c.hidden_size), hd = uint64_t(c.head_dim);
   const uint64_t q = uint64_t(c.num_attention_heads) * hd,
                  kv = uint64_t(c.num_key_value_heads) * hd;
-  const uint64_t per_layer = h * q + 2 * h * kv + q * h               // q, k, v, o projections
-                             + 3 * h * uint64_t(c.intermediate_size)  // gate, up, down
-                             + 2 * h + 2 * hd;  // input/post-attention norms, q/k norms
+  const uint64_t attn = h * q + 2 * h * kv + q * h  // q, k, v, o projections
+                        + 2 * h + 2 * hd;           // input/post-attention norms, q/k norms
+  const uint64_t dense_mlp = 3 * h * uint64_t(c.intermediate_size);  // gate, up, down
+  const uint64_t expert = 3 * h * uint64_t(c.moe_intermediate_size);
+  const uint64_t experts = uint64_t(active ? c.num_experts_per_tok : c.num_experts);
+  uint64_t layers = 0;
+  for (int i = 0; i < c.num_hidden_layers; ++i)
+    layers +=
+        attn + (c.sparse_layer(i) ? h * uint64_t(c.num_experts) + experts * expert : dense_mlp);
   const uint64_t embed = uint64_t(c.vocab_size) * h;
-  return embed * (c.tie_word_embeddings ? 1 : 2) + h + per_layer * uint64_t(c.num_hidden_layers);
+  return embed * (c.tie_word_embeddings ? 1 : 2) + h + layers;
 }
 
 DType kv_dtype(const hearth_kv_type& field) {
@@ -250,6 +258,7 @@ hearth_status hearth_model_load(const char* path, const hearth_model_params* par
     core->backend_desc = core->runner->backend().describe();
     core->dtype = core->model->weight_dtypes();
     core->n_params = count_params(core->model->config());
+    core->n_active_params = count_params(core->model->config(), /*active=*/true);
     prog.step("backend");
     prog.step("done");
     *out_model = new hearth_model{std::move(core)};
@@ -281,7 +290,11 @@ hearth_status hearth_model_get_info(const hearth_model* model, hearth_model_info
     v.has_chat_template = m.has_template;
     v.n_threads = m.backend_options.threads;
     v.random_weights = m.model->config().random_weights ? 1 : 0;
-    write_struct("hearth_model_info", info, v, HEARTH_FIELD_END(hearth_model_info, random_weights));
+    v.n_experts = c.num_experts;
+    v.n_experts_per_tok = c.num_experts_per_tok;
+    v.n_active_params = m.n_active_params;
+    // Callers built before random_weights and the experts were added get the fields they have.
+    write_struct("hearth_model_info", info, v, HEARTH_FIELD_END(hearth_model_info, n_threads));
     return HEARTH_OK;
   });
 }

@@ -319,8 +319,9 @@ hearth_status hearth_session_get_metrics(const hearth_session* session,
   return guard(HEARTH_ERR_INTERNAL, [&] {
     HEARTH_CHECK_ARG(session, "hearth_session_get_metrics: session is NULL");
     BusyGuard busy(session, "hearth_session_get_metrics");
+    // Callers built before dropped_messages was added get the fields they have.
     write_struct("hearth_metrics", out_metrics, session->metrics,
-                 HEARTH_FIELD_END(hearth_metrics, dropped_messages));
+                 HEARTH_FIELD_END(hearth_metrics, kv_bytes));
     return HEARTH_OK;
   });
 }

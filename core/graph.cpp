@@ -24,6 +24,8 @@ const char* op_name(Op op) {
       return "add";
     case Op::GatherRows:
       return "gather_rows";
+    case Op::MoE:
+      return "moe";
     case Op::kCount:
       break;
   }

@@ -24,6 +24,13 @@ enum class Op : uint8_t {
   SiluMul,      // out = silu(a) * b                                   in: a, b
   Add,          // out = a + b                                         in: a, b
   GatherRows,   // out[i] = x[out_rows[i]]                             in: x
+  // Mixture of experts (Qwen3-MoE's sparse MLP): router logits x R^T in f32, softmax over all
+  // experts, the top_k (ties: lower index first), renormalised to sum 1 when norm_topk;
+  // out = sum_j w_j * down_j(silu(gate_j x) * up_j x).             in: x, R, first expert weight
+  // The experts' weights are 3 * n_experts consecutive graph tensors from in[2]: gate, up, down
+  // of expert 0, then of expert 1, ... The routing depends on the data, so a backend runs the
+  // whole op as one node.
+  MoE,
   kCount
 };
 const char* op_name(Op op);
@@ -46,6 +53,9 @@ struct NodeParams {
   int head_dim = 0;         // HeadRmsNorm, Rope, Attention
   double rope_theta = 0.0;  // Rope
   int layer = -1;           // Attention: which KV cache layer
+  int n_experts = 0;        // MoE
+  int top_k = 0;            // MoE: experts per token
+  bool norm_topk = false;   // MoE: renormalise the top_k probabilities to sum 1
 };
 
 struct Node {

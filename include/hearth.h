@@ -201,6 +201,12 @@ typedef struct hearth_model_info {
   /* Nonzero for a `hearth standin` checkpoint (config.json has "hearth_standin"): random weights,
    * whose text is noise; an app should say so. Added in 0.1; older callers do not get it. */
   int32_t random_weights;
+  /* Qwen3-MoE: experts per sparse layer and experts each token uses (0 and 0 for a dense model),
+   * and the parameters a token runs through (n_params less the experts it does not use). Added in
+   * 0.1; older callers do not get them. */
+  int32_t n_experts;
+  int32_t n_experts_per_tok;
+  uint64_t n_active_params;
 } hearth_model_info;
 
 HEARTH_API hearth_status hearth_model_get_info(const hearth_model* model, hearth_model_info* info);

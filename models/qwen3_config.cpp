@@ -143,7 +143,44 @@ void check_rope_block(const Fields& f, const char* key, const std::string& src) 
          "'; only the default rope (no scaling) is supported");
 }
 
+// The Qwen3-MoE fields (transformers' Qwen3MoeConfig, with its defaults where it has them).
+void read_moe_fields(const Fields& f, const std::string& src, Qwen3Config& c) {
+  if (f.int_opt("num_experts").value_or(1) == 0)
+    fail(src, ": num_experts is 0 but model_type is \"qwen3_moe\": its sparse layers need experts");
+  c.num_experts = f.positive_int("num_experts");
+  c.num_experts_per_tok = f.positive_int("num_experts_per_tok");
+  if (c.num_experts_per_tok > c.num_experts)
+    fail(src, ": num_experts_per_tok (", c.num_experts_per_tok, ") is more than num_experts (",
+         c.num_experts, ")");
+  c.moe_intermediate_size = f.positive_int("moe_intermediate_size");
+  c.norm_topk_prob = f.bool_opt("norm_topk_prob").value_or(false);
+  c.decoder_sparse_step = f.positive_int("decoder_sparse_step", 1);
+  for (const char* shared : {"shared_expert_intermediate_size", "num_shared_experts"})
+    if (f.int_opt(shared).value_or(0) > 0)
+      fail(src, ": field '", shared, "' asks for shared experts, which Qwen3-MoE does not have ",
+           "and hearth does not implement");
+  if (f.has("mlp_only_layers")) {
+    simdjson::dom::array arr;
+    if (f.get("mlp_only_layers").get_array().get(arr))
+      fail(src, ": field 'mlp_only_layers' must be a list of layer indices");
+    for (element x : arr) {
+      int64_t v;
+      if (x.get_int64().get(v) || v < 0 || v >= c.num_hidden_layers)
+        fail(src, ": mlp_only_layers holds ", simdjson::minify(x), "; layers are 0 to ",
+             c.num_hidden_layers - 1);
+      c.mlp_only_layers.push_back(int(v));
+    }
+  }
+}
+
 }  // namespace
+
+bool Qwen3Config::sparse_layer(int i) const {
+  if (num_experts <= 0) return false;
+  for (int l : mlp_only_layers)
+    if (l == i) return false;
+  return (i + 1) % decoder_sparse_step == 0;
+}
 
 Qwen3Config parse_qwen3_config(const std::string& text, const std::string& src) {
   simdjson::dom::parser parser;
@@ -154,8 +191,9 @@ Qwen3Config parse_qwen3_config(const std::string& text, const std::string& src) 
   c.config_hash = fnv1a64_hex(text.data(), text.size());
 
   std::optional<std::string> mt = f.str_opt("model_type");
-  if (!mt) fail(src, ": field 'model_type' is missing (expected \"qwen3\")");
-  if (*mt != "qwen3") fail(src, ": model_type is \"", *mt, "\"; only \"qwen3\" is supported");
+  if (!mt) fail(src, ": field 'model_type' is missing (expected \"qwen3\" or \"qwen3_moe\")");
+  if (*mt != "qwen3" && *mt != "qwen3_moe")
+    fail(src, ": model_type is \"", *mt, "\"; only \"qwen3\" and \"qwen3_moe\" are supported");
 
   check_rope_block(f, "rope_scaling", src);
   check_rope_block(f, "rope_parameters", src);
@@ -217,6 +255,7 @@ Qwen3Config parse_qwen3_config(const std::string& text, const std::string& src) 
   if (bos.size() > 1) fail(src, ": field 'bos_token_id' must be a single token id");
   if (!bos.empty()) c.bos_token_id = bos[0];
 
+  if (*mt == "qwen3_moe") read_moe_fields(f, src, c);
   c.random_weights = f.has("hearth_standin");
   if (f.has("quantization_config")) {
     c.has_quantization_config = true;

@@ -24,6 +24,18 @@ struct Qwen3Config {
   std::string torch_dtype;             // "bfloat16", ...; empty when absent
   std::vector<int32_t> eos_token_ids;  // empty when absent or null
   std::optional<int32_t> bos_token_id;
+  // Qwen3-MoE (model_type "qwen3_moe"; num_experts 0 for dense Qwen3): layer i is sparse when i
+  // is not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0; a sparse layer's MLP is
+  // num_experts experts of moe_intermediate_size, num_experts_per_tok of them per token, their
+  // router probabilities renormalised to sum 1 when norm_topk_prob.
+  int num_experts = 0;
+  int num_experts_per_tok = 0;
+  int moe_intermediate_size = 0;
+  bool norm_topk_prob = false;
+  int decoder_sparse_step = 1;
+  std::vector<int> mlp_only_layers;
+  bool is_moe() const { return num_experts > 0; }
+  bool sparse_layer(int i) const;
   // config.json has the "hearth_standin" object `hearth standin` writes: the weights are noise.
   bool random_weights = false;
   bool has_quantization_config = false;

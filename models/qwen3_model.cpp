@@ -69,8 +69,16 @@ std::string Qwen3Model::weight_dtypes() const {
 
 size_t Qwen3Model::decode_weight_bytes() const {
   size_t bytes = 0;
-  for (const Node& n : graph_.nodes())
+  for (const Node& n : graph_.nodes()) {
     if (n.op == Op::MatMul) bytes += quant::weight_bytes(graph_.tensor(n.in[1]).weight);
+    if (n.op != Op::MoE) continue;
+    // The router, and top_k experts' worth of the experts (their mean size).
+    bytes += quant::weight_bytes(graph_.tensor(n.in[1]).weight);
+    size_t experts = 0;
+    for (int i = 0; i < 3 * n.p.n_experts; ++i)
+      experts += quant::weight_bytes(graph_.tensor(n.in[2] + i).weight);
+    bytes += experts / size_t(n.p.n_experts) * size_t(n.p.top_k);
+  }
   const Tensor& e = weights_.embed;  // one row, with its scales when quantized
   bytes += quant::weight_bytes(e) / size_t(e.rows());
   return bytes;

@@ -36,7 +36,8 @@ class Qwen3Model {
   const Graph& graph() const { return graph_; }
   // The distinct stored weight types, e.g. "BF16" or "BF16+F32".
   std::string weight_dtypes() const;
-  // Bytes of weights read per decoded token (every matrix once, plus one embedding row).
+  // Bytes of weights read per decoded token (every matrix once, plus one embedding row; of a
+  // mixture of experts, the router and top_k experts).
   size_t decode_weight_bytes() const;
 
  private:

@@ -98,9 +98,20 @@ Qwen3Weights bind_qwen3_weights(const Checkpoint& ck, const Qwen3Config& c) {
     l.o_proj = b.bind(p + "self_attn.o_proj.weight", {hidden, q_dim});
     l.q_norm = b.bind(p + "self_attn.q_norm.weight", {hd});
     l.k_norm = b.bind(p + "self_attn.k_norm.weight", {hd});
-    l.gate_proj = b.bind(p + "mlp.gate_proj.weight", {inter, hidden});
-    l.up_proj = b.bind(p + "mlp.up_proj.weight", {inter, hidden});
-    l.down_proj = b.bind(p + "mlp.down_proj.weight", {hidden, inter});
+    if (c.sparse_layer(i)) {
+      const int64_t mi = c.moe_intermediate_size;
+      l.router = b.bind(p + "mlp.gate.weight", {int64_t(c.num_experts), hidden});
+      for (int e = 0; e < c.num_experts; ++e) {
+        const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+        l.expert_gate.push_back(b.bind(x + "gate_proj.weight", {mi, hidden}));
+        l.expert_up.push_back(b.bind(x + "up_proj.weight", {mi, hidden}));
+        l.expert_down.push_back(b.bind(x + "down_proj.weight", {hidden, mi}));
+      }
+    } else {
+      l.gate_proj = b.bind(p + "mlp.gate_proj.weight", {inter, hidden});
+      l.up_proj = b.bind(p + "mlp.up_proj.weight", {inter, hidden});
+      l.down_proj = b.bind(p + "mlp.down_proj.weight", {hidden, inter});
+    }
     l.input_norm = b.bind(p + "input_layernorm.weight", {hidden});
     l.post_attn_norm = b.bind(p + "post_attention_layernorm.weight", {hidden});
   }

@@ -15,6 +15,12 @@ namespace hearth {
 struct Qwen3LayerWeights {
   Tensor q_proj, k_proj, v_proj, o_proj, q_norm, k_norm, gate_proj, up_proj, down_proj, input_norm,
       post_attn_norm;
+  // A sparse (MoE) layer has these instead of gate/up/down_proj: the router mlp.gate
+  // [num_experts, hidden] and each expert's gate/up [moe_intermediate, hidden], down [hidden,
+  // moe_intermediate].
+  Tensor router;
+  std::vector<Tensor> expert_gate, expert_up, expert_down;
+  bool sparse() const { return !expert_gate.empty(); }
 };
 
 struct Qwen3Weights {

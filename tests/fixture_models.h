@@ -11,7 +11,9 @@
 namespace hearth::test {
 
 inline const std::string kModels = std::string(HEARTH_SHARED_DIR) + "/fixtures/models/";
-inline const char* const kFixtures[] = {"tiny-tied-bf16", "tiny-untied-sharded-f32"};
+// The dense ones first (tests that need one model take kFixtures[0] or [1]), then Qwen3-MoE.
+inline const char* const kFixtures[] = {"tiny-tied-bf16", "tiny-untied-sharded-f32", "moe-tiny-bf16",
+                                        "moe-tiny-f32-sharded"};
 
 struct Sequence {
   std::string name;

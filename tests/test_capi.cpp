@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -174,8 +175,11 @@ CmdResult run(const std::string& cmd) {
 }
 
 // Parameters of a safetensors checkpoint, counted from the file headers.
-uint64_t count_checkpoint_params(const std::string& dir) {
-  uint64_t total = 0;
+// The parameters the checkpoint's files hold; with experts_per_tok, those a token runs through:
+// of each layer's experts (".mlp.experts." tensors), experts_per_tok / n_experts.
+uint64_t count_checkpoint_params(const std::string& dir, int experts_per_tok = 0,
+                                 int n_experts = 0) {
+  uint64_t total = 0, expert = 0;
   for (const auto& e : fs::directory_iterator(dir)) {
     if (e.path().extension() != ".safetensors") continue;
     std::ifstream f(e.path(), std::ios::binary);
@@ -190,8 +194,10 @@ uint64_t count_checkpoint_params(const std::string& dir) {
       uint64_t numel = 1;
       for (auto d : kv.value["shape"].get_array()) numel *= uint64_t(d.get_int64());
       total += numel;
+      if (std::string_view(kv.key).find(".mlp.experts.") != std::string_view::npos) expert += numel;
     }
   }
+  if (n_experts > 0) total -= expert / uint64_t(n_experts) * uint64_t(n_experts - experts_per_tok);
   return total;
 }
 
@@ -281,6 +287,22 @@ TEST_SUITE("capi") {
     CHECK(ni.info.struct_size == sizeof ni);
     CHECK(ni.future_field == 0);
     CHECK(ni.info.n_layers == 2);
+    // An older program's smaller one (before random_weights and the experts were added) gets
+    // what it has, and nothing is written past it.
+    struct OlderInfo {
+      hearth_model_info info;
+    } oi;
+    std::memset(&oi, 0xAB, sizeof oi);
+    oi.info.struct_size = offsetof(hearth_model_info, random_weights);
+    CHECK(hearth_model_get_info(model.m, &oi.info) == HEARTH_OK);
+    CHECK(oi.info.n_layers == 2);
+    CHECK(oi.info.random_weights == int32_t(0xABABABAB));
+    hearth_metrics older_m;
+    std::memset(&older_m, 0xAB, sizeof older_m);
+    older_m.struct_size = offsetof(hearth_metrics, dropped_messages);
+    Session older_s(model.m);
+    CHECK(hearth_session_get_metrics(older_s.s, &older_m) == HEARTH_OK);
+    CHECK(older_m.dropped_messages == int32_t(0xABABABAB));
     hearth_metrics m;
     m.struct_size = 8;
     Session sess(model.m);
@@ -292,7 +314,8 @@ TEST_SUITE("capi") {
   }
 
   TEST_CASE("model info and parameter count") {
-    for (const std::string& dir : {kTiny, kSharded}) {
+    for (const std::string& dir :
+         {kTiny, kSharded, kModels + "moe-tiny-bf16", kModels + "moe-tiny-f32-sharded"}) {
       CAPTURE(dir);
       Model model(dir, 2);
       hearth_model_info info;
@@ -308,7 +331,18 @@ TEST_SUITE("capi") {
       CHECK(std::string(info.path) == dir);
       CHECK(std::string(info.backend).rfind("cpu", 0) == 0);
       CHECK(info.n_params == count_checkpoint_params(dir));
-      CHECK(std::string(info.dtype) == (dir == kTiny ? "BF16" : "F32"));
+      const int64_t experts = config["num_experts"].is_int64() ? int64_t(config["num_experts"]) : 0;
+      CHECK(info.n_experts == experts);
+      if (experts > 0) {
+        CHECK(info.n_experts_per_tok == int64_t(config["num_experts_per_tok"]));
+        CHECK(info.n_active_params ==
+              count_checkpoint_params(dir, info.n_experts_per_tok, info.n_experts));
+        CHECK(info.n_active_params < info.n_params);
+      } else {
+        CHECK(info.n_active_params == info.n_params);
+      }
+      CHECK(std::string(info.dtype) ==
+            (dir == kTiny || dir.find("moe-tiny-bf16") != std::string::npos ? "BF16" : "F32"));
       CHECK(info.random_weights == 0);  // the fixtures' config.json has no "hearth_standin"
     }
   }
@@ -711,7 +745,8 @@ TEST_SUITE("capi") {
         "\n<|im_start|>user\nSecond question<|im_end|>\n<|im_start|>assistant\n<think>\n\n"
         "</think>\n\n";
     CHECK(m2.prefill_tokens == 1 + int(tokenize(model.m, turn2).size()));
-    CHECK(m2.prompt_tokens == m1.prompt_tokens + m1.new_tokens + int(tokenize(model.m, turn2).size()));
+    CHECK(m2.prompt_tokens ==
+          m1.prompt_tokens + m1.new_tokens + int(tokenize(model.m, turn2).size()));
     CHECK(m2.cached_tokens > 0);
     CHECK(m2.kv_bytes > 0);
 
@@ -745,7 +780,7 @@ TEST_SUITE("capi") {
 
     REQUIRE(hearth_session_reset(s.s) == HEARTH_OK);
     REQUIRE(hearth_session_message_count(s.s, &n) == HEARTH_OK);
-    CHECK(n == 1);  // the system prompt stays
+    CHECK(n == 1);                              // the system prompt stays
     CHECK(metrics_of(s.s).cached_tokens == 0);  // what the cache holds now: nothing
     CHECK(metrics_of(s.s).kv_bytes == 0);
     REQUIRE(hearth_session_chat(s.s, "First question", &c, &g, &out) == HEARTH_OK);
@@ -944,7 +979,8 @@ TEST_SUITE("capi") {
       r = run("timeout 120 " + exe.string() + " " + kTiny);
       CHECK_MESSAGE(r.status == 0, r.out);
       CHECK(r.out.find("> Tell me more.") != std::string::npos);
-      CHECK(r.out.find("[finish cancelled]") != std::string::npos);  // the third reply was cancelled
+      CHECK(r.out.find("[finish cancelled]") !=
+            std::string::npos);  // the third reply was cancelled
       CHECK(r.out.find("100% done") != std::string::npos);
     }
   }

@@ -914,4 +914,70 @@ TEST_SUITE("checkpoint") {
     CHECK_ERROR(Checkpoint::open(d.str(), MapMode::Shared), "model.safetensors",
                 "Too many levels of symbolic links");
   }
+
+  TEST_CASE("Qwen3-MoE configs and experts are checked by name") {
+    const std::string dir = kModels + "/moe-tiny-bf16";
+    std::ifstream cf(dir + "/config.json", std::ios::binary);
+    const std::string cfg((std::istreambuf_iterator<char>(cf)), std::istreambuf_iterator<char>());
+    auto with = [&](const std::string& from, const std::string& to) {
+      std::string c = cfg;
+      const size_t at = c.find(from);
+      REQUIRE(at != std::string::npos);
+      return c.replace(at, from.size(), to);
+    };
+    const Qwen3Config c = parse_qwen3_config(cfg, "cfg.json");
+    CHECK(c.num_experts == 8);
+    CHECK(c.num_experts_per_tok == 2);
+    CHECK(c.moe_intermediate_size == 32);
+    CHECK(c.norm_topk_prob);
+    CHECK(c.sparse_layer(0));
+    CHECK(!c.sparse_layer(1));  // mlp_only_layers [1]
+    CHECK(c.sparse_layer(2));
+    CHECK_ERROR(parse_qwen3_config(with("\"num_experts_per_tok\": 2", "\"num_experts_per_tok\": 9"),
+                                   "cfg.json"),
+                "num_experts_per_tok (9) is more than num_experts (8)");
+    CHECK_ERROR(parse_qwen3_config(with("\"num_experts\": 8", "\"num_experts\": 0"), "cfg.json"),
+                "num_experts is 0");
+    CHECK_ERROR(
+        parse_qwen3_config(with("\"mlp_only_layers\": [\n    1\n  ]", "\"mlp_only_layers\": [7]"),
+                           "cfg.json"),
+        "mlp_only_layers holds 7");
+    CHECK_ERROR(
+        parse_qwen3_config(with("\"moe_intermediate_size\": 32", "\"moe_intermediate_size\": -1"),
+                           "cfg.json"),
+        "moe_intermediate_size");
+    // A checkpoint with one expert tensor left out, and one with a ninth expert's added.
+    Checkpoint ck = Checkpoint::open(dir, MapMode::Shared);
+    auto rewrite = [&](const TempDir& d, const std::string& drop, const std::string& extra) {
+      fs::copy_file(dir + "/config.json", d / "config.json");
+      std::vector<TensorToWrite> out;
+      for (const TensorRef* r : ck.all()) {
+        if (r->name == drop) continue;
+        for (const std::string& name :
+             {r->name, r->name == extra
+                           ? std::string(r->name).replace(r->name.find(".7."), 3, ".8.")
+                           : std::string()}) {
+          if (name.empty()) continue;
+          TensorToWrite t{name, r->dtype_str, r->shape, r->nbytes,
+                          [r](uint8_t* dst) { std::memcpy(dst, r->data, r->nbytes); }};
+          out.push_back(t);
+        }
+      }
+      write_safetensors(d / "model.safetensors", out);
+    };
+    {
+      TempDir d;
+      rewrite(d, "model.layers.2.mlp.experts.5.up_proj.weight", "");
+      Checkpoint c2 = Checkpoint::open(d.str(), MapMode::Shared);
+      CHECK_ERROR(bind_qwen3_weights(c2, c), "model.layers.2.mlp.experts.5.up_proj.weight",
+                  "is missing");
+    }
+    {
+      TempDir d;
+      rewrite(d, "", "model.layers.0.mlp.experts.7.down_proj.weight");
+      Checkpoint c2 = Checkpoint::open(d.str(), MapMode::Shared);
+      CHECK_ERROR(bind_qwen3_weights(c2, c), "unexpected tensor",
+                  "model.layers.0.mlp.experts.8.down_proj.weight");
+    }
+  }
 }

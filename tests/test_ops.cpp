@@ -2,6 +2,8 @@
 // computation written here; on every ISA the machine has.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <random>
 #include <vector>
@@ -297,6 +299,108 @@ TEST_SUITE("ops") {
             }
           }
         CHECK(nerr(got, want) < 1e-5);
+      }
+  }
+
+  TEST_CASE("moe: router top-k and weighted SwiGLU experts against float64") {
+    struct Shape {
+      int T, H, mi, E, K;
+      bool norm;
+    };
+    for (const Shape sh : {Shape{1, 32, 16, 8, 2, true}, Shape{5, 64, 32, 6, 3, false},
+                           Shape{17, 32, 48, 16, 4, true}})
+      for (DType wt : {DType::F32, DType::F16, DType::BF16}) {
+        const int T = sh.T, H = sh.H, mi = sh.mi, E = sh.E, K = sh.K;
+        CAPTURE(T);
+        CAPTURE(E);
+        CAPTURE(K);
+        CAPTURE(dtype_name(wt));
+        auto x = randn(size_t(T * H), 11);
+        // Weights rounded to their type first, so the reference sees what the kernels read.
+        std::vector<std::vector<float>> wf;
+        std::vector<std::vector<uint16_t>> wh;
+        auto make = [&](int64_t rows, int64_t cols, unsigned seed) {
+          wf.push_back(randn(size_t(rows * cols), seed, 0.2f));
+          wh.emplace_back(wf.back().size());
+          for (size_t i = 0; i < wf.back().size(); ++i) {
+            float& v = wf.back()[i];
+            if (wt == DType::F16) wh.back()[i] = f32_to_f16(v), v = f16_to_f32(wh.back()[i]);
+            if (wt == DType::BF16) wh.back()[i] = f32_to_bf16(v), v = bf16_to_f32(wh.back()[i]);
+          }
+        };
+        wf.reserve(size_t(1 + 3 * E));
+        wh.reserve(size_t(1 + 3 * E));
+        make(E, H, 20);
+        for (int e = 0; e < E; ++e) {
+          make(mi, H, unsigned(30 + 3 * e));
+          make(mi, H, unsigned(31 + 3 * e));
+          make(H, mi, unsigned(32 + 3 * e));
+        }
+        auto data = [&](size_t i) {
+          return wt == DType::F32 ? static_cast<const void*>(wf[i].data()) : wh[i].data();
+        };
+        Graph g;
+        int xi = input(g, x, T, H, "x");
+        const int router = g.weight("router", view(wt, {E, H}, data(0)));
+        int first = -1;
+        for (int e = 0; e < E; ++e) {
+          const size_t b = size_t(1 + 3 * e);
+          const int gw = g.weight("gate" + std::to_string(e), view(wt, {mi, H}, data(b)));
+          g.weight("up" + std::to_string(e), view(wt, {mi, H}, data(b + 1)));
+          g.weight("down" + std::to_string(e), view(wt, {H, mi}, data(b + 2)));
+          if (e == 0) first = gw;
+        }
+        NodeParams mp;
+        mp.n_experts = E;
+        mp.top_k = K;
+        mp.norm_topk = sh.norm;
+        finish(g, g.add(Op::MoE, g.activation("moe", H), {xi, router, first}, mp));
+
+        std::vector<double> want(size_t(T * H), 0.0);
+        double min_gap = 1e9;
+        for (int t = 0; t < T; ++t) {
+          const float* xt = x.data() + t * H;
+          auto dot = [&](const std::vector<float>& w, int64_t row, const double* v, int64_t n) {
+            double s = 0;
+            for (int64_t k = 0; k < n; ++k) s += double(w[size_t(row * n + k)]) * v[k];
+            return s;
+          };
+          std::vector<double> xd(xt, xt + H);
+          std::vector<double> logit(static_cast<size_t>(E));
+          for (int e = 0; e < E; ++e) logit[size_t(e)] = dot(wf[0], e, xd.data(), H);
+          std::vector<int> order(static_cast<size_t>(E));
+          for (int e = 0; e < E; ++e) order[size_t(e)] = e;
+          std::stable_sort(order.begin(), order.end(),
+                           [&](int a, int b) { return logit[size_t(a)] > logit[size_t(b)]; });
+          min_gap = std::min(min_gap,
+                             logit[size_t(order[size_t(K - 1)])] - logit[size_t(order[size_t(K)])]);
+          double mx = logit[size_t(order[0])], sum = 0, kept = 0;
+          for (int e = 0; e < E; ++e) sum += std::exp(logit[size_t(e)] - mx);
+          for (int j = 0; j < K; ++j) kept += std::exp(logit[size_t(order[size_t(j)])] - mx) / sum;
+          for (int j = 0; j < K; ++j) {
+            const int e = order[size_t(j)];
+            double w = std::exp(logit[size_t(e)] - mx) / sum;
+            if (sh.norm) w /= kept;
+            const size_t b = size_t(1 + 3 * e);
+            std::vector<double> act(static_cast<size_t>(mi));
+            for (int r = 0; r < mi; ++r) {
+              const double gv = dot(wf[b], r, xd.data(), H), uv = dot(wf[b + 1], r, xd.data(), H);
+              act[size_t(r)] = gv / (1 + std::exp(-gv)) * uv;
+            }
+            for (int r = 0; r < H; ++r)
+              want[size_t(t * H + r)] += w * dot(wf[b + 2], r, act.data(), mi);
+          }
+        }
+        REQUIRE(min_gap > 1e-4);  // no near-ties: float32 routing must pick the same experts
+        std::vector<int32_t> toks(static_cast<size_t>(T));
+        for (int t = 0; t < T; ++t) toks[size_t(t)] = t;
+        for (const auto& isa : isas_here())
+          for (int threads : {1, 2}) {
+            CAPTURE(isa);
+            CAPTURE(threads);
+            Harness h(isa, threads);
+            CHECK(nerr(h.run(g, toks), want) < 1e-5);
+          }
       }
   }
 }

@@ -46,6 +46,25 @@ constexpr int64_t kUnpackRows = 512;
 // copy behind a barrier.
 constexpr int kPrivateNormTokens = 4;
 
+// The MoE nodes' shared buffers (exec_moe.cpp), for steps of up to T tokens and k experts each:
+// the T * k routed rows are gathered expert by expert, so each active expert's weights are read
+// once for all of its tokens.
+struct MoeBuffers {
+  Buffer mem;
+  int64_t slots = 0;          // T * k
+  float* logits = nullptr;    // [T, n_experts] router logits
+  int32_t* expert = nullptr;  // [T * k] slot t * k + j: token t's j-th expert
+  float* weight = nullptr;    // [T * k] its weight
+  int32_t* start = nullptr;   // [n_experts + 1] first gathered row of each expert
+  int32_t* next = nullptr;    // [n_experts + 1] the counting sort's cursors
+  int32_t* row = nullptr;     // [T * k] slot -> gathered row
+  int32_t* token = nullptr;   // [T * k] gathered row -> token
+  float* x = nullptr;         // [T * k, hidden] gathered inputs
+  float* g = nullptr;         // [T * k, inter] gate, then silu(gate) * up
+  float* u = nullptr;         // [T * k, inter] up
+  float* d = nullptr;         // [T * k, hidden] down
+};
+
 struct CpuCompiled : CompiledGraph {
   const Graph* graph = nullptr;
   std::vector<Step> steps;
@@ -87,6 +106,8 @@ struct CpuCompiled : CompiledGraph {
   // it can be the argmax, whichever thread's range it is in.
   std::atomic<float> screen_best{-INFINITY};
   ScreenStats* screen_stats = nullptr;
+
+  MoeBuffers moe;
 
   std::atomic<int> next_item{0};  // long attention steps hand out (KV head, token block) items
   // Decode attention split over positions: per thread, one range's unnormalised rows and their
@@ -142,5 +163,8 @@ struct StepCtx {
 void run_node_step(const StepCtx& c, const Node& n);
 void run_linear_step(const StepCtx& c, const LinearStep& s);
 void run_attention_step(const StepCtx& c, const AttentionStep& s);
+void run_moe_step(const StepCtx& c, const Node& n);
+// Carves cg.moe for steps of up to max_tokens tokens of MoE node n.
+void alloc_moe_buffers(CpuCompiled& cg, const Node& n, int max_tokens);
 
 }  // namespace hearth::cpu

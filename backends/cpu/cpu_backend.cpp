@@ -240,6 +240,13 @@ bool CpuBackend::supports_op(const Graph& g, const Node& n) const {
       const Tensor& t = g.tensor(n.in[0]).weight;
       return plain(t.dtype) || t.quantized();
     }
+    case Op::MoE:
+      for (int id = n.in[1]; id < n.in[2] + 3 * n.p.n_experts;
+           id = id == n.in[1] ? n.in[2] : id + 1) {
+        const Tensor& t = g.tensor(id).weight;
+        if (!(plain(t.dtype) || t.quantized())) return false;
+      }
+      return n.p.top_k >= 1 && n.p.top_k <= n.p.n_experts;
     case Op::kCount:
       return false;
     default:
@@ -362,6 +369,7 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
     cg->inv_freq = f;
   };
   int64_t max_k = 0, max_norm = 0, max_hd = 0, max_qmm = 0, max_group = 0;
+  bool moe_native = false;
   for (const Step& s : cg->steps) {
     switch (s.kind) {
       case Step::Kind::Node: {
@@ -369,6 +377,17 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
         if (n.op == Op::RmsNorm || n.op == Op::HeadRmsNorm) widen_norm(n.in[1]);
         if (n.op == Op::Attention) max_hd = std::max<int64_t>(max_hd, n.p.head_dim);
         if (n.op == Op::Rope) use_rope(n.p.head_dim, n.p.rope_theta);
+        if (n.op == Op::MoE) {
+          alloc_moe_buffers(*cg, n, max_tokens);
+          // Experts run on the matmul kernels for all of their rows (no GEMM library).
+          moe_native = true;
+          for (int id : {n.in[1], n.in[2], n.in[2] + 2}) {
+            const Tensor& w = ts[size_t(id)].weight;
+            max_k = std::max(max_k, w.cols());
+            if (w.quantized())
+              max_qmm = std::max(max_qmm, quant_matmul_scratch_floats(w.cols(), max_tokens));
+          }
+        }
         break;
       }
       case Step::Kind::Linear:
@@ -462,8 +481,9 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
   cg->off_unpack = at, at += gemm_ && packed ? round16(size_t(kUnpackRows) * size_t(max_k) / 2) : 0;
   // The matmul kernels may reorder x for all the tokens of a step that does not reach the GEMM
   // library (short steps, and steps with quantized weights).
-  const size_t native_rows =
-      gemm_ && max_qmm == 0 ? std::min(max_rows, size_t(gemm_min_tokens_)) : max_rows;
+  const size_t native_rows = gemm_ && max_qmm == 0 && !moe_native
+                                 ? std::min(max_rows, size_t(gemm_min_tokens_))
+                                 : max_rows;
   cg->off_mm = at,
   at += round16(std::max({size_t(max_k) * native_rows, size_t(max_qmm), size_t(max_screen)}));
   cg->off_attn = at, at += max_hd ? round16(size_t(attention_scratch_floats(max_hd))) : 0;

@@ -1,4 +1,5 @@
-// Single graph nodes the planner did not fuse, run by the reference ops, each thread on its share.
+// Single graph nodes the planner did not fuse, run by the reference ops, each thread on its share
+// (mixture-of-experts nodes by exec_moe.cpp).
 #include <cmath>
 #include <cstring>
 
@@ -104,6 +105,9 @@ void run_node_step(const StepCtx& c, const Node& n) {
     case Op::Add:
       ThreadPool::split(rows * cols, tid, nth, 16, &b, &e);
       add(in(0), in(1), out, b, e);
+      break;
+    case Op::MoE:
+      run_moe_step(c, n);
       break;
     case Op::MatMul:  // always planned as a linear step
     case Op::kCount:

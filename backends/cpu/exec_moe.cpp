@@ -1,0 +1,185 @@
+// Mixture-of-experts steps (Op::MoE): x [T, hidden] f32 rows; the router R [experts, hidden] and
+// each expert's gate/up [inter, hidden] and down [hidden, inter] in their stored types (F32, F16,
+// BF16, Q8, Q4), read through the matmul kernels; the routed rows are gathered expert by expert.
+//
+// A step runs in phases, every thread on its share, a barrier between them: router logits, top-k
+// per token, the gather (rows grouped by expert), gate and up of every active expert, SiLU-mul,
+// down, and the weighted sum back into each token's row. Decode reads only the chosen experts'
+// weights; prefill reads each active expert's once for all of its tokens.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backends/cpu/compiled.h"
+#include "core/error.h"
+
+namespace hearth::cpu {
+
+namespace {
+
+constexpr int kMaxTopK = 256;
+
+// y[t * ldy + (r - r0)] = x[t] . w[r] for t < n, r in [r0, r1).
+void matmul(const StepCtx& c, const Tensor& w, const float* x, int64_t n, int64_t r0, int64_t r1,
+            float* y, int64_t ldy) {
+  MatmulArgs a{w.data, w.cols(), x, w.cols(), int(n), y, ldy, r0, r1, c.scratch() + c.cg.off_mm};
+  if (w.quantized()) {
+    QuantMatmulArgs q;
+    static_cast<MatmulArgs&>(q) = a;
+    q.scales = w.scales;
+    q.scale_dtype = w.scale_dtype;
+    q.group = w.group_size;
+    q.codebook = w.codebook;
+    (w.dtype == DType::Q8 ? c.kt.matmul_q8 : w.codebook ? c.kt.matmul_q4cb : c.kt.matmul_q4)(q);
+    return;
+  }
+  c.kt.matmul[type_slot(w.dtype)](a);
+}
+
+const Tensor& expert_weight(const StepCtx& c, const Node& n, int e, int which) {
+  return c.tensor(n.in[2] + 3 * e + which).weight;  // 0 gate, 1 up, 2 down
+}
+
+// Token t's top-k experts by router logit (the softmax keeps the order; ties: lower index) and
+// their weights: softmax probabilities over all experts, renormalised over the k when asked.
+void route(const float* logits, int n_experts, int k, bool renormalise, int32_t* expert,
+           float* weight) {
+  float mx = -INFINITY;
+  for (int e = 0; e < n_experts; ++e) mx = std::max(mx, logits[e]);
+  double sum = 0;
+  for (int e = 0; e < n_experts; ++e) sum += std::exp(double(logits[e]) - mx);
+  for (int j = 0; j < k; ++j) {
+    int best = -1;
+    for (int e = 0; e < n_experts; ++e) {
+      if (std::find(expert, expert + j, e) != expert + j) continue;
+      if (best < 0 || logits[e] > logits[best]) best = e;
+    }
+    expert[j] = best;
+  }
+  double kept = 0;
+  double p[kMaxTopK];
+  for (int j = 0; j < k; ++j) kept += p[j] = std::exp(double(logits[expert[j]]) - mx) / sum;
+  for (int j = 0; j < k; ++j) weight[j] = float(renormalise ? p[j] / kept : p[j]);
+}
+
+// Runs fn(expert, part, r0, r1) for this thread's share of the rows [0, rows) of `parts` matrices
+// of every active expert, in blocks of 16 rows.
+template <typename Fn>
+void expert_rows(const StepCtx& c, const MoeBuffers& m, int n_experts, int parts, int64_t rows,
+                 Fn fn) {
+  int active = 0;
+  for (int e = 0; e < n_experts; ++e) active += m.start[e + 1] > m.start[e];
+  int64_t b, end;
+  ThreadPool::split(int64_t(active) * parts * rows, c.tid, c.nth, 16, &b, &end);
+  int64_t at = 0;
+  for (int e = 0; e < n_experts && at < end; ++e) {
+    if (m.start[e + 1] == m.start[e]) continue;
+    for (int part = 0; part < parts; ++part, at += rows) {
+      const int64_t r0 = std::max<int64_t>(b - at, 0), r1 = std::min<int64_t>(end - at, rows);
+      if (r0 < r1) fn(e, part, r0, r1);
+    }
+  }
+}
+
+}  // namespace
+
+void alloc_moe_buffers(CpuCompiled& cg, const Node& n, int max_tokens) {
+  const Graph& g = *cg.graph;
+  const int64_t E = n.p.n_experts, K = n.p.top_k, H = g.tensor(n.out).cols;
+  const int64_t mi = g.tensor(n.in[2]).weight.rows();
+  const int64_t S = int64_t(max_tokens) * K;
+  if (K > kMaxTopK) fail("cpu backend: ", K, " experts per token; at most ", kMaxTopK);
+  if (cg.moe.slots >= S && cg.moe.mem.bytes) return;  // every MoE node of a model is alike
+  auto r16 = [](int64_t v) { return size_t((v + 15) / 16 * 16); };
+  const size_t floats =
+      r16(max_tokens * E) + r16(S) * 4 + r16(E + 1) * 2 + r16(S * H) * 2 + r16(S * mi) * 2;
+  cg.moe.mem.alloc(floats * 4, "mixture-of-experts buffers");
+  float* p = cg.moe.mem.f();
+  auto take = [&](int64_t n_floats) {
+    float* q = p;
+    p += r16(n_floats);
+    return q;
+  };
+  MoeBuffers& m = cg.moe;
+  m.slots = S;
+  m.logits = take(max_tokens * E);
+  m.expert = reinterpret_cast<int32_t*>(take(S));
+  m.weight = take(S);
+  m.start = reinterpret_cast<int32_t*>(take(E + 1));
+  m.next = reinterpret_cast<int32_t*>(take(E + 1));
+  m.row = reinterpret_cast<int32_t*>(take(S));
+  m.token = reinterpret_cast<int32_t*>(take(S));
+  m.x = take(S * H);
+  m.g = take(S * mi);
+  m.u = take(S * mi);
+  m.d = take(S * H);
+}
+
+void run_moe_step(const StepCtx& c, const Node& n) {
+  MoeBuffers& m = c.cg.moe;
+  const float* x = c.ptr(n.in[0]);
+  float* out = c.ptr(n.out);
+  const int64_t T = c.rows(n.out), H = c.tensor(n.out).cols;
+  const int E = n.p.n_experts, K = n.p.top_k;
+  const Tensor& router = c.tensor(n.in[1]).weight;
+  const int64_t mi = expert_weight(c, n, 0, 0).rows();
+  int64_t b, e;
+
+  // Router logits, the experts split over the threads.
+  ThreadPool::split(E, c.tid, c.nth, 1, &b, &e);
+  if (b < e) matmul(c, router, x, T, b, e, m.logits + b, E);
+  c.barrier.wait();
+  ThreadPool::split(T, c.tid, c.nth, 1, &b, &e);
+  for (int64_t t = b; t < e; ++t)
+    route(m.logits + t * E, E, K, n.p.norm_topk, m.expert + t * K, m.weight + t * K);
+  c.barrier.wait();
+
+  // Rows grouped by expert: counting sort of the slots (small: T * k entries).
+  if (c.tid == 0) {
+    std::fill(m.start, m.start + E + 1, 0);
+    for (int64_t s = 0; s < T * K; ++s) ++m.start[m.expert[s] + 1];
+    for (int i = 0; i < E; ++i) m.start[i + 1] += m.start[i];
+    int32_t* next = m.next;
+    std::copy(m.start, m.start + E, next);
+    for (int64_t s = 0; s < T * K; ++s) {
+      const int32_t r = next[m.expert[s]]++;
+      m.row[s] = r;
+      m.token[r] = int32_t(s / K);
+    }
+  }
+  c.barrier.wait();
+  ThreadPool::split(T * K, c.tid, c.nth, 1, &b, &e);
+  for (int64_t r = b; r < e; ++r)
+    std::memcpy(m.x + r * H, x + int64_t(m.token[r]) * H, size_t(H) * 4);
+  c.barrier.wait();
+
+  // Gate and up of every active expert over its rows.
+  expert_rows(c, m, E, 2, mi, [&](int ex, int part, int64_t r0, int64_t r1) {
+    const int64_t first = m.start[ex], rows = m.start[ex + 1] - first;
+    float* y = (part == 0 ? m.g : m.u) + first * mi + r0;
+    matmul(c, expert_weight(c, n, ex, part), m.x + first * H, rows, r0, r1, y, mi);
+  });
+  c.barrier.wait();
+  ThreadPool::split(T * K * mi, c.tid, c.nth, 16, &b, &e);
+  if (b < e) c.kt.silu_mul(m.g + b, m.u + b, m.g + b, e - b);
+  c.barrier.wait();
+  expert_rows(c, m, E, 1, H, [&](int ex, int, int64_t r0, int64_t r1) {
+    const int64_t first = m.start[ex], rows = m.start[ex + 1] - first;
+    matmul(c, expert_weight(c, n, ex, 2), m.g + first * mi, rows, r0, r1, m.d + first * H + r0, H);
+  });
+  c.barrier.wait();
+
+  // Each token's weighted sum, its experts in rank order.
+  ThreadPool::split(T, c.tid, c.nth, 1, &b, &e);
+  for (int64_t t = b; t < e; ++t) {
+    float* o = out + t * H;
+    std::fill(o, o + H, 0.f);
+    for (int j = 0; j < K; ++j) {
+      const float w = m.weight[t * K + j];
+      const float* d = m.d + int64_t(m.row[t * K + j]) * H;
+      for (int64_t i = 0; i < H; ++i) o[i] += w * d[i];
+    }
+  }
+}
+
+}  // namespace hearth::cpu
