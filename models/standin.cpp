@@ -238,6 +238,10 @@ void validate(const StandinSpec& s) {
   if (s.head_dim % 2 != 0) fail("standin: head_dim must be even for RoPE, got ", s.head_dim);
   if (!(s.rope_theta > 0)) fail("standin: rope_theta must be > 0, got ", s.rope_theta);
   if (!(s.rms_eps > 0)) fail("standin: rms_eps must be > 0, got ", s.rms_eps);
+  if (s.experts < 0 || (s.experts > 0 && (s.experts_per_tok < 1 || s.experts_per_tok > s.experts ||
+                                          s.moe_intermediate < 1)))
+    fail("standin: experts ", s.experts, ", experts_per_tok ", s.experts_per_tok,
+         " and moe_intermediate ", s.moe_intermediate, " do not make a mixture of experts");
   // The hidden dimension holds three disjoint outlier sets (see write_standin).
   int max_outliers = std::min({s.hidden / 3, s.intermediate, s.heads * s.head_dim});
   if (s.outlier_channels < 0 || s.outlier_channels > max_outliers)
@@ -255,7 +259,9 @@ std::string config_json(const StandinSpec& s, const Format& f) {
   };
   auto num = [](int64_t v) { return std::to_string(v); };
   auto b = [](bool v) { return std::string(v ? "true" : "false"); };
-  j += "  \"architectures\": [\n    \"Qwen3ForCausalLM\"\n  ],\n";
+  const bool moe = s.experts > 0;
+  j += std::string("  \"architectures\": [\n    \"") +
+       (moe ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM") + "\"\n  ],\n";
   kv("attention_bias", "false");
   kv("attention_dropout", "0.0");
   kv("bos_token_id", "151643");
@@ -272,7 +278,15 @@ std::string config_json(const StandinSpec& s, const Format& f) {
   kv("intermediate_size", num(s.intermediate));
   kv("max_position_embeddings", num(s.max_position));
   kv("max_window_layers", num(s.layers));
-  kv("model_type", "\"qwen3\"");
+  if (moe) {
+    kv("decoder_sparse_step", "1");
+    kv("mlp_only_layers", "[]");
+    kv("moe_intermediate_size", num(s.moe_intermediate));
+    kv("norm_topk_prob", "true");
+    kv("num_experts", num(s.experts));
+    kv("num_experts_per_tok", num(s.experts_per_tok));
+  }
+  kv("model_type", moe ? "\"qwen3_moe\"" : "\"qwen3\"");
   kv("num_attention_heads", num(s.heads));
   kv("num_hidden_layers", num(s.layers));
   kv("num_key_value_heads", num(s.kv_heads));
@@ -358,10 +372,16 @@ StandinSpec standin_preset(const std::string& name) {
     set(2560, 9728, 36, 32, 8, 128, true);
   else if (name == "8b")
     set(4096, 12288, 36, 32, 8, 128, false);
+  else if (name == "30b-a3b")  // Qwen3-30B-A3B: 128 experts of 768, 8 per token
+    set(2048, 6144, 48, 32, 4, 128, false), s.experts = 128, s.experts_per_tok = 8,
+                                            s.moe_intermediate = 768;
   else if (name == "tiny")
     set(64, 160, 2, 4, 2, 32, true);
+  else if (name == "moe-tiny")
+    set(64, 160, 2, 4, 2, 32, true), s.experts = 8, s.experts_per_tok = 2, s.moe_intermediate = 32;
   else
-    fail("standin: unknown preset \"", name, "\" (valid: 0.6b, 1.7b, 4b, 8b, tiny)");
+    fail("standin: unknown preset \"", name,
+         "\" (valid: 0.6b, 1.7b, 4b, 8b, 30b-a3b, tiny, moe-tiny)");
   return s;
 }
 
@@ -425,9 +445,21 @@ void write_standin(const std::string& dir, const StandinSpec& spec,
     matrix(p + "self_attn.o_proj.weight", h, q, o_std, s_attn);
     norm(p + "self_attn.q_norm.weight", spec.head_dim, nullptr);
     norm(p + "self_attn.k_norm.weight", spec.head_dim, s_knorm);
-    matrix(p + "mlp.gate_proj.weight", inter, h, in_std, s_in);
-    matrix(p + "mlp.up_proj.weight", inter, h, in_std, s_in);
-    matrix(p + "mlp.down_proj.weight", h, inter, down_std, s_mid);
+    if (spec.experts > 0) {
+      const int mi = spec.moe_intermediate;
+      const float expert_down_std = float(1.0 / std::sqrt(double(mi))) * residual;
+      matrix(p + "mlp.gate.weight", spec.experts, h, in_std, s_in);
+      for (int e = 0; e < spec.experts; ++e) {
+        const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+        matrix(x + "gate_proj.weight", mi, h, in_std, s_in);
+        matrix(x + "up_proj.weight", mi, h, in_std, s_in);
+        matrix(x + "down_proj.weight", h, mi, expert_down_std, s_mid);
+      }
+    } else {
+      matrix(p + "mlp.gate_proj.weight", inter, h, in_std, s_in);
+      matrix(p + "mlp.up_proj.weight", inter, h, in_std, s_in);
+      matrix(p + "mlp.down_proj.weight", h, inter, down_std, s_mid);
+    }
     norm(p + "input_layernorm.weight", h, s_norm);
     norm(p + "post_attention_layernorm.weight", h, s_norm);
   }

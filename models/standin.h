@@ -9,7 +9,8 @@
 namespace hearth {
 
 struct StandinSpec {
-  std::string preset;  // "0.6b", "1.7b", "4b", "8b", "tiny", or "" for custom
+  std::string
+      preset;  // "0.6b", "1.7b", "4b", "8b", "30b-a3b", "tiny", "moe-tiny", or "" for custom
   int hidden = 0, intermediate = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 128;
   int vocab = 151936;
   bool tied = true;
@@ -29,6 +30,9 @@ struct StandinSpec {
   // of real checkpoints, which an int8 KV cache must survive. At most head_dim / 4.
   int key_outlier_channels = 0;
   int shards = 1;
+  // Qwen3-MoE (experts > 0): every layer sparse, experts of moe_intermediate each, top
+  // experts_per_tok per token, their weights renormalised.
+  int experts = 0, experts_per_tok = 0, moe_intermediate = 0;
 };
 
 // The architecture of a Qwen3 release (or "tiny"); throws hearth::Error listing the valid names.

@@ -98,6 +98,12 @@ void quantize_tensor(const Plan& p, Method method, const int8_t* codebook, Threa
   if (on_rows) on_rows(rows);
 }
 
+bool is_router(const std::string& name) {
+  const std::string tail = ".mlp.gate.weight";
+  return name.size() > tail.size() &&
+         name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+}
+
 // The codebook for a checkpoint, fitted to an even spread of rows of its linear weights (about 4 M
 // values: the fit sees the distribution, not every weight).
 Codebook fit_checkpoint_codebook(const Checkpoint& ck, int group) {
@@ -105,7 +111,7 @@ Codebook fit_checkpoint_codebook(const Checkpoint& ck, int group) {
   int64_t total = 0;
   for (const TensorRef* r : ck.all())
     if (r->shape.size() == 2 && r->name != "model.embed_tokens.weight" &&
-        r->name != "lm_head.weight") {
+        r->name != "lm_head.weight" && !is_router(r->name)) {
       linears.push_back(r);
       total += r->shape[0] * r->shape[1];
     }
@@ -186,6 +192,8 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
     if (r->shape.size() == 2) {
       const bool head = r->name == "model.embed_tokens.weight" || r->name == "lm_head.weight";
       p.scheme = head ? opt.head : opt.main;
+      // A MoE router stays as it is: its top-k must match the original's choice, and it is tiny.
+      if (is_router(r->name)) p.scheme = Scheme{16, opt.main.group, opt.main.scale_dtype};
       if (p.scheme.quantized()) {
         if (p.cols() % kBlock != 0 || p.cols() % p.scheme.group != 0)
           fail(r->file, ": tensor '", r->name, "' has ", p.cols(),

@@ -1067,4 +1067,31 @@ TEST_SUITE("quant") {
       CHECK(back.codebook == c.codebook);
     }
   }
+
+  TEST_CASE("a Qwen3-MoE checkpoint quantizes with its routers kept, and stays close to it") {
+    TempDir d;
+    const std::string src = std::string(HEARTH_SHARED_DIR) + "/fixtures/models/moe-tiny-bf16";
+    auto f = Qwen3Model::load(src);
+    const std::vector<int32_t> ids = some_ids(100, 1000, 7);
+    quant::EvalOptions eo;
+    eo.ctx = 48;
+    for (int bits : {8, 4}) {
+      CAPTURE(bits);
+      const std::string out = d.str("q" + std::to_string(bits));
+      quant::quantize_checkpoint(src, out, qopts(bits));
+      auto q = Qwen3Model::load(out);
+      const Qwen3LayerWeights& l0 = q->weights().layers[0];
+      REQUIRE(l0.sparse());
+      CHECK(l0.router.dtype == DType::BF16);  // kept as it was
+      CHECK(l0.expert_gate[3].dtype == (bits == 8 ? DType::Q8 : DType::Q4));
+      CHECK(l0.expert_down[7].dtype == (bits == 8 ? DType::Q8 : DType::Q4));
+      CHECK(!q->weights().layers[1].sparse());  // mlp_only_layers [1]
+      CHECK(q->weights().layers[1].gate_proj.dtype == (bits == 8 ? DType::Q8 : DType::Q4));
+      // INT8 barely moves the logits; INT4 more, but it is the same model.
+      const quant::EvalReport r = quant::evaluate(*q, *f, ids, eo);
+      CHECK(r.kl_mean < (bits == 8 ? 0.002 : 0.05));
+      CHECK(r.top1 > (bits == 8 ? 0.9 : 0.5));
+      CHECK(q->decode_weight_bytes() < f->decode_weight_bytes());
+    }
+  }
 }

@@ -16,6 +16,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "models/qwen3_model.h"
 #include "models/standin.h"
 
 namespace fs = std::filesystem;
@@ -495,5 +496,35 @@ TEST_SUITE("standin") {
     CHECK_THROWS_AS(hearth::write_standin(dir.str(), bad, ""), hearth::Error);
     CHECK_THROWS_AS(hearth::write_standin(dir.str(), small_custom(), "/nonexistent/tokenizer"),
                     hearth::Error);
+  }
+
+  TEST_CASE("MoE presets: 30b-a3b at Qwen3-30B-A3B's shape, moe-tiny loads and generates") {
+    const StandinSpec big = hearth::standin_preset("30b-a3b");
+    CHECK(big.hidden == 2048);
+    CHECK(big.layers == 48);
+    CHECK(big.heads == 32);
+    CHECK(big.kv_heads == 4);
+    CHECK(big.experts == 128);
+    CHECK(big.experts_per_tok == 8);
+    CHECK(big.moe_intermediate == 768);
+    CHECK(!big.tied);
+    // 30.5 B parameters, as published: embeddings and head, attention, routers and experts.
+    const int64_t h = big.hidden, q = int64_t(big.heads) * 128, kv = int64_t(big.kv_heads) * 128;
+    const int64_t layer = h * q * 2 + h * kv * 2 + 2 * 128 + 2 * h + int64_t(big.experts) * h +
+                          int64_t(big.experts) * 3 * h * big.moe_intermediate;
+    const int64_t total = 2 * int64_t(big.vocab) * h + h + layer * big.layers;
+    CHECK(total > 30'400'000'000);
+    CHECK(total < 30'600'000'000);
+
+    TempDir dir;
+    hearth::write_standin(dir.str(), hearth::standin_preset("moe-tiny"), kTokenizerDir);
+    auto m = hearth::Qwen3Model::load(dir.str());
+    CHECK(m->config().is_moe());
+    CHECK(m->config().random_weights);
+    CHECK(m->weights().layers[0].sparse());
+    CHECK(m->weights().layers[0].expert_gate.size() == 8);
+    int moe_nodes = 0;
+    for (const hearth::Node& n : m->graph().nodes()) moe_nodes += n.op == hearth::Op::MoE;
+    CHECK(moe_nodes == 2);
   }
 }

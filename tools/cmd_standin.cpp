@@ -10,11 +10,13 @@
 namespace hearth::cli {
 
 int cmd_standin(int argc, char** argv) {
-  Args args(
-      argc, argv,
-      {"--out=", "--preset=", "--dtype=", "--seed=", "--heavy-tailed", "--outliers=",
-       "--key-outliers=", "--shards=", "--tokenizer=", "--hidden=", "--intermediate=", "--layers=",
-       "--heads=", "--kv-heads=", "--head-dim=", "--vocab=", "--untied", "--rope-theta="});
+  Args args(argc, argv, {"--out=",          "--preset=",          "--dtype=",
+                         "--seed=",         "--heavy-tailed",     "--outliers=",
+                         "--key-outliers=", "--shards=",          "--tokenizer=",
+                         "--hidden=",       "--intermediate=",    "--layers=",
+                         "--heads=",        "--kv-heads=",        "--head-dim=",
+                         "--vocab=",        "--untied",           "--rope-theta=",
+                         "--experts=",      "--experts-per-tok=", "--moe-intermediate="});
   StandinSpec s = standin_preset(args.str("--preset", "0.6b"));
   s.hidden = args.integer("--hidden", s.hidden);
   s.intermediate = args.integer("--intermediate", s.intermediate);
@@ -25,6 +27,9 @@ int cmd_standin(int argc, char** argv) {
   s.vocab = args.integer("--vocab", s.vocab);
   s.rope_theta = args.number("--rope-theta", s.rope_theta);
   if (args.has("--untied")) s.tied = false;
+  s.experts = args.integer("--experts", s.experts);
+  s.experts_per_tok = args.integer("--experts-per-tok", s.experts_per_tok);
+  s.moe_intermediate = args.integer("--moe-intermediate", s.moe_intermediate);
   std::string dt = args.str("--dtype", "bf16");
   for (auto& c : dt) c = char(std::toupper(static_cast<unsigned char>(c)));
   s.dtype = dt;
