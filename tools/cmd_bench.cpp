@@ -16,7 +16,8 @@
 //                              and part numbers), "unknown" without
 //   model_dir, weight_dtypes, backend_detail, threads, kv_dtype, prompt_tokens, gen_tokens, reps
 //   prefill_tokens_per_s       prompt tokens per second of one prefill (chunked as the runner does)
-//   prefill_gflops             its model FLOPs per second: 2 per weight per token in the layers,
+//   prefill_gflops             its model FLOPs per second: 2 per weight per token in the layers
+//                              (of a mixture of experts, the router and the top-k experts),
 //                              attention's 4 * heads * head_dim per visible position, one LM head
 //                              row
 //   peak_gflops                the same threads running independent f32 FMAs from registers,
@@ -281,12 +282,19 @@ bool print_json_or_title(const Args& args, const JsonWriter& w, const Qwen3Model
 }
 
 // Model FLOPs of a prefill of T tokens from an empty cache.
+// A sparse (MoE) layer counts its router and the experts a token runs through.
 double prefill_flops(const Qwen3Config& c, int T) {
   const double H = c.hidden_size, I = c.intermediate_size, hd = c.head_dim;
   const double nh = c.num_attention_heads, nkv = c.num_key_value_heads;
-  const double layer_weights = H * nh * hd * 2 + H * nkv * hd * 2 + 3 * H * I;
+  const double attn_weights = H * nh * hd * 2 + H * nkv * hd * 2;
+  const double dense_mlp = 3 * H * I;
+  const double sparse_mlp =
+      H * c.num_experts + 3 * H * double(c.moe_intermediate_size) * c.num_experts_per_tok;
   const double attention = 4 * nh * hd * (double(T) * (T + 1) / 2);  // scores and values
-  return c.num_hidden_layers * (2 * layer_weights * T + attention) + 2 * H * c.vocab_size;
+  double flops = 2 * H * c.vocab_size;
+  for (int i = 0; i < c.num_hidden_layers; ++i)
+    flops += 2 * (attn_weights + (c.sparse_layer(i) ? sparse_mlp : dense_mlp)) * T + attention;
+  return flops;
 }
 
 // KV bytes read per decoded token, averaged over decode steps 1..gen after a prompt of `prompt`
