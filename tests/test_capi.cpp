@@ -944,8 +944,16 @@ TEST_SUITE("capi") {
     for (const char* f :
          {"include/hearth.h", "lib/libhearth.so", "lib/libhearth.so.0", "lib/libhearth.a",
           "lib/cmake/hearth/hearth-config.cmake", "lib/cmake/hearth/hearth-config-version.cmake",
-          "lib/pkgconfig/hearth.pc"})
+          "lib/pkgconfig/hearth.pc", "bin/hearth", "share/man/man1/hearth.1",
+          "share/bash-completion/completions/hearth"})
       CHECK_MESSAGE(fs::exists(prefix / f), f);
+    // pkg-config --cflags shows only what a user of the header needs.
+    const CmdResult cflags = run("PKG_CONFIG_PATH=" + (prefix / "lib/pkgconfig").string() +
+                                 " pkg-config --cflags hearth");
+    CHECK(cflags.status == 0);
+    CHECK(cflags.out.find("-I") != std::string::npos);
+    CHECK(cflags.out.find("simdjson") == std::string::npos);
+    CHECK(cflags.out.find("openblas") == std::string::npos);
 
     // examples/c-minimal/Makefile as its comment says to use it: pkg-config finds the package,
     // once with the shared library and once with the static one, whose dependencies come from
