@@ -160,6 +160,14 @@ struct StepCtx {
   float* scratch() const { return cg.thread_scratch(tid); }
 };
 
+// y[t * ldy + (r - r0)] = x[t] . w[r] for the T rows of x (ldx = w.cols()) and rows [r0, r1) of
+// w, in its stored type, through the kernel table (exec_linear.cpp). w_il: its packed copy or
+// null; the caller goes on to read rows up to prefetch_r1 next; reuse_x: this thread's previous
+// call had the same x and a weight of the same quantized kernel; xi8: x already quantized.
+void matmul_rows(const StepCtx& c, const Tensor& w, const void* w_il, const float* x, int64_t T,
+                 int64_t r0, int64_t r1, float* y, int64_t ldy, int64_t prefetch_r1 = 0,
+                 bool reuse_x = false, const ActsI8* xi8 = nullptr);
+
 void run_node_step(const StepCtx& c, const Node& n);
 void run_linear_step(const StepCtx& c, const LinearStep& s);
 void run_attention_step(const StepCtx& c, const AttentionStep& s);

@@ -11,6 +11,27 @@
 
 namespace hearth::cpu {
 
+void matmul_rows(const StepCtx& c, const Tensor& w, const void* w_il, const float* x, int64_t T,
+                 int64_t r0, int64_t r1, float* y, int64_t ldy, int64_t prefetch_r1, bool reuse_x,
+                 const ActsI8* xi8) {
+  MatmulArgs a{w.data, w.cols(), x, w.cols(), int(T), y, ldy, r0, r1, c.scratch() + c.cg.off_mm};
+  a.prefetch_r1 = prefetch_r1;
+  a.w_il = w_il;
+  if (w.quantized()) {  // Q8/Q4 kernels handle decode and prefill themselves
+    QuantMatmulArgs q;
+    static_cast<MatmulArgs&>(q) = a;
+    q.scales = w.scales;
+    q.scale_dtype = w.scale_dtype;
+    q.group = w.group_size;
+    q.codebook = w.codebook;
+    q.reuse_x = reuse_x;
+    if (xi8) q.xq = xi8->q, q.xd = xi8->d, q.xsum = xi8->sum;
+    (w.dtype == DType::Q8 ? c.kt.matmul_q8 : w.codebook ? c.kt.matmul_q4cb : c.kt.matmul_q4)(q);
+    return;
+  }
+  c.kt.matmul[type_slot(w.dtype)](a);
+}
+
 namespace {
 
 using Epi = LinearStep::Epilogue;
@@ -51,29 +72,6 @@ void silu_mul_block(const StepCtx& c, const float* a, const float* b, int64_t ld
 // activations; QuantMatmulArgs::reuse_x).
 bool same_quant_kernel(const Tensor& a, const Tensor& b) {
   return a.quantized() && a.dtype == b.dtype && (a.codebook != nullptr) == (b.codebook != nullptr);
-}
-
-// Rows [r0, r1) of w; the caller goes on to read rows up to prefetch_r1 next. reuse_x: this
-// thread's previous call had the same x and a weight of the same quantized kernel.
-void matmul_rows(const StepCtx& c, const Tensor& w, const void* w_il, const float* x, int64_t T,
-                 int64_t r0, int64_t r1, float* y, int64_t ldy, int64_t prefetch_r1 = 0,
-                 bool reuse_x = false, const ActsI8* xi8 = nullptr) {
-  MatmulArgs a{w.data, w.cols(), x, w.cols(), int(T), y, ldy, r0, r1, c.scratch() + c.cg.off_mm};
-  a.prefetch_r1 = prefetch_r1;
-  a.w_il = w_il;
-  if (w.quantized()) {  // Q8/Q4 kernels handle decode and prefill themselves
-    QuantMatmulArgs q;
-    static_cast<MatmulArgs&>(q) = a;
-    q.scales = w.scales;
-    q.scale_dtype = w.scale_dtype;
-    q.group = w.group_size;
-    q.codebook = w.codebook;
-    q.reuse_x = reuse_x;
-    if (xi8) q.xq = xi8->q, q.xd = xi8->d, q.xsum = xi8->sum;
-    (w.dtype == DType::Q8 ? c.kt.matmul_q8 : w.codebook ? c.kt.matmul_q4cb : c.kt.matmul_q4)(q);
-    return;
-  }
-  c.kt.matmul[type_slot(w.dtype)](a);
 }
 
 // Prefetches the head's 4-row group at g0 (rows, and scales if quantized): the groups a screened

@@ -19,23 +19,6 @@ namespace {
 
 constexpr int kMaxTopK = 256;
 
-// y[t * ldy + (r - r0)] = x[t] . w[r] for t < n, r in [r0, r1).
-void matmul(const StepCtx& c, const Tensor& w, const float* x, int64_t n, int64_t r0, int64_t r1,
-            float* y, int64_t ldy) {
-  MatmulArgs a{w.data, w.cols(), x, w.cols(), int(n), y, ldy, r0, r1, c.scratch() + c.cg.off_mm};
-  if (w.quantized()) {
-    QuantMatmulArgs q;
-    static_cast<MatmulArgs&>(q) = a;
-    q.scales = w.scales;
-    q.scale_dtype = w.scale_dtype;
-    q.group = w.group_size;
-    q.codebook = w.codebook;
-    (w.dtype == DType::Q8 ? c.kt.matmul_q8 : w.codebook ? c.kt.matmul_q4cb : c.kt.matmul_q4)(q);
-    return;
-  }
-  c.kt.matmul[type_slot(w.dtype)](a);
-}
-
 const Tensor& expert_weight(const StepCtx& c, const Node& n, int e, int which) {
   return c.tensor(n.in[2] + 3 * e + which).weight;  // 0 gate, 1 up, 2 down
 }
@@ -115,34 +98,28 @@ void alloc_moe_buffers(CpuCompiled& cg, const Node& n, int max_tokens) {
   m.d = take(S * H);
 }
 
-void run_moe_step(const StepCtx& c, const Node& n) {
-  MoeBuffers& m = c.cg.moe;
-  const float* x = c.ptr(n.in[0]);
-  float* out = c.ptr(n.out);
-  const int64_t T = c.rows(n.out), H = c.tensor(n.out).cols;
-  const int E = n.p.n_experts, K = n.p.top_k;
-  const Tensor& router = c.tensor(n.in[1]).weight;
-  const int64_t mi = expert_weight(c, n, 0, 0).rows();
-  int64_t b, e;
+namespace {
 
-  // Router logits, the experts split over the threads.
+// Router logits, each token's top-k, and the rows gathered by expert (a counting sort of the T * k
+// slots by thread 0: a few thousand entries at most).
+void route_rows(const StepCtx& c, const Node& n, MoeBuffers& m, const float* x, int64_t T,
+                int64_t H) {
+  const int E = n.p.n_experts, K = n.p.top_k;
+  int64_t b, e;
   ThreadPool::split(E, c.tid, c.nth, 1, &b, &e);
-  if (b < e) matmul(c, router, x, T, b, e, m.logits + b, E);
+  if (b < e) matmul_rows(c, c.tensor(n.in[1]).weight, nullptr, x, T, b, e, m.logits + b, E);
   c.barrier.wait();
   ThreadPool::split(T, c.tid, c.nth, 1, &b, &e);
   for (int64_t t = b; t < e; ++t)
     route(m.logits + t * E, E, K, n.p.norm_topk, m.expert + t * K, m.weight + t * K);
   c.barrier.wait();
-
-  // Rows grouped by expert: counting sort of the slots (small: T * k entries).
   if (c.tid == 0) {
     std::fill(m.start, m.start + E + 1, 0);
     for (int64_t s = 0; s < T * K; ++s) ++m.start[m.expert[s] + 1];
     for (int i = 0; i < E; ++i) m.start[i + 1] += m.start[i];
-    int32_t* next = m.next;
-    std::copy(m.start, m.start + E, next);
+    std::copy(m.start, m.start + E, m.next);
     for (int64_t s = 0; s < T * K; ++s) {
-      const int32_t r = next[m.expert[s]]++;
+      const int32_t r = m.next[m.expert[s]]++;
       m.row[s] = r;
       m.token[r] = int32_t(s / K);
     }
@@ -152,24 +129,41 @@ void run_moe_step(const StepCtx& c, const Node& n) {
   for (int64_t r = b; r < e; ++r)
     std::memcpy(m.x + r * H, x + int64_t(m.token[r]) * H, size_t(H) * 4);
   c.barrier.wait();
+}
 
-  // Gate and up of every active expert over its rows.
+// down(silu(gate x) * up x) of every active expert over its gathered rows, into m.d.
+void run_experts(const StepCtx& c, const Node& n, MoeBuffers& m, int64_t T, int64_t H) {
+  const int E = n.p.n_experts, K = n.p.top_k;
+  const int64_t mi = expert_weight(c, n, 0, 0).rows();
   expert_rows(c, m, E, 2, mi, [&](int ex, int part, int64_t r0, int64_t r1) {
     const int64_t first = m.start[ex], rows = m.start[ex + 1] - first;
     float* y = (part == 0 ? m.g : m.u) + first * mi + r0;
-    matmul(c, expert_weight(c, n, ex, part), m.x + first * H, rows, r0, r1, y, mi);
+    matmul_rows(c, expert_weight(c, n, ex, part), nullptr, m.x + first * H, rows, r0, r1, y, mi);
   });
   c.barrier.wait();
+  int64_t b, e;
   ThreadPool::split(T * K * mi, c.tid, c.nth, 16, &b, &e);
   if (b < e) c.kt.silu_mul(m.g + b, m.u + b, m.g + b, e - b);
   c.barrier.wait();
   expert_rows(c, m, E, 1, H, [&](int ex, int, int64_t r0, int64_t r1) {
     const int64_t first = m.start[ex], rows = m.start[ex + 1] - first;
-    matmul(c, expert_weight(c, n, ex, 2), m.g + first * mi, rows, r0, r1, m.d + first * H + r0, H);
+    matmul_rows(c, expert_weight(c, n, ex, 2), nullptr, m.g + first * mi, rows, r0, r1,
+                m.d + first * H + r0, H);
   });
   c.barrier.wait();
+}
 
+}  // namespace
+
+void run_moe_step(const StepCtx& c, const Node& n) {
+  MoeBuffers& m = c.cg.moe;
+  const int64_t T = c.rows(n.out), H = c.tensor(n.out).cols;
+  const int K = n.p.top_k;
+  route_rows(c, n, m, c.ptr(n.in[0]), T, H);
+  run_experts(c, n, m, T, H);
   // Each token's weighted sum, its experts in rank order.
+  float* out = c.ptr(n.out);
+  int64_t b, e;
   ThreadPool::split(T, c.tid, c.nth, 1, &b, &e);
   for (int64_t t = b; t < e; ++t) {
     float* o = out + t * H;
