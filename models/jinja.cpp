@@ -188,9 +188,15 @@ Value Interp::eval(const Expr& e) {
   try {
     step();
     Value v = eval_inner(e);
-    if (value_size(v) > limits.max_value)
+    const size_t size = value_size(v);
+    if (size > limits.max_value)
       rt_fail("a value of the template grew past ", std::to_string(limits.max_value),
               " bytes or items");
+    // Each value costs what it holds, so a loop copying a large string is bounded too.
+    work += size;
+    if (work > limits.max_work)
+      rt_fail("the template made more than ", std::to_string(limits.max_work),
+              " bytes or items of values in all (a large value copied in a loop?)");
     return v;
   } catch (const RuntimeFail& f) {
     fail("template line ", e.line, " column ", e.col, ": ", f.what());
@@ -466,6 +472,7 @@ Flow Interp::exec_for(const Stmt& s) {
   int64_t n = int64_t(items.size());
   auto changed_state = std::make_shared<std::pair<bool, List>>(false, List());
   for (int64_t k = 0; k < n; ++k) {
+    step();  // an empty body costs its iterations too
     frame = child(outer);
     Flow f = Flow::Normal;
     try {

@@ -25,6 +25,7 @@ struct Limits {
   uint64_t max_steps = 5'000'000;        // statements and expressions evaluated (~2 s)
   size_t max_output = size_t(32) << 20;  // bytes of rendered text
   size_t max_value = size_t(16) << 20;   // bytes of one string, items of one list or dict
+  uint64_t max_work = uint64_t(1) << 30;  // bytes and items of all values evaluated, summed
 };
 
 class Template {

@@ -328,6 +328,7 @@ struct Interp {
   std::string* out = nullptr;
   Limits limits;
   uint64_t steps = 0;
+  uint64_t work = 0;  // bytes and items of the values evaluated so far
   std::shared_ptr<Frame> frame;
   Value captured;  // the text a set-block or filter-block hands to its filter chain
   int depth = 0;

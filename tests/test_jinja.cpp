@@ -513,6 +513,14 @@ TEST_SUITE("jinja") {
     CHECK_THROWS_WITH_AS(t.render(Json::parse("{}"), small),
                          doctest::Contains("output grew past 1000 bytes"), Error);
     CHECK(t.render(Json::parse("{}")).size() == 20000);
+    // Loops with empty bodies cost their iterations.
+    CHECK(render_error("{% for a in range(99999) %}{% for b in range(99999) %}{% endfor %}"
+                       "{% endfor %}")
+              .find("budget of 5000000 steps") != std::string::npos);
+    // A large string copied over and over, each copy under the value limit.
+    e = render_error("{% set big = 'x' * 10000000 %}{% for i in range(1000) %}"
+                     "{% set c = big ~ '' %}{% endfor %}");
+    CHECK(e.find("more than 1073741824 bytes or items of values in all") != std::string::npos);
     // Python's str * n is refused before it allocates.
     CHECK(render_error("{{ 'x' * 100000000 }}").find("MemoryError") != std::string::npos);
   }
