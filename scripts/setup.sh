@@ -9,6 +9,9 @@ pkgs=(build-essential cmake ninja-build pkg-config git
       python3
       # examples/desktop-chat and its Xvfb test; leak checks of the C API
       libgtk-4-dev xvfb xauth x11-apps imagemagick valgrind
+      # the libFuzzer targets (scripts/fuzz.sh): clang and its sanitizer/fuzzer runtimes, which
+      # are only a recommendation of clang's
+      clang libclang-rt-14-dev
       # hearth serve's client tests: Node.js for the openai client, Chromium for the chat page,
       # nginx as the load balancer in front of replicas
       nodejs chromium nginx-light curl)

@@ -13,6 +13,11 @@ ninja -C build
 # The NEON kernels, cross-compiled for aarch64 and run under qemu.
 bash scripts/test-neon.sh build-neon
 
+# Coverage-guided fuzzing of every parser of untrusted input (tests/fuzz/): the saved findings as
+# regressions, then 30 s per target on its seed corpus (clang, build-fuzz; about 15 minutes on 2
+# cores, most of it building the instrumented library).
+bash scripts/fuzz.sh 30
+
 if [ "${1:-}" != "--no-sanitizers" ]; then
   # Sanitizers slow everything ~3x; the model fixtures still run, on every ISA.
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHEARTH_WERROR=ON \
