@@ -1,5 +1,7 @@
 #include "models/quant_config.h"
 
+#include <climits>
+
 #include <cmath>
 #include <cstdio>
 
@@ -27,6 +29,9 @@ int int_field(const Json& o, const char* key, const std::string& where) {
   const Json* v = o.find(key);
   if (!v) fail(where, ": field '", key, "' is missing");
   if (!v->is_int()) fail(where, ": field '", key, "' must be an integer");
+  // Checked as the 64-bit value JSON gives: 2^32 + 4 must not pass as 4.
+  if (v->as_int() < INT_MIN || v->as_int() > INT_MAX)
+    fail(where, ": field '", key, "' is ", v->as_int(), ", out of range");
   return int(v->as_int());
 }
 

@@ -760,6 +760,15 @@ TEST_SUITE("quant") {
   TEST_CASE("quantization_config parsing names what is wrong") {
     CHECK_THROWS_CONTAINING(quant::parse_quant_config(R"({"quant_method":"gptq"})", "c.json"),
                             "quant_method is \"gptq\"");
+    // Integers are checked as the 64-bit values JSON gives (found by fuzz_quant_config).
+    CHECK_THROWS_CONTAINING(
+        quant::parse_quant_config(
+            R"({"quant_method":"hearth","format_version":4294967297,"bits":4})", "c.json"),
+        "format_version' is 4294967297, out of range");
+    CHECK_THROWS_CONTAINING(
+        quant::parse_quant_config(
+            R"({"quant_method":"hearth","format_version":1,"bits":4294967300})", "c.json"),
+        "bits' is 4294967300, out of range");
     CHECK_THROWS_CONTAINING(
         quant::parse_quant_config(R"({"quant_method":"hearth","format_version":2})", "c.json"),
         "format_version 2");
