@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -86,9 +87,17 @@ class Lexer {
                       line_starts_.begin()) -
                1;
     *line = int(l + 1);
-    *col =
-        int(utf8_length(std::string_view(src_).substr(line_starts_[l], off - line_starts_[l]))) + 1;
+    // Tokens come in order, so a column counts on from the previous one on the same line: counting
+    // from the line's start each time made a one-line template quadratic to lex.
+    size_t from = line_starts_[l], base = 0;
+    if (last_line_ == l && last_off_ <= off && last_off_ >= from)
+      from = last_off_, base = last_col_;
+    last_col_ = base + utf8_length(std::string_view(src_).substr(from, off - from));
+    last_off_ = off;
+    last_line_ = l;
+    *col = int(last_col_) + 1;
   }
+  mutable size_t last_off_ = 0, last_col_ = 0, last_line_ = SIZE_MAX;
 
   [[noreturn]] void error(size_t off, const std::string& msg) const {
     int line, col;
