@@ -551,11 +551,15 @@ Value f_indent(Interp&, const Value& v, CallArgs& a) {
   a.finish("indent");
   // jinja2 appends "\n" to the value itself, which only works for strings.
   if (v.kind != K::String) rt_fail("TypeError: indent expects a string, got ", type_name(v));
-  std::string pad = width.kind == K::String
-                        ? width.str()
-                        : std::string(size_t(std::max<int64_t>(0, width.as_int())), ' ');
+  std::string pad =
+      width.kind == K::String
+          ? width.str()
+          : std::string(size_t(checked_width(std::max<int64_t>(0, width.as_int()))), ' ');
   // jinja2 appends a newline first so that splitlines keeps a trailing empty line.
   std::vector<std::string> lines = py_splitlines(to_str(v) + "\n", false);
+  if (!pad.empty() && lines.size() > Limits{}.max_value / pad.size())
+    rt_fail("MemoryError: indenting ", std::to_string(lines.size()), " lines by ",
+            std::to_string(pad.size()), " bytes each");
   std::string rv;
   for (size_t k = 0; k < lines.size(); ++k) {
     if (k) rv += "\n";

@@ -27,6 +27,20 @@ template <typename... Args>
   throw RuntimeFail(msg);
 }
 
+// A width or precision of a format (`'%999999999d' % x`, `'{:>999999999}'`, `s.center(n)`)
+// beyond the largest value a template may build would only allocate for nothing: refused before
+// any padding is made, as Python would fail with a MemoryError. Returns n.
+inline int64_t checked_width(int64_t n) {
+  if (n > int64_t(Limits{}.max_value))
+    rt_fail("MemoryError: a format width or precision of ", std::to_string(n), " (at most ",
+            std::to_string(Limits{}.max_value), ")");
+  return n;
+}
+// Appends a decimal digit to a width or precision being parsed, refusing it once too large.
+inline int64_t width_digit(int64_t n, char digit) {
+  return checked_width(n * 10 + (digit - '0'));
+}
+
 // ---- values ------------------------------------------------------------------------------------
 
 struct Value;

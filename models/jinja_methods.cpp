@@ -55,6 +55,7 @@ std::u32string window(const std::u32string& u, const Value& start, const Value& 
 }
 
 std::string pad(const std::string& s, int64_t width, char32_t fill, char align) {
+  checked_width(width);
   int64_t len = utf8_length(s);
   if (width <= len) return s;
   int64_t total = width - len, left = 0;
@@ -97,12 +98,12 @@ std::string format_spec(const Value& v, const std::string& spec) {
     ++i;
   }
   int64_t width = 0;
-  while (i < u.size() && u[i] >= '0' && u[i] <= '9') width = width * 10 + (u[i++] - '0');
+  while (i < u.size() && u[i] >= '0' && u[i] <= '9') width = width_digit(width, char(u[i++]));
   int precision = -1;
   if (i < u.size() && u[i] == '.') {
-    precision = 0;
-    for (++i; i < u.size() && u[i] >= '0' && u[i] <= '9';)
-      precision = precision * 10 + int(u[i++] - '0');
+    int64_t p = 0;
+    for (++i; i < u.size() && u[i] >= '0' && u[i] <= '9';) p = width_digit(p, char(u[i++]));
+    precision = int(p);
   }
   char type = i < u.size() ? char(u[i]) : 0;
   std::string body;
@@ -361,6 +362,7 @@ Value str_method(Interp& in, const std::string& s, const std::string& name, Call
     a.finish(fn);
     int64_t len = utf8_length(s);
     if (width <= len) return make_str(s);
+    checked_width(width);
     size_t sign = !s.empty() && (s[0] == '-' || s[0] == '+') ? 1 : 0;
     return make_str(s.substr(0, sign) + std::string(size_t(width - len), '0') + s.substr(sign));
   }
@@ -374,6 +376,7 @@ Value str_method(Interp& in, const std::string& s, const std::string& name, Call
     if (name == "center") {
       int64_t total = width - utf8_length(s);
       if (total <= 0) return make_str(s);
+      checked_width(width);
       int64_t left = total / 2 + (total & width & 1);
       std::string f = utf8_encode(fill), out;
       for (int64_t k = 0; k < left; ++k) out += f;

@@ -301,6 +301,8 @@ std::string cformat(const std::string& spec, T arg) {
 
 // One printf-style conversion as Python's `%` operator does it.
 std::string percent_one(char conv, const std::string& flags, const Value& v) {
+  int64_t n = 0;  // each digit run (width, precision) must stay within the limit
+  for (char ch : flags) n = ch >= '0' && ch <= '9' ? width_digit(n, ch) : 0;
   std::string spec = "%" + flags;
   std::string c(1, conv);
   switch (conv) {

@@ -518,10 +518,28 @@ TEST_SUITE("jinja") {
                        "{% endfor %}")
               .find("budget of 5000000 steps") != std::string::npos);
     // A large string copied over and over, each copy under the value limit.
-    e = render_error("{% set big = 'x' * 10000000 %}{% for i in range(1000) %}"
-                     "{% set c = big ~ '' %}{% endfor %}");
+    e = render_error(
+        "{% set big = 'x' * 10000000 %}{% for i in range(1000) %}"
+        "{% set c = big ~ '' %}{% endfor %}");
     CHECK(e.find("more than 1073741824 bytes or items of values in all") != std::string::npos);
     // Python's str * n is refused before it allocates.
     CHECK(render_error("{{ 'x' * 100000000 }}").find("MemoryError") != std::string::npos);
+    // So are format widths and precisions past the value limit (fuzz_jinja: '%1999999999d' % 2
+    // built a 2 GB string; digits past int64 overflowed), while large legal ones still work.
+    for (const char* tmpl :
+         {"{{ '%1999999999d' % 2 }}", "{{ '%.999999999f' % 2.5 }}",
+          "{{ '%99999999999999999999999d' % 2 }}", "{{ '{:>999999999}'.format(1) }}",
+          "{{ '{:.99999999999999999999}'.format(1.5) }}", "{{ 'a'.center(999999999) }}",
+          "{{ 'a'.rjust(999999999) }}", "{{ '1'.zfill(999999999) }}",
+          "{{ ('a\n' * 1000) | indent(99999) }}"}) {
+      const std::string t = tmpl, e = render_error(t);
+      CAPTURE(t);
+      CAPTURE(e);
+      CHECK(e.find("MemoryError") != std::string::npos);
+    }
+    CHECK(render("{{ '%5d|%-4s|%.2f' % (42, 'ab', 3.14159) }}") == "   42|ab  |3.14");
+    CHECK(render("{{ '{:>6}'.format('x') }}{{ 'y'.center(3) }}{{ '7'.zfill(3) }}") ==
+          "     x y 007");
+    CHECK(render("{{ '%100000d' % 1 }}").size() == 100000);
   }
 }
