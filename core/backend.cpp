@@ -22,7 +22,8 @@ std::unique_ptr<Backend> create_backend(const std::string& name, const BackendOp
       }
       continue;
     }
-    if ((!f.available || f.available()) && (!best || f.priority > best->priority)) best = &f;
+    // Priority first: asking a GPU backend whether it is available starts its driver.
+    if ((!best || f.priority > best->priority) && (!f.available || f.available())) best = &f;
   }
   if (!name.empty()) {
     std::string all;

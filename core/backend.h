@@ -31,6 +31,13 @@ struct CpuOptions {
   bool kv_huge_pages = false;
 };
 
+// What the Vulkan backend alone reads.
+struct VulkanOptions {
+  // Run under the Khronos validation layer and count its errors and warnings (the tests do; it
+  // slows every call).
+  bool validation = false;
+};
+
 // Options for creating a model's backend: the generic ones, then one set per backend kind. The
 // memory budget of the KV cache and the step sizes are the runner's (RunnerOptions).
 struct BackendOptions {
@@ -38,6 +45,7 @@ struct BackendOptions {
   DType kv_dtype = DType::F32;
   int device = 0;  // GPU backends: which device
   CpuOptions cpu;
+  VulkanOptions vulkan;
 };
 
 // A model's KV memory, owned by the backend: n_blocks blocks of block_size positions, each with
@@ -154,6 +162,8 @@ struct BackendFactory {
   int priority = 0;  // higher wins when the user does not choose
   std::function<bool()> available;
   std::function<std::unique_ptr<Backend>(const BackendOptions&)> create;
+  // One line per device this backend can run on (`hearth devices`); empty when none.
+  std::function<std::vector<std::string>()> devices;
 };
 
 // Every backend this build has, one entry each (core/backend_list.cpp).

@@ -2,12 +2,19 @@
 // the one place in core/ that names a backend: adding one means a line here and its factory header.
 #include "backends/cpu/cpu_factory.h"
 #include "core/backend.h"
+#ifdef HEARTH_HAVE_VULKAN
+#include "backends/vulkan/vulkan_factory.h"
+#endif
 
 namespace hearth {
 
 const std::vector<BackendFactory>& backend_list() {
   static const std::vector<BackendFactory> list = {
-      {"cpu", 10, [] { return true; }, cpu::make_cpu_backend},
+      {"cpu", 10, [] { return true; }, cpu::make_cpu_backend, cpu::cpu_devices},
+#ifdef HEARTH_HAVE_VULKAN
+      // Below the CPU: a GPU is used only when asked for (--backend vulkan).
+      {"vulkan", 5, vulkan::vulkan_available, vulkan::make_vulkan_backend, vulkan::vulkan_devices},
+#endif
   };
   return list;
 }

@@ -12,7 +12,7 @@ secs=${1:-30}
 build=build-fuzz
 
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DHEARTH_FUZZ=ON -DHEARTH_TESTS=OFF >/dev/null
+  -DHEARTH_FUZZ=ON -DHEARTH_TESTS=OFF -DHEARTH_VULKAN=OFF >/dev/null
 ninja -C "$build" ${HEARTH_FUZZ_JOBS:+-j "$HEARTH_FUZZ_JOBS"} hearth_fuzz
 
 targets=${HEARTH_FUZZ_TARGETS:-$(cd tests/fuzz && ls fuzz_*.cpp | sed 's/^fuzz_//; s/\.cpp$//')}

@@ -4,6 +4,9 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config git
       libopenblas-dev libdnnl-dev ocl-icd-opencl-dev opencl-headers libomp-dev libsimdjson-dev doctest-dev
       libpcre2-dev libutf8proc-dev libcpp-httplib-dev
+      # the Vulkan backend: loader and headers, the shader compiler, and for its tests the
+      # validation layers and Mesa's drivers (lavapipe, a CPU Vulkan device)
+      libvulkan-dev glslc vulkan-validationlayers mesa-vulkan-drivers
       # line editing in hearth chat (BSD-licensed)
       libedit-dev
       python3

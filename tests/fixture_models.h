@@ -1,8 +1,12 @@
 // The shared fixtures' tiny checkpoints (../shared/fixtures/models) and their expected.json
 // sequences, and the ISAs this machine can run, for the suites that run models.
 #pragma once
+#include <doctest/doctest.h>
 #include <simdjson.h>
 
+#include <algorithm>
+#include <cmath>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -12,8 +16,8 @@ namespace hearth::test {
 
 inline const std::string kModels = std::string(HEARTH_SHARED_DIR) + "/fixtures/models/";
 // The dense ones first (tests that need one model take kFixtures[0] or [1]), then Qwen3-MoE.
-inline const char* const kFixtures[] = {"tiny-tied-bf16", "tiny-untied-sharded-f32", "moe-tiny-bf16",
-                                        "moe-tiny-f32-sharded"};
+inline const char* const kFixtures[] = {"tiny-tied-bf16", "tiny-untied-sharded-f32",
+                                        "moe-tiny-bf16", "moe-tiny-f32-sharded"};
 
 struct Sequence {
   std::string name;
@@ -35,6 +39,29 @@ inline std::vector<Sequence> load_sequences(const std::string& dir) {
     out.push_back(q);
   }
   return out;
+}
+
+// A fixture's float64 reference logits, as f32.
+inline std::vector<float> read_f32(const std::string& path) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  REQUIRE(f.good());
+  std::vector<float> v(size_t(f.tellg()) / 4);
+  f.seekg(0);
+  f.read(reinterpret_cast<char*>(v.data()), std::streamsize(v.size() * 4));
+  return v;
+}
+
+// Returns the number of elements outside |got - want| <= 1e-4 + 1e-4 |want|.
+inline size_t count_mismatches(const std::vector<float>& got, const std::vector<float>& want,
+                               double* max_err) {
+  size_t bad = 0;
+  *max_err = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    double d = std::fabs(double(got[i]) - want[i]);
+    *max_err = std::max(*max_err, d);
+    if (!(d <= 1e-4 + 1e-4 * std::fabs(want[i]))) ++bad;
+  }
+  return bad;
 }
 
 inline std::vector<std::string> isas_here() {

@@ -19,28 +19,6 @@ using namespace hearth::test;
 
 namespace {
 
-std::vector<float> read_f32(const std::string& path) {
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
-  REQUIRE(f.good());
-  std::vector<float> v(size_t(f.tellg()) / 4);
-  f.seekg(0);
-  f.read(reinterpret_cast<char*>(v.data()), std::streamsize(v.size() * 4));
-  return v;
-}
-
-// Returns the number of elements outside |got - want| <= 1e-4 + 1e-4 |want|.
-size_t count_mismatches(const std::vector<float>& got, const std::vector<float>& want,
-                        double* max_err) {
-  size_t bad = 0;
-  *max_err = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    double d = std::fabs(double(got[i]) - want[i]);
-    *max_err = std::max(*max_err, d);
-    if (!(d <= 1e-4 + 1e-4 * std::fabs(want[i]))) ++bad;
-  }
-  return bad;
-}
-
 // KV blocks of 4 positions unless told: the fixtures' sequences then span several blocks.
 std::unique_ptr<Runner> make_runner(const Qwen3Model& m, const std::string& isa, int threads,
                                     int chunk = 256, DType kv = DType::F32, bool copies = false,

@@ -1,5 +1,7 @@
-// Each CPU op, run through the backend on small random shapes, against an independent float64
-// computation written here; on every ISA the machine has.
+// Each op, run through a backend on small random shapes, against an independent float64
+// computation written here: the CPU backend on every ISA the machine has, and the Vulkan backend
+// (under the validation layer, which must stay silent) where this build has it and a device is
+// found (tests/vulkan_target.h).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "core/backend.h"
+#include "tests/vulkan_target.h"
 
 using namespace hearth;
 
@@ -30,6 +33,23 @@ std::vector<std::string> isas_here() {
   if (best == cpu::Isa::Avx512) v.push_back("avx512");
   if (best == cpu::Isa::Neon) v.push_back("neon");
   return v;
+}
+
+// The CPU ISAs, then "vulkan" where there is a device: what a Harness can run on.
+std::vector<std::string> targets_here() {
+  auto v = isas_here();
+  if (test::vulkan_device_here()) v.push_back("vulkan");
+  return v;
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& target, int threads,
+                                      DType kv = DType::F32) {
+  BackendOptions o;
+  o.threads = threads;
+  o.kv_dtype = kv;
+  if (target == "vulkan") return test::vulkan_backend(kv);
+  o.cpu.isa = target;
+  return create_backend("cpu", o);
 }
 
 Tensor view(DType t, std::vector<int64_t> shape, const void* data) {
@@ -59,13 +79,13 @@ struct Harness {
   std::unique_ptr<Backend> be;
   std::unique_ptr<KVStorage> kv;
   std::vector<int32_t> table;
-  Harness(const std::string& isa, int threads, KVSpec spec = {1, 1, 2}, int cap = 64) {
-    BackendOptions o;
-    o.cpu.isa = isa;
-    o.threads = threads;
-    be = create_backend("cpu", o);
+  // target: a CPU ISA ("" the best) or "vulkan".
+  Harness(const std::string& target, int threads, KVSpec spec = {1, 1, 2}, int cap = 64,
+          DType kv_dtype = DType::F32) {
+    be = make_backend(target, threads, kv_dtype);
     alloc(spec, cap);
   }
+  ~Harness() { test::check_validation_silent(*be); }
   void alloc(KVSpec spec, int cap) {
     const int n = (cap + 3) / 4;
     kv = be->alloc_kv(spec, n, 4);
@@ -112,7 +132,7 @@ int finish(Graph& g, int x) {
 
 TEST_SUITE("ops") {
   TEST_CASE("matmul in F32, F16 and BF16 against float64") {
-    for (const auto& isa : isas_here())
+    for (const auto& isa : targets_here())
       for (DType wt : {DType::F32, DType::F16, DType::BF16})
         for (int T : {1, 3, 9})
           for (int64_t K : {8, 37, 256}) {
@@ -160,7 +180,8 @@ TEST_SUITE("ops") {
     std::vector<uint16_t> wb(w.size());
     for (size_t i = 0; i < w.size(); ++i) wb[i] = f32_to_bf16(w[i]), w[i] = bf16_to_f32(wb[i]);
     std::vector<int32_t> toks = {0, 1, 2, 3, 4};
-    for (const auto& isa : isas_here()) {
+    for (const auto& isa : targets_here()) {
+      CAPTURE(isa);
       Harness h(isa, 2);
       {
         Graph g;
@@ -228,8 +249,6 @@ TEST_SUITE("ops") {
     p.head_dim = hd;
     p.rope_theta = theta;
     finish(g, g.add(Op::Rope, xi, {xi}, p));
-    Harness h("", 2, {1, 1, 2}, 2048);
-    auto got = h.run(g, toks, pos0);
     std::vector<double> want(x.size());
     for (int t = 0; t < T; ++t)
       for (int hh = 0; hh < nh; ++hh)
@@ -240,7 +259,12 @@ TEST_SUITE("ops") {
           want[b + size_t(i)] = x0 * std::cos(a) - x1 * std::sin(a);
           want[b + size_t(i + hd / 2)] = x1 * std::cos(a) + x0 * std::sin(a);
         }
-    CHECK(nerr(got, want) < 1e-6);
+    for (const std::string& target : {std::string(""), std::string("vulkan")}) {
+      if (target == "vulkan" && !test::vulkan_device_here()) continue;
+      CAPTURE(target);
+      Harness h(target, 2, {1, 1, 2}, 2048);
+      CHECK(nerr(h.run(g, toks, pos0), want) < 1e-6);
+    }
   }
 
   TEST_CASE("causal GQA attention over the cache, across two steps") {
@@ -248,8 +272,9 @@ TEST_SUITE("ops") {
     auto q = randn(size_t(T * nh * hd), 7);
     auto k = randn(size_t(T * nkv * hd), 8);
     auto v = randn(size_t(T * nkv * hd), 9);
-    for (const auto& isa : isas_here())
+    for (const auto& isa : targets_here())
       for (DType kvt : {DType::F32, DType::BF16}) {
+        if (isa == "vulkan" && kvt != DType::F32) continue;  // its cache is f32 only
         CAPTURE(isa);
         Graph g;
         int qi = input(g, q, T, nh * hd, "q");
@@ -261,13 +286,7 @@ TEST_SUITE("ops") {
         p.head_dim = hd;
         p.layer = 0;
         finish(g, g.add(Op::Attention, g.activation("a", nh * hd), {qi, ki, vi}, p));
-        BackendOptions o;
-        o.cpu.isa = isa;
-        o.threads = 2;
-        o.kv_dtype = kvt;
-        Harness h(isa, 2);
-        h.be = create_backend("cpu", o);
-        h.alloc({1, nkv, hd}, 16);
+        Harness h(isa, 2, {1, nkv, hd}, 16, kvt);
         std::vector<int32_t> s1 = {0, 1, 2, 3, 4}, s2 = {5, 6, 7};
         auto a1 = h.run(g, s1, 0);
         auto a2 = h.run(g, s2, T1);

@@ -17,5 +17,6 @@ int cmd_bench(int argc, char** argv);
 int cmd_quantize(int argc, char** argv);
 int cmd_eval(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
+int cmd_devices(int argc, char** argv);
 
 }  // namespace hearth::cli

@@ -12,7 +12,8 @@ namespace {
 #define ENGINE_OPTIONS                                                                         \
   "engine options:\n"                                                                          \
   "  --threads N        compute threads (default: the physical cores; at most 4x the CPUs)\n"  \
-  "  --backend NAME     cpu (default: the best available)\n"                                   \
+  "  --backend NAME     cpu (default) or vulkan (hearth devices lists them)\n"                \
+  "  --device N         the GPU backend's device (default 0)\n"                                \
   "  --isa NAME         avx512, avx2, neon or scalar: force a lower ISA than the CPU's best\n" \
   "  --kv TYPE          KV cache type: f32 (default), f16, bf16 or int8\n"                     \
   "  --prefill-chunk N  prompt tokens per prefill step (default 256)\n"                        \
@@ -258,6 +259,17 @@ const char* kDetokenizePage =
     "example:\n"
     "  echo '{\"ids\": [9707, 11, 1879]}' | hearth detokenize --model DIR --jsonl -\n";
 
+const char* kDevicesPage =
+    "usage: hearth devices\n"
+    "\n"
+    "The backends this build has and the devices each can run on: for the CPU its best ISA and\n"
+    "cores; for Vulkan each device's name, type, driver, memory and the limits that bound the\n"
+    "model sizes it takes (largest storage buffer, shared memory). Choose one with\n"
+    "--backend NAME --device N.\n"
+    "\n"
+    "example:\n"
+    "  hearth devices\n";
+
 const char* kTemplatePage =
     "usage: hearth template --model DIR --jsonl FILE\n"
     "\n"
@@ -295,6 +307,7 @@ const std::vector<CommandHelp>& command_help() {
       {"detokenize", "token ids to text", kDetokenizePage},
       {"template", "render chat messages with the model's template", kTemplatePage},
       {"bench-tokenizer", "tokenizer encoding speed", kBenchTokenizerPage},
+      {"devices", "the backends and devices this build can run on", kDevicesPage},
   };
   return kCommands;
 }

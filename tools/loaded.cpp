@@ -14,8 +14,9 @@
 namespace hearth::cli {
 
 const std::vector<std::string> kEngineOptions = {
-    "--model=", "--threads=",  "--backend=",   "--isa=",      "--kv=",        "--prefill-chunk=",
-    "--gemm=",  "--hugepages", "--kv-budget=", "--kv-block=", "--max-batch=", "--ctx="};
+    "--model=",         "--threads=", "--backend=",  "--isa=",       "--kv=",
+    "--prefill-chunk=", "--gemm=",    "--hugepages", "--kv-budget=", "--kv-block=",
+    "--max-batch=",     "--ctx=",     "--device="};
 
 // --hugepages: the backend keeps private huge-page copies of the matmul weights, in the layouts
 // its kernels read fastest (BackendOptions::weight_copies); the model maps the file as usual.
@@ -52,6 +53,8 @@ BackendOptions backend_options(const Args& args) {
   if (args.has("--threads") && (bo.threads < 1 || bo.threads > 4 * cpus))
     fail("--threads must be in [1, ", 4 * cpus, "] (4x this machine's ", cpus, " CPUs), got ",
          bo.threads);
+  bo.device = args.integer("--device", 0);
+  if (bo.device < 0) fail("--device must be >= 0 (hearth devices lists them)");
   bo.cpu.isa = args.has("--isa") ? args.str("--isa") : env_str("HEARTH_ISA");
   bo.cpu.gemm = args.has("--gemm") ? args.str("--gemm") : env_str("HEARTH_GEMM");
   bo.cpu.gemm_min_tokens = env_positive("HEARTH_GEMM_MIN_TOKENS");

@@ -33,6 +33,7 @@ const Entry kCommands[] = {
     {"detokenize", hearth::cli::cmd_detokenize},
     {"template", hearth::cli::cmd_template},
     {"bench-tokenizer", hearth::cli::cmd_bench_tokenizer},
+    {"devices", hearth::cli::cmd_devices},
 };
 
 bool is_help(const char* a) {

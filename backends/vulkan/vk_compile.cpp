@@ -1,0 +1,290 @@
+// A graph as dispatches: activations placed in one device buffer, the logits and the step's
+// inputs in host-visible ones, one descriptor set per dispatch.
+#include <algorithm>
+#include <cmath>
+
+#include "backends/vulkan/vulkan_backend.h"
+#include "core/error.h"
+
+namespace hearth::vulkan {
+
+namespace {
+
+VkDeviceSize align_up(VkDeviceSize v, VkDeviceSize a) {
+  return (v + a - 1) / a * a;
+}
+
+uint32_t wtype(const Tensor& w) {
+  return w.dtype == DType::F32 ? 0u : w.dtype == DType::F16 ? 1u : 2u;
+}
+
+Dispatch make(Kernel k, Rows rows, uint32_t cols) {
+  Dispatch d;
+  d.kernel = k;
+  d.rows = rows;
+  d.pc.cols = cols;
+  return d;
+}
+
+// The dispatches of one node, in order.
+void node_dispatches(const Graph& g, const Node& n, std::vector<Dispatch>& out) {
+  const GraphTensor& o = g.tensor(n.out);
+  const uint32_t cols = uint32_t(o.cols);
+  auto act = [](int id) { return Bind{Bind::Act, id}; };
+  auto wt = [](int id) { return Bind{Bind::Weight, id}; };
+  Dispatch d = make(Kernel::Embed, o.rows, cols);
+  d.binds[kOut] = act(n.out);
+  switch (n.op) {
+    case Op::Embed:
+      d.pc.wtype = wtype(g.tensor(n.in[0]).weight);
+      d.binds[kW] = wt(n.in[0]);
+      d.binds[kStep] = {Bind::Step};
+      break;
+    case Op::RmsNorm:
+    case Op::HeadRmsNorm:
+      d.kernel = Kernel::RmsNorm;
+      if (n.op == Op::HeadRmsNorm)
+        d.row_mult = uint32_t(n.p.n_heads), d.pc.cols = uint32_t(n.p.head_dim);
+      d.pc.wtype = wtype(g.tensor(n.in[1]).weight);
+      d.pc.f0 = n.p.eps;
+      d.binds[kA] = act(n.in[0]);
+      d.binds[kW] = wt(n.in[1]);
+      break;
+    case Op::MatMul: {
+      const Tensor& w = g.tensor(n.in[1]).weight;
+      // Short rows: an invocation per output column; long ones: a workgroup splits k.
+      d.kernel = w.cols() < 256 ? Kernel::MatMulRows : Kernel::MatMul;
+      d.pc.cols = uint32_t(w.cols());
+      d.pc.n = uint32_t(w.rows());
+      d.pc.wtype = wtype(w);
+      d.binds[kA] = act(n.in[0]);
+      d.binds[kW] = wt(n.in[1]);
+      break;
+    }
+    case Op::Rope:
+      d.kernel = Kernel::Rope;
+      d.pc.n = uint32_t(n.p.n_heads);
+      d.pc.u0 = uint32_t(n.p.head_dim / 2);
+      d.binds[kA] = act(n.in[0]);
+      d.binds[kRope] = {Bind::Rope};
+      break;
+    case Op::Attention: {
+      Dispatch s = make(Kernel::KvStore, Rows::Tokens, 0);
+      s.pc.n = uint32_t(n.p.n_kv_heads);
+      s.pc.u0 = uint32_t(n.p.head_dim);
+      s.binds[kA] = act(n.in[1]);
+      s.binds[kB] = act(n.in[2]);
+      s.binds[kStep] = {Bind::Step};
+      s.binds[kBlocks] = {Bind::Blocks};
+      s.binds[kKCache] = {Bind::KCache, n.p.layer};
+      s.binds[kVCache] = {Bind::VCache, n.p.layer};
+      out.push_back(s);
+      d.kernel = Kernel::Attention;
+      d.pc.n = uint32_t(n.p.n_heads);
+      d.pc.u0 = uint32_t(n.p.head_dim);
+      d.pc.u2 = uint32_t(n.p.n_kv_heads);
+      d.pc.f0 = float(1.0 / std::sqrt(double(n.p.head_dim)));
+      d.binds[kA] = act(n.in[0]);
+      d.binds[kBlocks] = {Bind::Blocks};
+      d.binds[kKCache] = {Bind::KCache, n.p.layer};
+      d.binds[kVCache] = {Bind::VCache, n.p.layer};
+      break;
+    }
+    case Op::SiluMul:
+    case Op::Add:
+      d.kernel = Kernel::Binary;
+      d.pc.u0 = n.op == Op::Add ? 0u : 1u;
+      d.binds[kA] = act(n.in[0]);
+      d.binds[kB] = act(n.in[1]);
+      break;
+    case Op::GatherRows:
+      d.kernel = Kernel::Gather;
+      d.binds[kA] = act(n.in[0]);
+      break;
+    case Op::MoE:
+    case Op::kCount:
+      fail("Vulkan: no dispatch for ", op_name(n.op));
+  }
+  if (n.op != Op::Embed && n.op != Op::MatMul && n.op != Op::RmsNorm && n.op != Op::HeadRmsNorm &&
+      n.op != Op::SiluMul && n.op != Op::Add)
+    d.binds[kStep] = {Bind::Step};
+  out.push_back(d);
+}
+
+// The one RoPE every Rope node of the graph shares: theta^(-2i / head_dim).
+std::vector<double> rope_frequencies(const Graph& g) {
+  std::vector<double> f;
+  for (const Node& n : g.nodes()) {
+    if (n.op != Op::Rope) continue;
+    std::vector<double> mine(size_t(n.p.head_dim / 2));
+    for (size_t i = 0; i < mine.size(); ++i)
+      mine[i] = std::pow(n.p.rope_theta, -2.0 * double(i) / n.p.head_dim);
+    if (!f.empty() && f != mine)
+      fail("Vulkan: the graph's Rope nodes differ in head_dim or theta (one RoPE per graph)");
+    f = mine;
+  }
+  return f;
+}
+
+// Output rows whose logits fit one binding, a multiple of 64 (all of them when they fit).
+uint32_t logits_rows_per_part(const VkCompiled& c, const DeviceInfo& info) {
+  const uint64_t row_bytes = uint64_t(c.vocab) * 4;
+  const uint64_t fit = info.max_storage_buffer_range / row_bytes;
+  if (fit >= uint64_t(c.max_outputs)) return uint32_t(c.max_outputs);
+  if (fit < 64)
+    fail("Vulkan: 64 rows of ", c.vocab, " logits exceed ", info.name,
+         "'s storage-buffer range of ", info.max_storage_buffer_range, " bytes");
+  return uint32_t(fit / 64 * 64);
+}
+
+}  // namespace
+
+void VkCompiled::drop_recorded() {
+  for (auto& [key, cmd] : recorded)
+    vkFreeCommandBuffers(ctx->device(), ctx->command_pool(), 1, &cmd);
+  recorded.clear();
+}
+
+VkCompiled::~VkCompiled() {
+  drop_recorded();
+  if (pool) vkDestroyDescriptorPool(ctx->device(), pool, nullptr);
+  if (fence) vkDestroyFence(ctx->device(), fence, nullptr);
+}
+
+void VulkanBackend::plan_dispatches(const Graph& g, VkCompiled& c) const {
+  const DeviceInfo& info = ctx_->info();
+  const VkDeviceSize align = std::max<VkDeviceSize>(info.min_storage_offset_alignment, 16);
+  c.output = g.output;
+  c.vocab = g.tensor(g.output).cols;
+  c.inv_freq = rope_frequencies(g);
+
+  // Activations, each [rows, cols] f32 at its own aligned offset; the logits apart, host-visible.
+  c.act_offset.assign(g.tensors().size(), 0);
+  c.act_bytes.assign(g.tensors().size(), 0);
+  VkDeviceSize total = 0;
+  for (size_t id = 0; id < g.tensors().size(); ++id) {
+    const GraphTensor& t = g.tensors()[id];
+    if (t.kind != TensorKind::Activation || int(id) == g.output) continue;
+    const int rows = t.rows == Rows::Tokens ? c.max_tokens : c.max_outputs;
+    c.act_offset[id] = total;
+    c.act_bytes[id] = VkDeviceSize(rows) * VkDeviceSize(t.cols) * 4;
+    if (c.act_bytes[id] > info.max_storage_buffer_range)
+      fail("Vulkan: activation ", t.name, " of ", c.act_bytes[id], " bytes exceeds ", info.name,
+           "'s storage-buffer range; use a smaller --prefill-chunk");
+    total = align_up(total + c.act_bytes[id], align);
+  }
+  c.acts = Buffer(*ctx_, total, false, "activations");
+  const VkDeviceSize logit_bytes = VkDeviceSize(c.max_outputs) * VkDeviceSize(c.vocab) * 4;
+  c.logits = Buffer(*ctx_, logit_bytes, true, "logits");
+  c.argmax = Buffer(*ctx_, VkDeviceSize(c.max_outputs) * 4, true, "argmax");
+  c.step = Buffer(*ctx_, VkDeviceSize(3 * c.max_tokens + c.max_outputs) * 4, true, "step inputs");
+  c.rope = Buffer(*ctx_, VkDeviceSize(c.max_tokens) * std::max<size_t>(c.inv_freq.size(), 1) * 8,
+                  true, "RoPE angles");
+  c.blocks_capacity = 256;
+  c.blocks = Buffer(*ctx_, c.blocks_capacity * 4, true, "block tables");
+
+  std::vector<Dispatch> planned;
+  for (const Node& n : g.nodes()) node_dispatches(g, n, planned);
+  Dispatch am = make(Kernel::Argmax, Rows::Outputs, uint32_t(c.vocab));
+  am.binds[kA] = {Bind::Act, g.output};
+  am.binds[kOut] = {Bind::Argmax};
+  // The logits may exceed one binding's range: the dispatches that read or write them run in
+  // parts of rows_per_part output rows (a multiple of 64, so every part's offset is aligned).
+  const uint32_t rows_per_part = logits_rows_per_part(c, info);
+  auto split = [&](const Dispatch& d, std::vector<Dispatch>& out) {
+    const bool touches = d.binds[kOut].id == g.output || d.binds[kA].id == g.output;
+    if (!touches || rows_per_part >= uint32_t(c.max_outputs)) return out.push_back(d);
+    for (uint32_t r0 = 0; r0 < uint32_t(c.max_outputs); r0 += rows_per_part) {
+      Dispatch part = d;
+      part.row0 = r0;
+      part.max_rows = rows_per_part;
+      out.push_back(part);
+    }
+  };
+  for (const Dispatch& d : planned) split(d, c.dispatches);
+  split(am, c.argmax_dispatches);
+
+  const uint32_t sets = uint32_t(c.dispatches.size() + c.argmax_dispatches.size());
+  VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, sets * kBindings};
+  VkDescriptorPoolCreateInfo pi{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
+  pi.maxSets = sets;
+  pi.poolSizeCount = 1;
+  pi.pPoolSizes = &size;
+  check(vkCreateDescriptorPool(ctx_->device(), &pi, nullptr, &c.pool),
+        "creating a descriptor pool");
+  std::vector<VkDescriptorSetLayout> layouts(sets, kernels_->set_layout());
+  std::vector<VkDescriptorSet> allocated(sets);
+  VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
+  ai.descriptorPool = c.pool;
+  ai.descriptorSetCount = sets;
+  ai.pSetLayouts = layouts.data();
+  check(vkAllocateDescriptorSets(ctx_->device(), &ai, allocated.data()),
+        "allocating descriptor sets");
+  size_t next = 0;
+  for (auto* list : {&c.dispatches, &c.argmax_dispatches})
+    for (Dispatch& d : *list) {
+      d.set = allocated[next++];
+      write_set(c, d);
+    }
+
+  VkFenceCreateInfo fi{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+  check(vkCreateFence(ctx_->device(), &fi, nullptr, &c.fence), "creating a fence");
+}
+
+void VulkanBackend::write_set(const VkCompiled& c, const Dispatch& d) const {
+  VkDescriptorBufferInfo infos[kBindings];
+  VkWriteDescriptorSet writes[kBindings];
+  for (uint32_t b = 0; b < kBindings; ++b) {
+    VkDescriptorBufferInfo& bi = infos[b];
+    bi = {dummy_.handle(), 0, VK_WHOLE_SIZE};
+    const Bind& x = d.binds[b];
+    switch (x.kind) {
+      case Bind::None:
+        break;
+      case Bind::KCache:
+      case Bind::VCache:
+        if (c.kv) {
+          const auto& layers = x.kind == Bind::KCache ? c.kv->k : c.kv->v;
+          bi.buffer = layers.at(size_t(x.id)).handle();
+        }
+        break;
+      case Bind::Act: {
+        const GraphTensor& t = c.graph->tensor(x.id);
+        const VkDeviceSize row_bytes = VkDeviceSize(t.cols) * 4;
+        const VkDeviceSize rows =
+            VkDeviceSize(t.rows == Rows::Tokens ? c.max_tokens : c.max_outputs);
+        const VkDeviceSize n = std::min<VkDeviceSize>(d.max_rows, rows - d.row0);
+        const VkBuffer buf = x.id == c.output ? c.logits.handle() : c.acts.handle();
+        const VkDeviceSize base = x.id == c.output ? 0 : c.act_offset[size_t(x.id)];
+        bi = {buf, base + d.row0 * row_bytes, n * row_bytes};
+        break;
+      }
+      case Bind::Weight: {
+        const WeightRef& w = weight(*c.graph, x.id);
+        bi = {w.buf, w.offset, w.range};
+        break;
+      }
+      case Bind::Step:
+        bi.buffer = c.step.handle();
+        break;
+      case Bind::Blocks:
+        bi.buffer = c.blocks.handle();
+        break;
+      case Bind::Rope:
+        bi.buffer = c.rope.handle();
+        break;
+      case Bind::Argmax:
+        bi = {c.argmax.handle(), VkDeviceSize(d.row0) * 4, VK_WHOLE_SIZE};
+        break;
+    }
+    writes[b] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+    writes[b].dstSet = d.set;
+    writes[b].dstBinding = b;
+    writes[b].descriptorCount = 1;
+    writes[b].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    writes[b].pBufferInfo = &bi;
+  }
+  vkUpdateDescriptorSets(ctx_->device(), kBindings, writes, 0, nullptr);
+}
+
+}  // namespace hearth::vulkan

@@ -1,0 +1,138 @@
+#include "backends/vulkan/vk_kernels.h"
+
+#include <vector>
+
+#include "core/error.h"
+
+namespace hearth::vulkan {
+
+namespace {
+
+// SPIR-V words from glslc -mfmt=num (cmake/vulkan.cmake).
+const uint32_t kEmbedSpv[] = {
+#include "embed.spv.inc"
+};
+const uint32_t kRmsNormSpv[] = {
+#include "rms_norm.spv.inc"
+};
+const uint32_t kRopeSpv[] = {
+#include "rope.spv.inc"
+};
+const uint32_t kMatMulSpv[] = {
+#include "matmul.spv.inc"
+};
+const uint32_t kMatMulRowsSpv[] = {
+#include "matmul_rows.spv.inc"
+};
+const uint32_t kBinarySpv[] = {
+#include "binary.spv.inc"
+};
+const uint32_t kGatherSpv[] = {
+#include "gather.spv.inc"
+};
+const uint32_t kKvStoreSpv[] = {
+#include "kv_store.spv.inc"
+};
+const uint32_t kAttentionSpv[] = {
+#include "attention.spv.inc"
+};
+const uint32_t kArgmaxSpv[] = {
+#include "argmax.spv.inc"
+};
+
+struct Spirv {
+  const uint32_t* words;
+  size_t bytes;
+};
+template <size_t N>
+Spirv spirv(const uint32_t (&w)[N]) {
+  return {w, sizeof(w)};
+}
+
+Spirv code_of(Kernel k) {
+  switch (k) {
+    case Kernel::Embed:
+      return spirv(kEmbedSpv);
+    case Kernel::RmsNorm:
+      return spirv(kRmsNormSpv);
+    case Kernel::Rope:
+      return spirv(kRopeSpv);
+    case Kernel::MatMul:
+      return spirv(kMatMulSpv);
+    case Kernel::MatMulRows:
+      return spirv(kMatMulRowsSpv);
+    case Kernel::Binary:
+      return spirv(kBinarySpv);
+    case Kernel::Gather:
+      return spirv(kGatherSpv);
+    case Kernel::KvStore:
+      return spirv(kKvStoreSpv);
+    case Kernel::Attention:
+      return spirv(kAttentionSpv);
+    case Kernel::Argmax:
+    case Kernel::kCount:
+      break;
+  }
+  return spirv(kArgmaxSpv);
+}
+
+}  // namespace
+
+const char* kernel_name(Kernel k) {
+  static const char* const names[] = {"embed",  "rms_norm", "rope",     "matmul",    "matmul_rows",
+                                      "binary", "gather",   "kv_store", "attention", "argmax"};
+  return names[size_t(k)];
+}
+
+Kernels::Kernels(Context& ctx) : ctx_(ctx) {
+  VkDevice dev = ctx.device();
+  std::vector<VkDescriptorSetLayoutBinding> b(kBindings);
+  for (uint32_t i = 0; i < kBindings; ++i) {
+    b[i].binding = i;
+    b[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    b[i].descriptorCount = 1;
+    b[i].stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
+  }
+  VkDescriptorSetLayoutCreateInfo li{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
+  li.bindingCount = kBindings;
+  li.pBindings = b.data();
+  check(vkCreateDescriptorSetLayout(dev, &li, nullptr, &set_layout_), "creating a set layout");
+  VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(PushConstants)};
+  VkPipelineLayoutCreateInfo pi{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
+  pi.setLayoutCount = 1;
+  pi.pSetLayouts = &set_layout_;
+  pi.pushConstantRangeCount = 1;
+  pi.pPushConstantRanges = &range;
+  check(vkCreatePipelineLayout(dev, &pi, nullptr, &layout_), "creating a pipeline layout");
+
+  for (size_t k = 0; k < pipelines_.size(); ++k) {
+    const Spirv code = code_of(Kernel(k));
+    VkShaderModuleCreateInfo mi{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
+    mi.codeSize = code.bytes;
+    mi.pCode = code.words;
+    VkShaderModule module;
+    check(vkCreateShaderModule(dev, &mi, nullptr, &module), "creating a shader module");
+    VkComputePipelineCreateInfo ci{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
+    ci.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
+    ci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+    ci.stage.module = module;
+    ci.stage.pName = "main";
+    ci.layout = layout_;
+    const VkResult r =
+        vkCreateComputePipelines(dev, VK_NULL_HANDLE, 1, &ci, nullptr, &pipelines_[k]);
+    vkDestroyShaderModule(dev, module, nullptr);
+    if (r != VK_SUCCESS)
+      fail("Vulkan: compiling the ", kernel_name(Kernel(k)), " shader for ", ctx.info().name,
+           " failed (", result_name(r), ")");
+  }
+}
+
+Kernels::~Kernels() {
+  VkDevice dev = ctx_.device();
+  for (VkPipeline p : pipelines_)
+    if (p) vkDestroyPipeline(dev, p, nullptr);
+  if (layout_) vkDestroyPipelineLayout(dev, layout_, nullptr);
+  if (set_layout_) vkDestroyDescriptorSetLayout(dev, set_layout_, nullptr);
+}
+
+}  // namespace hearth::vulkan

@@ -1,0 +1,174 @@
+// One step: the step's integers and RoPE angles written to host-visible buffers, the command
+// buffer for this step's shape recorded once and re-submitted, then the logits or the argmax read
+// back.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backends/vulkan/vulkan_backend.h"
+#include "core/error.h"
+
+namespace hearth::vulkan {
+
+namespace {
+
+uint32_t div_up(uint64_t a, uint64_t b) {
+  return uint32_t((a + b - 1) / b);
+}
+
+// Workgroups of a dispatch over `rows` rows.
+void groups(const Dispatch& d, uint32_t rows, uint32_t g[3]) {
+  const PushConstants& pc = d.pc;
+  g[0] = g[1] = g[2] = 1;
+  switch (d.kernel) {
+    case Kernel::Embed:
+    case Kernel::Gather:
+      g[0] = div_up(pc.cols, 64), g[1] = rows;
+      break;
+    case Kernel::KvStore:
+    case Kernel::Rope:
+      g[0] = div_up(uint64_t(pc.n) * pc.u0, 64), g[1] = rows;
+      break;
+    case Kernel::RmsNorm:
+      g[0] = std::min<uint32_t>(rows, 65535), g[1] = div_up(rows, 65535);
+      break;
+    case Kernel::MatMul:
+      g[0] = std::min<uint32_t>(pc.n, 65535), g[1] = div_up(rows, 4);
+      break;
+    case Kernel::MatMulRows:
+      g[0] = div_up(pc.n, 64), g[1] = div_up(rows, 4);
+      break;
+    case Kernel::Binary: {
+      const uint32_t total = div_up(uint64_t(rows) * pc.cols, 64);
+      g[0] = std::min<uint32_t>(total, 65535), g[1] = div_up(total, g[0]);
+      break;
+    }
+    case Kernel::Attention:
+      g[0] = pc.n, g[1] = rows;
+      break;
+    case Kernel::Argmax:
+    case Kernel::kCount:
+      g[0] = rows;
+      break;
+  }
+}
+
+}  // namespace
+
+void VulkanBackend::bind_kv(VkCompiled& c, const VkKVStorage& kv) const {
+  if (c.kv_serial == kv.serial) return;
+  vkDeviceWaitIdle(ctx_->device());  // no recorded buffer may be in flight while sets change
+  c.drop_recorded();
+  c.kv = &kv;
+  c.kv_serial = kv.serial;
+  for (const Dispatch& d : c.dispatches)
+    if (d.binds[kKCache].kind == Bind::KCache) write_set(c, d);
+}
+
+void VulkanBackend::fill_step(VkCompiled& c, const StepInputs& in) const {
+  const int T = c.max_tokens;
+  auto* u = static_cast<uint32_t*>(c.step.mapped());
+  size_t n_blocks = 0;
+  for (int s = 0; s < in.n_seqs; ++s) n_blocks += size_t(in.seqs[s].n_blocks);
+  if (n_blocks > c.blocks_capacity) {  // grows rarely: by doubling, then the sets are rewritten
+    vkDeviceWaitIdle(ctx_->device());
+    c.drop_recorded();
+    while (c.blocks_capacity < n_blocks) c.blocks_capacity *= 2;
+    c.blocks = Buffer(*ctx_, c.blocks_capacity * 4, true, "block tables");
+    for (const Dispatch& d : c.dispatches)
+      if (d.binds[kBlocks].kind == Bind::Blocks) write_set(c, d);
+  }
+  auto* blocks = static_cast<uint32_t*>(c.blocks.mapped());
+  auto* rope = static_cast<float*>(c.rope.mapped());
+  const size_t half = c.inv_freq.size();
+  uint32_t table = 0;
+  for (int s = 0; s < in.n_seqs; ++s) {
+    const SeqRows& q = in.seqs[s];
+    for (int b = 0; b < q.n_blocks; ++b) blocks[table + uint32_t(b)] = uint32_t(q.blocks[b]);
+    for (int i = 0; i < q.n_rows; ++i) {
+      const int r = q.row0 + i, pos = q.pos0 + i;
+      u[r] = uint32_t(in.tokens[r]);
+      u[T + r] = uint32_t(pos);
+      u[2 * T + r] = table;
+      for (size_t k = 0; k < half; ++k) {
+        const double a = double(pos) * c.inv_freq[k];
+        rope[(size_t(r) * half + k) * 2] = float(std::cos(a));
+        rope[(size_t(r) * half + k) * 2 + 1] = float(std::sin(a));
+      }
+    }
+    table += uint32_t(q.n_blocks);
+  }
+  for (int i = 0; i < in.n_out; ++i) u[3 * T + i] = uint32_t(in.out_rows[i]);
+}
+
+void VulkanBackend::record(VkCompiled& c, VkCommandBuffer cmd, int n_tokens, int n_out,
+                           bool argmax) const {
+  VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+  check(vkBeginCommandBuffer(cmd, &bi), "recording a step");
+  VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+  barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
+  barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+  auto emit = [&](const Dispatch& d) {
+    PushConstants pc = d.pc;
+    const uint32_t all = uint32_t(d.rows == Rows::Tokens ? n_tokens : n_out) * d.row_mult;
+    const uint32_t rows = all > d.row0 ? std::min(all - d.row0, d.max_rows) : 0;
+    if (rows == 0) return;
+    pc.rows = rows;
+    pc.step_T = uint32_t(c.max_tokens);
+    if (d.kernel == Kernel::KvStore || d.kernel == Kernel::Attention)
+      pc.u1 = uint32_t(c.kv->block_size);
+    uint32_t g[3];
+    groups(d, rows, g);
+    vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, kernels_->pipeline(d.kernel));
+    vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, kernels_->pipeline_layout(), 0, 1,
+                            &d.set, 0, nullptr);
+    vkCmdPushConstants(cmd, kernels_->pipeline_layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                       sizeof(PushConstants), &pc);
+    vkCmdDispatch(cmd, g[0], g[1], g[2]);
+    vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &barrier, 0, nullptr, 0,
+                         nullptr);
+  };
+  for (const Dispatch& d : c.dispatches) emit(d);
+  if (argmax)
+    for (const Dispatch& d : c.argmax_dispatches) emit(d);
+  VkMemoryBarrier to_host{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+  to_host.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
+  to_host.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+  vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1,
+                       &to_host, 0, nullptr, 0, nullptr);
+  check(vkEndCommandBuffer(cmd), "recording a step");
+}
+
+VkCommandBuffer VulkanBackend::recorded(VkCompiled& c, int n_tokens, int n_out, bool argmax) const {
+  const auto key = std::make_tuple(n_tokens, n_out, argmax);
+  auto it = c.recorded.find(key);
+  if (it != c.recorded.end()) return it->second;
+  VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+  ai.commandPool = ctx_->command_pool();
+  ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  ai.commandBufferCount = 1;
+  VkCommandBuffer cmd;
+  check(vkAllocateCommandBuffers(ctx_->device(), &ai, &cmd), "allocating a command buffer");
+  c.recorded[key] = cmd;
+  record(c, cmd, n_tokens, n_out, argmax);
+  return cmd;
+}
+
+void VulkanBackend::run(CompiledGraph& cg, const StepInputs& in) {
+  auto& c = static_cast<VkCompiled&>(cg);
+  if (in.observe_matmul) fail("calibration (quantize --calibration) runs on the CPU backend only");
+  if (in.n_tokens < 1 || in.n_tokens > c.max_tokens || in.n_out > c.max_outputs || !in.kv)
+    fail("Vulkan: a step of ", in.n_tokens, " tokens and ", in.n_out,
+         " outputs does not fit the compiled graph (", c.max_tokens, ", ", c.max_outputs, ")");
+  bind_kv(c, static_cast<const VkKVStorage&>(*in.kv));
+  fill_step(c, in);
+  const bool argmax = in.argmax != nullptr;
+  ctx_->submit_and_wait(recorded(c, in.n_tokens, in.n_out, argmax), c.fence);
+  if (argmax)
+    std::memcpy(in.argmax, c.argmax.mapped(), size_t(in.n_out) * 4);
+  else if (in.logits)
+    std::memcpy(in.logits, c.logits.mapped(), size_t(in.n_out) * size_t(c.vocab) * 4);
+}
+
+}  // namespace hearth::vulkan

@@ -1,0 +1,126 @@
+#include "backends/vulkan/vulkan_backend.h"
+
+#include "core/error.h"
+
+namespace hearth::vulkan {
+
+namespace {
+
+bool float_dtype(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16;
+}
+
+}  // namespace
+
+VulkanBackend::VulkanBackend(const BackendOptions& opt) {
+  if (opt.kv_dtype != DType::F32)
+    fail("the Vulkan backend keeps an f32 KV cache only (asked for ", dtype_name(opt.kv_dtype),
+         "; use --kv f32)");
+  ContextOptions co;
+  co.device = opt.device;
+  co.validation = opt.vulkan.validation;
+  ctx_ = std::make_unique<Context>(co);
+  kernels_ = std::make_unique<Kernels>(*ctx_);
+  dummy_ = Buffer(*ctx_, 16, false, "a placeholder binding");
+}
+
+VulkanBackend::~VulkanBackend() = default;
+
+std::string VulkanBackend::describe() const {
+  const DeviceInfo& d = ctx_->info();
+  return "vulkan " + std::to_string(d.index) + ": " + d.name + " (" + d.type + ", Vulkan " +
+         api_version_str(d.api_version) + ")";
+}
+
+bool VulkanBackend::supports_op(const Graph& g, const Node& n) const {
+  auto weight_ok = [&](int id) {
+    const GraphTensor& t = g.tensor(id);
+    return t.kind == TensorKind::Weight && float_dtype(t.weight.dtype);
+  };
+  switch (n.op) {
+    case Op::Embed:
+      return weight_ok(n.in[0]);
+    case Op::RmsNorm:
+    case Op::HeadRmsNorm:
+    case Op::MatMul:
+      return weight_ok(n.in[1]);
+    case Op::Rope:
+      return n.p.head_dim % 2 == 0;
+    case Op::Attention:
+      return n.p.head_dim <= 256 && n.p.n_kv_heads > 0 && n.p.n_heads % n.p.n_kv_heads == 0;
+    case Op::SiluMul:
+    case Op::Add:
+    case Op::GatherRows:
+      return true;
+    case Op::MoE:
+    case Op::kCount:
+      break;
+  }
+  return false;
+}
+
+std::unique_ptr<CompiledGraph> VulkanBackend::compile(const Graph& g, int max_tokens,
+                                                      int max_outputs) {
+  for (const Node& n : g.nodes())
+    if (!supports_op(g, n)) {
+      if (n.op == Op::MoE)
+        fail("the Vulkan backend does not run Qwen3-MoE's mixture-of-experts layers yet (",
+             g.tensor(n.out).name, "); use --backend cpu");
+      for (int id : n.in)
+        if (id >= 0 && g.tensor(id).kind == TensorKind::Weight &&
+            !float_dtype(g.tensor(id).weight.dtype))
+          fail("the Vulkan backend does not support ", dtype_name(g.tensor(id).weight.dtype),
+               " weights yet (", g.tensor(id).name, " of a ", op_name(n.op),
+               "; it runs F32, F16 and BF16); use --backend cpu");
+      fail("the Vulkan backend does not support this ", op_name(n.op), " node (",
+           g.tensor(n.out).name, ")");
+    }
+  if (max_tokens < 1 || max_tokens > 65535 || max_outputs < 1 || max_outputs > 65535)
+    fail("Vulkan: steps of 1 to 65535 tokens and outputs, asked for ", max_tokens, " and ",
+         max_outputs);
+  place_weights(g);
+  auto c = std::make_unique<VkCompiled>(*ctx_);
+  c->graph = &g;
+  c->max_tokens = max_tokens;
+  c->max_outputs = max_outputs;
+  c->argmax_fused = true;
+  plan_dispatches(g, *c);
+  return c;
+}
+
+std::unique_ptr<KVStorage> VulkanBackend::alloc_kv(const KVSpec& spec, int n_blocks,
+                                                   int block_size) {
+  auto kv = std::make_unique<VkKVStorage>();
+  kv->spec = spec;
+  kv->dtype = DType::F32;
+  kv->n_blocks = n_blocks;
+  kv->block_size = block_size;
+  kv->serial = next_kv_serial_++;
+  const VkDeviceSize layer_bytes = VkDeviceSize(n_blocks) * VkDeviceSize(block_size) *
+                                   VkDeviceSize(spec.n_kv_heads) * VkDeviceSize(spec.head_dim) * 4;
+  if (layer_bytes > ctx_->info().max_storage_buffer_range)
+    fail("Vulkan: the KV cache of one layer would take ", layer_bytes, " bytes (",
+         int64_t(n_blocks) * block_size, " positions), more than the ",
+         ctx_->info().max_storage_buffer_range, " one storage buffer may span on ",
+         ctx_->info().name, "; ask for a shorter context (--ctx)");
+  for (int l = 0; l < spec.n_layers; ++l) {
+    kv->k.emplace_back(*ctx_, layer_bytes, false, "the KV cache");
+    kv->v.emplace_back(*ctx_, layer_bytes, false, "the KV cache");
+  }
+  return kv;
+}
+
+void VulkanBackend::copy_kv_block(KVStorage& kv, int from, int to) {
+  auto& s = static_cast<VkKVStorage&>(kv);
+  const VkDeviceSize block = VkDeviceSize(s.block_size) * VkDeviceSize(s.spec.n_kv_heads) *
+                             VkDeviceSize(s.spec.head_dim) * 4;
+  ctx_->run_once([&](VkCommandBuffer cmd) {
+    VkBufferCopy region{VkDeviceSize(from) * block, VkDeviceSize(to) * block, block};
+    for (size_t l = 0; l < s.k.size(); ++l) {
+      vkCmdCopyBuffer(cmd, s.k[l].handle(), s.k[l].handle(), 1, &region);
+      vkCmdCopyBuffer(cmd, s.v[l].handle(), s.v[l].handle(), 1, &region);
+    }
+  });
+}
+
+}  // namespace hearth::vulkan

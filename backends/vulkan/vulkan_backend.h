@@ -1,0 +1,115 @@
+// The Vulkan backend: each graph node becomes one or two compute dispatches (shaders/), recorded
+// into a command buffer per step shape (tokens, output rows, argmax) and re-submitted while the
+// shape repeats; what changes per step (tokens, positions, block tables, RoPE angles) goes through
+// small host-visible buffers. Weights are uploaded once per backend (one per model) into
+// device-local slabs; the paged KV cache lives on the device, f32, one K and one V buffer per
+// layer.
+#pragma once
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "backends/vulkan/vk_buffer.h"
+#include "backends/vulkan/vk_context.h"
+#include "backends/vulkan/vk_kernels.h"
+#include "core/backend.h"
+
+namespace hearth::vulkan {
+
+// Where a weight lives on the device.
+struct WeightRef {
+  VkBuffer buf = VK_NULL_HANDLE;
+  VkDeviceSize offset = 0, range = 0;
+};
+
+// Block b of layer l: K in k[l] and V in v[l] at [b][kv head][block_size][head_dim] f32.
+struct VkKVStorage : KVStorage {
+  std::vector<Buffer> k, v;
+  uint64_t serial = 0;  // tells compiled graphs which storage their descriptor sets name
+};
+
+// What one binding of a dispatch's descriptor set names.
+struct Bind {
+  enum Kind : uint8_t { None, Act, Weight, Step, Blocks, Rope, KCache, VCache, Argmax };
+  Kind kind = None;
+  int id = -1;  // Act, Weight: graph tensor id; KCache, VCache: layer
+};
+
+struct Dispatch {
+  Kernel kernel;
+  Rows rows = Rows::Tokens;  // pc.rows is the step's tokens or output rows ...
+  uint32_t row_mult = 1;     // ... times this (a per-head norm: heads)
+  // A part of a dispatch split by rows, because its tensors exceed what one binding may span
+  // (the logits of a long all-logits step): rows [row0, row0 + max_rows) only; its Act and Argmax
+  // bindings start at row0.
+  uint32_t row0 = 0, max_rows = 0xffffffffu;
+  PushConstants pc;  // rows, step_T and the KV block size are filled when recorded
+  Bind binds[kBindings];
+  VkDescriptorSet set = VK_NULL_HANDLE;
+};
+
+struct VkCompiled : CompiledGraph {
+  explicit VkCompiled(Context& c) : ctx(&c) {}
+  ~VkCompiled() override;
+  Context* ctx;
+  const Graph* graph = nullptr;  // must outlive this (as the runner's graph does)
+  int output = -1;
+  int64_t vocab = 0;
+  Buffer acts;  // every activation but the logits, at act_offset[id]
+  std::vector<VkDeviceSize> act_offset, act_bytes;
+  Buffer logits, argmax, step, rope, blocks;  // host-visible
+  size_t blocks_capacity = 0;                 // entries
+  std::vector<Dispatch> dispatches;
+  std::vector<Dispatch> argmax_dispatches;  // recorded after the others when argmax is asked
+  VkDescriptorPool pool = VK_NULL_HANDLE;
+  VkFence fence = VK_NULL_HANDLE;
+  std::map<std::tuple<int, int, bool>, VkCommandBuffer> recorded;  // by (tokens, outputs, argmax)
+  const VkKVStorage* kv = nullptr;  // the storage the sets name (by serial: kv_serial)
+  uint64_t kv_serial = 0;
+  std::vector<double> inv_freq;  // RoPE: theta^(-2i / head_dim)
+  void drop_recorded();
+};
+
+class VulkanBackend : public Backend {
+ public:
+  explicit VulkanBackend(const BackendOptions& opt);
+  ~VulkanBackend() override;
+  std::string name() const override { return "vulkan"; }
+  std::string describe() const override;
+  bool supports_op(const Graph& g, const Node& n) const override;
+  std::unique_ptr<CompiledGraph> compile(const Graph& g, int max_tokens, int max_outputs) override;
+  DType kv_dtype() const override { return DType::F32; }
+  std::unique_ptr<KVStorage> alloc_kv(const KVSpec& spec, int n_blocks, int block_size) override;
+  void copy_kv_block(KVStorage& kv, int from, int to) override;
+  void run(CompiledGraph& cg, const StepInputs& in) override;
+
+  Context& context() { return *ctx_; }
+  // Errors and warnings of the validation layer so far (BackendOptions::vulkan.validation).
+  int validation_reports() const { return ctx_->validation_reports(); }
+  std::string first_validation_report() const { return ctx_->first_validation_report(); }
+
+ private:
+  void place_weights(const Graph& g);                            // vk_weights.cpp
+  const WeightRef& weight(const Graph& g, int id) const;         // vk_weights.cpp
+  void plan_dispatches(const Graph& g, VkCompiled& c) const;     // vk_compile.cpp
+  void write_set(const VkCompiled& c, const Dispatch& d) const;  // vk_compile.cpp
+  void bind_kv(VkCompiled& c, const VkKVStorage& kv) const;      // vk_step.cpp
+  void fill_step(VkCompiled& c, const StepInputs& in) const;     // vk_step.cpp
+  VkCommandBuffer recorded(VkCompiled& c, int n_tokens, int n_out, bool argmax) const;
+  void record(VkCompiled& c, VkCommandBuffer cmd, int n_tokens, int n_out, bool argmax) const;
+
+  std::unique_ptr<Context> ctx_;
+  std::unique_ptr<Kernels> kernels_;
+  Buffer dummy_;
+  struct Slab {
+    Buffer buf;
+    VkDeviceSize used = 0;
+  };
+  std::vector<Slab> slabs_;
+  // Weights are placed once, keyed by their host address: a backend serves one model's graphs.
+  std::map<const void*, WeightRef> weights_;
+  uint64_t next_kv_serial_ = 1;
+};
+
+}  // namespace hearth::vulkan
