@@ -12,6 +12,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "core/backend.h"
+#include "core/quant_format.h"
 #include "tests/vulkan_target.h"
 
 using namespace hearth;
@@ -169,6 +170,78 @@ TEST_SUITE("ops") {
                 }
               CHECK(nerr(got, want) < 1e-6);
             }
+          }
+  }
+
+  TEST_CASE("quantized matmul and embedding (INT8, INT4, INT4 codebook) against float64") {
+    // Codes and scales drawn at random and packed as quant/FORMAT.md places them; the reference
+    // multiplies code x scale (or codebook level x scale) in float64. K = 160 ends its rows with a
+    // chunk of one block, K = 96 is a chunk of three.
+    const quant::Codebook cb = {-127, -90, -66, -47, -31, -18, -8, -1,
+                                4,    11,  21,  34,  50,  70,  95, 126};
+    for (const auto& target : targets_here())
+      for (int kind : {8, 4, 5})  // 5: INT4 with the codebook
+        for (int64_t K : {96, 160, 256})
+          for (DType st : {DType::F16, DType::BF16}) {
+            const int bits = kind == 8 ? 8 : 4, group = K == 96 ? 32 : 32 * (1 + int(K % 64 == 0));
+            const int64_t N = 37;
+            const int T = 3;
+            CAPTURE(target);
+            CAPTURE(kind);
+            CAPTURE(K);
+            std::mt19937 rng(unsigned(kind * 1000 + K));
+            std::vector<int8_t> q(size_t(N * K));
+            for (auto& c : q)
+              c = int8_t(int(rng() % (bits == 8 ? 255 : 16)) - (bits == 8 ? 127 : 8));
+            std::vector<uint16_t> scales(size_t(N * K / group));
+            std::vector<double> sd(scales.size());
+            for (size_t i = 0; i < scales.size(); ++i) {
+              const float f = 0.001f + 0.02f * float(rng() % 1000) / 1000.f * (i % 3 ? 1 : -1);
+              scales[i] = st == DType::F16 ? f32_to_f16(f) : f32_to_bf16(f);
+              sd[i] = st == DType::F16 ? f16_to_f32(scales[i]) : bf16_to_f32(scales[i]);
+            }
+            std::vector<uint8_t> codes(size_t(N * quant::row_code_bytes(bits, K)));
+            for (int64_t r = 0; r < N; ++r)
+              quant::pack_row(bits, q.data() + r * K, K,
+                              codes.data() + r * quant::row_code_bytes(bits, K));
+            Tensor w;
+            w.dtype = bits == 8 ? DType::Q8 : DType::Q4;
+            w.ndim = 2;
+            w.shape = {N, K, 0, 0};
+            w.data = codes.data();
+            w.nbytes = codes.size();
+            w.scales = scales.data();
+            w.scale_dtype = st;
+            w.group_size = group;
+            if (kind == 5) w.codebook = cb.data();
+            auto wd = [&](int64_t n, int64_t k) {
+              const int c = q[size_t(n * K + k)];
+              const double level = kind == 5 ? cb[size_t(c + 8)] : c;
+              return level * sd[size_t(n * (K / group) + k / group)];
+            };
+            auto x = randn(size_t(T * K), 12);
+            // The matmul x W^T, and the embedding of rows 5, 0, 36 of W as a table.
+            Graph g;
+            int xi = input(g, x, T, K, "x");
+            finish(g, g.add(Op::MatMul, g.activation("y", N), {xi, g.weight("w", w)}));
+            Graph ge;
+            finish(ge, ge.add(Op::Embed, ge.activation("e", K), {ge.weight("table", w)}));
+            std::vector<double> want(size_t(T * N)), want_e(size_t(T * K));
+            const std::vector<int32_t> toks = {0, 1, 2}, ids = {5, 0, 36};
+            for (int t = 0; t < T; ++t) {
+              for (int64_t n = 0; n < N; ++n) {
+                double s = 0;
+                for (int64_t k = 0; k < K; ++k) s += double(x[size_t(t * K + k)]) * wd(n, k);
+                want[size_t(t * N + n)] = s;
+              }
+              for (int64_t k = 0; k < K; ++k) want_e[size_t(t * K + k)] = wd(ids[size_t(t)], k);
+            }
+            Harness h(target, 2);
+            // The SIMD kernels round the activations to int8 per block of 32 (FORMAT.md, about
+            // 0.5% here); the scalar kernels and the Vulkan shaders multiply in f32.
+            const bool int8_dots = target != "scalar" && target != "vulkan";
+            CHECK(nerr(h.run(g, toks), want) < (int8_dots ? 1e-2 : 1e-6));
+            CHECK(nerr(h.run(ge, ids), want_e) < 1e-7);
           }
   }
 

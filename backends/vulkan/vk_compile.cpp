@@ -14,8 +14,29 @@ VkDeviceSize align_up(VkDeviceSize v, VkDeviceSize a) {
   return (v + a - 1) / a * a;
 }
 
-uint32_t wtype(const Tensor& w) {
-  return w.dtype == DType::F32 ? 0u : w.dtype == DType::F16 ? 1u : 2u;
+// How a shader reads the weight w (its type, and a quantized one's groups, scales and codebook).
+void set_weight(Dispatch& d, int id, const Tensor& w) {
+  d.binds[kW] = {Bind::Weight, id};
+  switch (w.dtype) {
+    case DType::F32:
+      d.pc.wtype = kWF32;
+      return;
+    case DType::F16:
+      d.pc.wtype = kWF16;
+      return;
+    case DType::BF16:
+      d.pc.wtype = kWBF16;
+      return;
+    default:
+      break;
+  }
+  d.pc.wtype = w.dtype == DType::Q8 ? kWQ8 : w.codebook ? kWQ4Codebook : kWQ4;
+  d.pc.group = uint32_t(w.group_size);
+  d.pc.stype = w.scale_dtype == DType::BF16 ? kWBF16 : kWF16;
+  if (w.codebook)
+    for (int i = 0; i < 16; ++i)
+      d.pc.codebook[i / 4] |= uint32_t(uint8_t(w.codebook[i])) << (8 * (i % 4));
+  d.binds[kScales] = {Bind::Scales, id};
 }
 
 Dispatch make(Kernel k, Rows rows, uint32_t cols) {
@@ -31,13 +52,11 @@ void node_dispatches(const Graph& g, const Node& n, std::vector<Dispatch>& out) 
   const GraphTensor& o = g.tensor(n.out);
   const uint32_t cols = uint32_t(o.cols);
   auto act = [](int id) { return Bind{Bind::Act, id}; };
-  auto wt = [](int id) { return Bind{Bind::Weight, id}; };
   Dispatch d = make(Kernel::Embed, o.rows, cols);
   d.binds[kOut] = act(n.out);
   switch (n.op) {
     case Op::Embed:
-      d.pc.wtype = wtype(g.tensor(n.in[0]).weight);
-      d.binds[kW] = wt(n.in[0]);
+      set_weight(d, n.in[0], g.tensor(n.in[0]).weight);
       d.binds[kStep] = {Bind::Step};
       break;
     case Op::RmsNorm:
@@ -45,10 +64,9 @@ void node_dispatches(const Graph& g, const Node& n, std::vector<Dispatch>& out) 
       d.kernel = Kernel::RmsNorm;
       if (n.op == Op::HeadRmsNorm)
         d.row_mult = uint32_t(n.p.n_heads), d.pc.cols = uint32_t(n.p.head_dim);
-      d.pc.wtype = wtype(g.tensor(n.in[1]).weight);
+      set_weight(d, n.in[1], g.tensor(n.in[1]).weight);
       d.pc.f0 = n.p.eps;
       d.binds[kA] = act(n.in[0]);
-      d.binds[kW] = wt(n.in[1]);
       break;
     case Op::MatMul: {
       const Tensor& w = g.tensor(n.in[1]).weight;
@@ -56,9 +74,8 @@ void node_dispatches(const Graph& g, const Node& n, std::vector<Dispatch>& out) 
       d.kernel = w.cols() < 256 ? Kernel::MatMulRows : Kernel::MatMul;
       d.pc.cols = uint32_t(w.cols());
       d.pc.n = uint32_t(w.rows());
-      d.pc.wtype = wtype(w);
+      set_weight(d, n.in[1], w);
       d.binds[kA] = act(n.in[0]);
-      d.binds[kW] = wt(n.in[1]);
       break;
     }
     case Op::Rope:
@@ -259,8 +276,11 @@ void VulkanBackend::write_set(const VkCompiled& c, const Dispatch& d) const {
         bi = {buf, base + d.row0 * row_bytes, n * row_bytes};
         break;
       }
-      case Bind::Weight: {
-        const WeightRef& w = weight(*c.graph, x.id);
+      case Bind::Weight:
+      case Bind::Scales: {
+        const Tensor& t = c.graph->tensor(x.id).weight;
+        const WeightRef& w =
+            weight(x.kind == Bind::Weight ? t.data : t.scales, c.graph->tensor(x.id).name);
         bi = {w.buf, w.offset, w.range};
         break;
       }

@@ -1,5 +1,5 @@
 // The compute pipelines, one per shader in shaders/ (SPIR-V compiled by glslc at build time and
-// embedded), all over one descriptor set layout of nine storage buffers and one push-constant
+// embedded), all over one descriptor set layout of ten storage buffers and one push-constant
 // block (shaders/common.glsl says what each binding and field holds).
 #pragma once
 #include <vulkan/vulkan.h>
@@ -26,14 +26,18 @@ enum class Kernel : uint8_t {
 };
 const char* kernel_name(Kernel k);
 
-constexpr uint32_t kBindings = 9;
-enum Binding : uint32_t { kOut, kA, kB, kW, kStep, kBlocks, kRope, kKCache, kVCache };
+constexpr uint32_t kBindings = 10;
+enum Binding : uint32_t { kOut, kA, kB, kW, kStep, kBlocks, kRope, kKCache, kVCache, kScales };
 
 // Mirrors `PC` in shaders/common.glsl.
 struct PushConstants {
   uint32_t rows = 0, cols = 0, n = 0, wtype = 0, step_T = 0, u0 = 0, u1 = 0, u2 = 0;
   float f0 = 0, f1 = 0;
+  uint32_t group = 0, stype = 0;
+  uint32_t codebook[4] = {0, 0, 0, 0};
 };
+// PushConstants::wtype.
+enum WeightType : uint32_t { kWF32, kWF16, kWBF16, kWQ8, kWQ4, kWQ4Codebook };
 
 class Kernels {
  public:

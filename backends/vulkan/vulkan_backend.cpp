@@ -10,6 +10,12 @@ bool float_dtype(DType t) {
   return t == DType::F32 || t == DType::F16 || t == DType::BF16;
 }
 
+// Quantized weights as FORMAT.md has them: the shaders index scales per group and codes per row.
+bool quantized_ok(const Tensor& t) {
+  return t.quantized() && t.ndim == 2 && t.scales && t.group_size > 0 && t.cols() % 32 == 0 &&
+         (t.scale_dtype == DType::F16 || t.scale_dtype == DType::BF16);
+}
+
 }  // namespace
 
 VulkanBackend::VulkanBackend(const BackendOptions& opt) {
@@ -33,17 +39,19 @@ std::string VulkanBackend::describe() const {
 }
 
 bool VulkanBackend::supports_op(const Graph& g, const Node& n) const {
-  auto weight_ok = [&](int id) {
+  auto weight_ok = [&](int id, bool quantized) {
     const GraphTensor& t = g.tensor(id);
-    return t.kind == TensorKind::Weight && float_dtype(t.weight.dtype);
+    return t.kind == TensorKind::Weight &&
+           (float_dtype(t.weight.dtype) || (quantized && quantized_ok(t.weight)));
   };
   switch (n.op) {
     case Op::Embed:
-      return weight_ok(n.in[0]);
+      return weight_ok(n.in[0], true);
+    case Op::MatMul:
+      return weight_ok(n.in[1], true);
     case Op::RmsNorm:
     case Op::HeadRmsNorm:
-    case Op::MatMul:
-      return weight_ok(n.in[1]);
+      return weight_ok(n.in[1], false);
     case Op::Rope:
       return n.p.head_dim % 2 == 0;
     case Op::Attention:
@@ -67,11 +75,11 @@ std::unique_ptr<CompiledGraph> VulkanBackend::compile(const Graph& g, int max_to
         fail("the Vulkan backend does not run Qwen3-MoE's mixture-of-experts layers yet (",
              g.tensor(n.out).name, "); use --backend cpu");
       for (int id : n.in)
-        if (id >= 0 && g.tensor(id).kind == TensorKind::Weight &&
-            !float_dtype(g.tensor(id).weight.dtype))
+        if (id >= 0 && g.tensor(id).kind == TensorKind::Weight && !supports_op(g, n))
           fail("the Vulkan backend does not support ", dtype_name(g.tensor(id).weight.dtype),
-               " weights yet (", g.tensor(id).name, " of a ", op_name(n.op),
-               "; it runs F32, F16 and BF16); use --backend cpu");
+               " weights in a ", op_name(n.op), " (", g.tensor(id).name,
+               "; it runs F32, F16, BF16 and, in matmuls and embeddings, hearth's INT8/INT4); use "
+               "--backend cpu");
       fail("the Vulkan backend does not support this ", op_name(n.op), " node (",
            g.tensor(n.out).name, ")");
     }

@@ -31,9 +31,9 @@ struct VkKVStorage : KVStorage {
 
 // What one binding of a dispatch's descriptor set names.
 struct Bind {
-  enum Kind : uint8_t { None, Act, Weight, Step, Blocks, Rope, KCache, VCache, Argmax };
+  enum Kind : uint8_t { None, Act, Weight, Scales, Step, Blocks, Rope, KCache, VCache, Argmax };
   Kind kind = None;
-  int id = -1;  // Act, Weight: graph tensor id; KCache, VCache: layer
+  int id = -1;  // Act, Weight, Scales: graph tensor id; KCache, VCache: layer
 };
 
 struct Dispatch {
@@ -90,12 +90,13 @@ class VulkanBackend : public Backend {
   std::string first_validation_report() const { return ctx_->first_validation_report(); }
 
  private:
-  void place_weights(const Graph& g);                            // vk_weights.cpp
-  const WeightRef& weight(const Graph& g, int id) const;         // vk_weights.cpp
-  void plan_dispatches(const Graph& g, VkCompiled& c) const;     // vk_compile.cpp
-  void write_set(const VkCompiled& c, const Dispatch& d) const;  // vk_compile.cpp
-  void bind_kv(VkCompiled& c, const VkKVStorage& kv) const;      // vk_step.cpp
-  void fill_step(VkCompiled& c, const StepInputs& in) const;     // vk_step.cpp
+  void place_weights(const Graph& g);  // vk_weights.cpp
+  // The device copy of the host bytes at `data` (a weight's codes or scales); `name` for errors.
+  const WeightRef& weight(const void* data, const std::string& name) const;  // vk_weights.cpp
+  void plan_dispatches(const Graph& g, VkCompiled& c) const;                 // vk_compile.cpp
+  void write_set(const VkCompiled& c, const Dispatch& d) const;              // vk_compile.cpp
+  void bind_kv(VkCompiled& c, const VkKVStorage& kv) const;                  // vk_step.cpp
+  void fill_step(VkCompiled& c, const StepInputs& in) const;                 // vk_step.cpp
   VkCommandBuffer recorded(VkCompiled& c, int n_tokens, int n_out, bool argmax) const;
   void record(VkCompiled& c, VkCommandBuffer cmd, int n_tokens, int n_out, bool argmax) const;
 

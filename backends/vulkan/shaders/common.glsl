@@ -1,7 +1,8 @@
-// What every hearth compute shader shares: one descriptor set layout of nine storage buffers (the
+// What every hearth compute shader shares: one descriptor set layout of ten storage buffers (the
 // backend binds a dummy where a shader reads nothing), one push-constant block, and the readers of
-// weights kept in the checkpoint's own bytes as 32-bit words (F32, or two F16/BF16 per word), so
-// no shader needs 16-bit storage.
+// weights kept in the checkpoint's own bytes as 32-bit words (F32, two F16/BF16 per word, or the
+// Q8/Q4 codes of quant/FORMAT.md with their F16/BF16 group scales), so no shader needs 8- or
+// 16-bit storage.
 
 layout(std430, set = 0, binding = 0) buffer OutBuf { float out_f[]; };
 layout(std430, set = 0, binding = 1) readonly buffer ABuf { float a_f[]; };
@@ -15,18 +16,23 @@ layout(std430, set = 0, binding = 5) readonly buffer BlockBuf { uint blocks_u[];
 layout(std430, set = 0, binding = 6) readonly buffer RopeBuf { float rope_f[]; };
 layout(std430, set = 0, binding = 7) buffer KBuf { float kcache[]; };
 layout(std430, set = 0, binding = 8) buffer VBuf { float vcache[]; };
+// A quantized weight's scales, [rows, cols / group] F16 or BF16.
+layout(std430, set = 0, binding = 9) readonly buffer SBuf { uint s_words[]; };
 
 layout(push_constant) uniform PC {
   uint rows;    // rows of this dispatch (step tokens or output rows)
   uint cols;    // the row width (K of a matmul)
   uint n;       // matmul: output columns; norms: width of the weight; attention: query heads
-  uint wtype;   // the weight's dtype: 0 F32, 1 F16, 2 BF16 (core/dtype.h order)
+  uint wtype;   // the weight's type: kF32, kF16, kBF16, kQ8, kQ4, kQ4Codebook
   uint step_T;  // the compiled graph's max tokens (the step buffer's section length)
   uint u0, u1, u2;
   float f0, f1;
+  uint group;        // quantized weights: elements per scale
+  uint stype;        // their scales' type: kF16 or kBF16
+  uint codebook[4];  // kQ4Codebook: the 16 int8 levels, four per word, level 0 lowest byte
 } pc;
 
-const uint kF32 = 0u, kF16 = 1u, kBF16 = 2u;
+const uint kF32 = 0u, kF16 = 1u, kBF16 = 2u, kQ8 = 3u, kQ4 = 4u, kQ4Codebook = 5u;
 
 float w_at(uint i) {
   if (pc.wtype == kF32) return uintBitsToFloat(w_words[i]);
@@ -34,6 +40,35 @@ float w_at(uint i) {
   const uint h = (i & 1u) != 0u ? (word >> 16) : (word & 0xffffu);
   if (pc.wtype == kBF16) return uintBitsToFloat(h << 16);
   return unpackHalf2x16(h).x;
+}
+
+float half_word_at(uint word, uint odd, uint type) {
+  const uint h = odd != 0u ? (word >> 16) : (word & 0xffffu);
+  return type == kBF16 ? uintBitsToFloat(h << 16) : unpackHalf2x16(h).x;
+}
+
+// Element (row, col) of the bound weight of pc.cols columns, in any weight type. Quantized codes
+// sit in chunks of 128 (the last of a row may hold m = 1..3 blocks of 32): element 32b + 16h + 4q
+// + e of a chunk is slot 4(m q + b) + e of half h (quant/FORMAT.md).
+float w_rc(uint row, uint col) {
+  const uint K = pc.cols;
+  if (pc.wtype < kQ8) return w_at(row * K + col);
+  const uint c0 = col & ~127u, m = min(K - c0, 128u) / 32u, r = col - c0;
+  const uint h = (r & 31u) >> 4, slot = 4u * (m * ((r & 15u) >> 2) + (r >> 5)) + (r & 3u);
+  float q;
+  if (pc.wtype == kQ8) {
+    const uint byte = row * K + c0 + 16u * m * h + slot;
+    q = float(int(w_words[byte >> 2] << (24u - 8u * (byte & 3u))) >> 24);
+  } else {
+    const uint byte = row * (K / 2u) + c0 / 2u + slot;
+    const uint nib = (w_words[byte >> 2] >> (8u * (byte & 3u) + 4u * h)) & 15u;
+    if (pc.wtype == kQ4)
+      q = float(int(nib) - 8);
+    else
+      q = float(int(pc.codebook[nib >> 2] << (24u - 8u * (nib & 3u))) >> 24);
+  }
+  const uint si = row * (K / pc.group) + col / pc.group;
+  return q * half_word_at(s_words[si >> 1], si & 1u, pc.stype);
 }
 
 uint step_token(uint r) { return step_u[r]; }

@@ -1,5 +1,5 @@
 #version 450
-// out[t, n] = sum_k a[t, k] W[n, k]: a [rows, cols] f32, W [pc.n, cols] in w_words (F32/F16/BF16).
+// out[t, n] = sum_k a[t, k] W[n, k]: a [rows, cols] f32, W [pc.n, cols] in w_words (any weight type).
 // A workgroup owns output columns n = x, x + groups_x, ... for four token rows from 4 y: its 64
 // threads split k, so each weight row is read once per four tokens.
 #include "common.glsl"
@@ -10,7 +10,7 @@ void main() {
   for (uint n = gl_WorkGroupID.x; n < pc.n; n += gl_NumWorkGroups.x) {
     float acc[4] = float[4](0.0, 0.0, 0.0, 0.0);
     for (uint k = lid; k < K; k += 64u) {
-      const float w = w_at(n * K + k);
+      const float w = w_rc(n, k);
       for (uint j = 0u; j < 4u; ++j)
         if (t0 + j < pc.rows) acc[j] += w * a_f[(t0 + j) * K + k];
     }

@@ -9,7 +9,7 @@ void main() {
   if (n >= pc.n) return;
   float acc[4] = float[4](0.0, 0.0, 0.0, 0.0);
   for (uint k = 0u; k < K; ++k) {
-    const float w = w_at(n * K + k);
+    const float w = w_rc(n, k);
     for (uint j = 0u; j < 4u; ++j)
       if (t0 + j < pc.rows) acc[j] += w * a_f[(t0 + j) * K + k];
   }
