@@ -36,6 +36,9 @@ struct VulkanOptions {
   // Run under the Khronos validation layer and count its errors and warnings (the tests do; it
   // slows every call).
   bool validation = false;
+  // Bytes one storage-buffer binding may span, below the device's own limit (0: the device's),
+  // so that tests split weights and logits across bindings as a small device would.
+  uint64_t max_binding_bytes = 0;
 };
 
 // Options for creating a model's backend: the generic ones, then one set per backend kind. The

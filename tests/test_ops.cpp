@@ -49,6 +49,8 @@ std::unique_ptr<Backend> make_backend(const std::string& target, int threads,
   o.threads = threads;
   o.kv_dtype = kv;
   if (target == "vulkan") return test::vulkan_backend(kv);
+  // Bindings of at most 80 KiB: the weights and logits of the parts test below are split.
+  if (target == "vulkan-small") return test::vulkan_backend(kv, 80 << 10);
   o.cpu.isa = target;
   return create_backend("cpu", o);
 }
@@ -243,6 +245,44 @@ TEST_SUITE("ops") {
             CHECK(nerr(h.run(g, toks), want) < (int8_dots ? 1e-2 : 1e-6));
             CHECK(nerr(h.run(ge, ids), want_e) < 1e-7);
           }
+  }
+
+  TEST_CASE("weights and logits past one binding's range run in parts (Vulkan)") {
+    if (!test::vulkan_device_here()) return;
+    // W [300, 128] F32 is 150 KiB: three parts of 128 rows under an 80 KiB binding; 130 rows of
+    // 300 logits are 152 KiB: parts of whole rows too.
+    const int64_t N = 300, K = 128;
+    const int T = 130;
+    auto x = randn(size_t(T * K), 13);
+    auto w = randn(size_t(N * K), 14, 0.1f);
+    std::vector<int32_t> toks(static_cast<size_t>(T)), ids(static_cast<size_t>(T));
+    for (int t = 0; t < T; ++t) toks[size_t(t)] = t, ids[size_t(t)] = int32_t((t * 37) % N);
+    // x -> the output rows -> x W^T as the logits, as a model's LM head reads them.
+    Graph g;
+    int xi = input(g, x, T, K, "x");
+    int sel = g.add(Op::GatherRows, g.activation("sel", K, Rows::Outputs), {xi});
+    g.output = g.add(Op::MatMul, g.activation("logits", N, Rows::Outputs),
+                     {sel, g.weight("w", view(DType::F32, {N, K}, w.data()))});
+    Graph ge;
+    finish(ge, ge.add(Op::Embed, ge.activation("e", K),
+                      {ge.weight("table", view(DType::F32, {N, K}, w.data()))}));
+    std::vector<double> want(size_t(T * N)), want_e(size_t(T * K));
+    for (int t = 0; t < T; ++t) {
+      for (int64_t n = 0; n < N; ++n) {
+        double s = 0;
+        for (int64_t k = 0; k < K; ++k) s += double(x[size_t(t * K + k)]) * w[size_t(n * K + k)];
+        want[size_t(t * N + n)] = s;
+      }
+      for (int64_t k = 0; k < K; ++k) want_e[size_t(t * K + k)] = w[size_t(ids[size_t(t)] * K + k)];
+    }
+    Harness h("vulkan-small", 1, {1, 1, 2}, 256);
+#ifdef HEARTH_HAVE_VULKAN
+    // 3 weight parts x at least 2 row parts (at most 68 rows of 300 logits fit 80 KiB).
+    CHECK(vulkan::count_dispatches(*h.be->compile(g, T, T), vulkan::Kernel::MatMulRows) >= 6);
+    CHECK(vulkan::count_dispatches(*h.be->compile(ge, T, T), vulkan::Kernel::Embed) == 3);
+#endif
+    CHECK(nerr(h.run(g, toks), want) < 1e-6);
+    CHECK(nerr(h.run(ge, ids), want_e) == 0);
   }
 
   TEST_CASE("rms_norm, head_rms_norm, silu_mul and add against float64") {

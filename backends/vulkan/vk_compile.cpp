@@ -2,6 +2,7 @@
 // inputs in host-visible ones, one descriptor set per dispatch.
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "backends/vulkan/vulkan_backend.h"
 #include "core/error.h"
@@ -48,7 +49,31 @@ Dispatch make(Kernel k, Rows rows, uint32_t cols) {
 }
 
 // The dispatches of one node, in order.
-void node_dispatches(const Graph& g, const Node& n, std::vector<Dispatch>& out) {
+// A matmul or embedding whose weight is in several parts (vk_weights.cpp) runs as one dispatch
+// per part: a matmul's part computes output columns [u1, u1 + n) of u2, an embedding's looks up
+// the tokens whose ids fall in its rows [u1, u1 + u2).
+void push_parts(const Graph& g, const Node& n, const Dispatch& d, uint64_t range,
+                std::vector<Dispatch>& out) {
+  const bool matmul = n.op == Op::MatMul;
+  if (!matmul && n.op != Op::Embed) return out.push_back(d);
+  const GraphTensor& wt = g.tensor(matmul ? n.in[1] : n.in[0]);
+  const int64_t rows = wt.weight.rows(), per = weight_rows_per_part(wt.weight, range, wt.name);
+  int part = 0;
+  for (int64_t r0 = 0; r0 < rows; r0 += per, ++part) {
+    Dispatch p = d;
+    p.binds[kW].part = part;
+    p.binds[kScales].part = part;
+    const uint32_t count = uint32_t(std::min(per, rows - r0));
+    p.pc.u1 = uint32_t(r0);
+    if (matmul)
+      p.pc.n = count, p.pc.u2 = uint32_t(rows);
+    else
+      p.pc.u2 = count;
+    out.push_back(p);
+  }
+}
+
+void node_dispatches(const Graph& g, const Node& n, uint64_t range, std::vector<Dispatch>& out) {
   const GraphTensor& o = g.tensor(n.out);
   const uint32_t cols = uint32_t(o.cols);
   auto act = [](int id) { return Bind{Bind::Act, id}; };
@@ -125,7 +150,7 @@ void node_dispatches(const Graph& g, const Node& n, std::vector<Dispatch>& out) 
   if (n.op != Op::Embed && n.op != Op::MatMul && n.op != Op::RmsNorm && n.op != Op::HeadRmsNorm &&
       n.op != Op::SiluMul && n.op != Op::Add)
     d.binds[kStep] = {Bind::Step};
-  out.push_back(d);
+  push_parts(g, n, d, range, out);
 }
 
 // The one RoPE every Rope node of the graph shares: theta^(-2i / head_dim).
@@ -143,18 +168,37 @@ std::vector<double> rope_frequencies(const Graph& g) {
   return f;
 }
 
-// Output rows whose logits fit one binding, a multiple of 64 (all of them when they fit).
-uint32_t logits_rows_per_part(const VkCompiled& c, const DeviceInfo& info) {
+// Output rows whose logits fit one binding (all of them when they do), in whole steps that keep
+// every part's offsets aligned: of the logits, of the LM head's input rows and of the argmax.
+uint32_t logits_rows_per_part(const Graph& g, const VkCompiled& c, const DeviceInfo& info) {
   const uint64_t row_bytes = uint64_t(c.vocab) * 4;
   const uint64_t fit = info.max_storage_buffer_range / row_bytes;
   if (fit >= uint64_t(c.max_outputs)) return uint32_t(c.max_outputs);
-  if (fit < 64)
-    fail("Vulkan: 64 rows of ", c.vocab, " logits exceed ", info.name,
+  const uint64_t align = std::max<uint64_t>(info.min_storage_offset_alignment, 4);
+  uint64_t step = 1;
+  auto need = [&](uint64_t bytes_per_row) {
+    const uint64_t k = align / std::gcd(bytes_per_row, align);
+    step = step / std::gcd(step, k) * k;
+  };
+  need(row_bytes);
+  need(4);
+  for (const Node& n : g.nodes())
+    if (n.out == g.output) need(uint64_t(g.tensor(n.in[0]).cols) * 4);
+  if (fit < step)
+    fail("Vulkan: ", step, " rows of ", c.vocab, " logits exceed ", info.name,
          "'s storage-buffer range of ", info.max_storage_buffer_range, " bytes");
-  return uint32_t(fit / 64 * 64);
+  return uint32_t(fit / step * step);
 }
 
 }  // namespace
+
+int count_dispatches(const CompiledGraph& cg, Kernel kernel) {
+  const auto& c = static_cast<const VkCompiled&>(cg);
+  int n = 0;
+  for (const auto* list : {&c.dispatches, &c.argmax_dispatches})
+    for (const Dispatch& d : *list) n += d.kernel == kernel;
+  return n;
+}
 
 void VkCompiled::drop_recorded() {
   for (auto& [key, cmd] : recorded)
@@ -201,13 +245,13 @@ void VulkanBackend::plan_dispatches(const Graph& g, VkCompiled& c) const {
   c.blocks = Buffer(*ctx_, c.blocks_capacity * 4, true, "block tables");
 
   std::vector<Dispatch> planned;
-  for (const Node& n : g.nodes()) node_dispatches(g, n, planned);
+  for (const Node& n : g.nodes()) node_dispatches(g, n, info.max_storage_buffer_range, planned);
   Dispatch am = make(Kernel::Argmax, Rows::Outputs, uint32_t(c.vocab));
   am.binds[kA] = {Bind::Act, g.output};
   am.binds[kOut] = {Bind::Argmax};
   // The logits may exceed one binding's range: the dispatches that read or write them run in
-  // parts of rows_per_part output rows (a multiple of 64, so every part's offset is aligned).
-  const uint32_t rows_per_part = logits_rows_per_part(c, info);
+  // parts of rows_per_part output rows.
+  const uint32_t rows_per_part = logits_rows_per_part(g, c, info);
   auto split = [&](const Dispatch& d, std::vector<Dispatch>& out) {
     const bool touches = d.binds[kOut].id == g.output || d.binds[kA].id == g.output;
     if (!touches || rows_per_part >= uint32_t(c.max_outputs)) return out.push_back(d);
@@ -281,7 +325,8 @@ void VulkanBackend::write_set(const VkCompiled& c, const Dispatch& d) const {
         const Tensor& t = c.graph->tensor(x.id).weight;
         const WeightRef& w =
             weight(x.kind == Bind::Weight ? t.data : t.scales, c.graph->tensor(x.id).name);
-        bi = {w.buf, w.offset, w.range};
+        const WeightRef::Part& p = w.parts.at(size_t(x.part));
+        bi = {p.buf, p.offset, p.range};
         break;
       }
       case Bind::Step:

@@ -159,6 +159,8 @@ Context::Context(const ContextOptions& opt) {
   try {
     create_instance(opt.validation);
     create_device(opt.device);
+    if (opt.max_binding_bytes && opt.max_binding_bytes < info_.max_storage_buffer_range)
+      info_.max_storage_buffer_range = opt.max_binding_bytes;
   } catch (...) {
     release();
     throw;

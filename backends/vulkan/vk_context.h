@@ -37,7 +37,8 @@ std::vector<DeviceInfo> list_devices();
 
 struct ContextOptions {
   int device = 0;
-  bool validation = false;  // enable VK_LAYER_KHRONOS_validation and count what it reports
+  bool validation = false;         // enable VK_LAYER_KHRONOS_validation and count what it reports
+  uint64_t max_binding_bytes = 0;  // lowers DeviceInfo::max_storage_buffer_range (0: no change)
 };
 
 class Context {

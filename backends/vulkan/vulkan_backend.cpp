@@ -25,6 +25,7 @@ VulkanBackend::VulkanBackend(const BackendOptions& opt) {
   ContextOptions co;
   co.device = opt.device;
   co.validation = opt.vulkan.validation;
+  co.max_binding_bytes = opt.vulkan.max_binding_bytes;
   ctx_ = std::make_unique<Context>(co);
   kernels_ = std::make_unique<Kernels>(*ctx_);
   dummy_ = Buffer(*ctx_, 16, false, "a placeholder binding");

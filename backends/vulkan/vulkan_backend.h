@@ -17,10 +17,15 @@
 
 namespace hearth::vulkan {
 
-// Where a weight lives on the device.
+// Where a weight (its codes, or a quantized one's scales) lives on the device: in parts of
+// rows_per_part rows, each within one binding's range (one part unless the weight is larger).
 struct WeightRef {
-  VkBuffer buf = VK_NULL_HANDLE;
-  VkDeviceSize offset = 0, range = 0;
+  struct Part {
+    VkBuffer buf = VK_NULL_HANDLE;
+    VkDeviceSize offset = 0, range = 0;
+  };
+  int64_t rows_per_part = 0;
+  std::vector<Part> parts;
 };
 
 // Block b of layer l: K in k[l] and V in v[l] at [b][kv head][block_size][head_dim] f32.
@@ -29,11 +34,16 @@ struct VkKVStorage : KVStorage {
   uint64_t serial = 0;  // tells compiled graphs which storage their descriptor sets name
 };
 
+// Rows per part of weight t when one binding spans at most `range` bytes: all of them when they
+// fit, else a multiple of 128 (vk_weights.cpp). Throws when not even 128 rows fit.
+int64_t weight_rows_per_part(const Tensor& t, uint64_t range, const std::string& name);
+
 // What one binding of a dispatch's descriptor set names.
 struct Bind {
   enum Kind : uint8_t { None, Act, Weight, Scales, Step, Blocks, Rope, KCache, VCache, Argmax };
   Kind kind = None;
-  int id = -1;  // Act, Weight, Scales: graph tensor id; KCache, VCache: layer
+  int id = -1;   // Act, Weight, Scales: graph tensor id; KCache, VCache: layer
+  int part = 0;  // Weight, Scales: which part of a weight split across bindings
 };
 
 struct Dispatch {
@@ -70,6 +80,10 @@ struct VkCompiled : CompiledGraph {
   std::vector<double> inv_freq;  // RoPE: theta^(-2i / head_dim)
   void drop_recorded();
 };
+
+// The dispatches a compiled graph records for `kernel` (argmax included), for tests of the split
+// into parts.
+int count_dispatches(const CompiledGraph& cg, Kernel kernel);
 
 class VulkanBackend : public Backend {
  public:

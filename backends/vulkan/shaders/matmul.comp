@@ -1,5 +1,6 @@
 #version 450
-// out[t, n] = sum_k a[t, k] W[n, k]: a [rows, cols] f32, W [pc.n, cols] in w_words (any weight type).
+// out[t, n] = sum_k a[t, k] W[n, k]: a [rows, cols] f32, W [pc.n, cols] in w_words (any weight type);
+// the output row has pc.u2 columns, of which this dispatch writes [u1, u1 + n) (a weight in parts).
 // A workgroup owns output columns n = x, x + groups_x, ... for four token rows from 4 y: its 64
 // threads split k, so each weight row is read once per four tokens.
 #include "common.glsl"
@@ -21,7 +22,7 @@ void main() {
         for (uint j = 0u; j < 4u; ++j) partial[j][lid] += partial[j][lid + s];
       barrier();
     }
-    if (lid < 4u && t0 + lid < pc.rows) out_f[(t0 + lid) * pc.n + n] = partial[lid][0];
+    if (lid < 4u && t0 + lid < pc.rows) out_f[(t0 + lid) * pc.u2 + pc.u1 + n] = partial[lid][0];
     barrier();
   }
 }

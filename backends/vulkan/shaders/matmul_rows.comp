@@ -1,5 +1,5 @@
 #version 450
-// out[t, n] = sum_k a[t, k] W[n, k] (as matmul.comp) with one invocation per output column n
+// out[t, u1 + n] = sum_k a[t, k] W[n, k] (as matmul.comp) with one invocation per output column n
 // (x) for four token rows (4 y): no shared memory and no barriers, for short rows (K < 256),
 // where splitting k over a workgroup costs more in reductions than it saves.
 #include "common.glsl"
@@ -14,5 +14,5 @@ void main() {
       if (t0 + j < pc.rows) acc[j] += w * a_f[(t0 + j) * K + k];
   }
   for (uint j = 0u; j < 4u; ++j)
-    if (t0 + j < pc.rows) out_f[(t0 + j) * pc.n + n] = acc[j];
+    if (t0 + j < pc.rows) out_f[(t0 + j) * pc.u2 + pc.u1 + n] = acc[j];
 }
