@@ -85,6 +85,16 @@ const char* kernel_name(Kernel k) {
 }
 
 Kernels::Kernels(Context& ctx) : ctx_(ctx) {
+  try {
+    create();
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+void Kernels::create() {
+  Context& ctx = ctx_;
   VkDevice dev = ctx.device();
   std::vector<VkDescriptorSetLayoutBinding> b(kBindings);
   for (uint32_t i = 0; i < kBindings; ++i) {
@@ -128,11 +138,18 @@ Kernels::Kernels(Context& ctx) : ctx_(ctx) {
 }
 
 Kernels::~Kernels() {
+  release();
+}
+
+void Kernels::release() {
   VkDevice dev = ctx_.device();
   for (VkPipeline p : pipelines_)
     if (p) vkDestroyPipeline(dev, p, nullptr);
   if (layout_) vkDestroyPipelineLayout(dev, layout_, nullptr);
   if (set_layout_) vkDestroyDescriptorSetLayout(dev, set_layout_, nullptr);
+  pipelines_ = {};
+  layout_ = VK_NULL_HANDLE;
+  set_layout_ = VK_NULL_HANDLE;
 }
 
 }  // namespace hearth::vulkan

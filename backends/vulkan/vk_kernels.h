@@ -51,6 +51,8 @@ class Kernels {
   VkPipeline pipeline(Kernel k) const { return pipelines_[size_t(k)]; }
 
  private:
+  void create();
+  void release();  // what the destructor frees, also after a failed constructor
   Context& ctx_;
   VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE;
   VkPipelineLayout layout_ = VK_NULL_HANDLE;
