@@ -3,6 +3,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "backends/cpu/kernels.h"
 
@@ -18,6 +19,41 @@ inline int64_t q_place(int bits, int64_t i, int64_t n, bool* high) {
   const int64_t p = 4 * (m * q + b) + e;
   *high = bits == 4 && h == 1;
   return bits == 4 ? c0 / 2 + p : c0 + 16 * m * h + p;
+}
+
+// Packs q[rows * cols] (Q8 codes in [-127, 127]; Q4 codes in [-8, 7], stored as q + 8) by
+// q_place, row after row.
+inline std::vector<uint8_t> pack_codes(int bits, const int8_t* q, int64_t rows, int64_t cols) {
+  const int64_t row_bytes = bits == 4 ? cols / 2 : cols;
+  std::vector<uint8_t> out(size_t(rows * row_bytes), 0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < cols; ++i) {
+      bool high;
+      uint8_t& b = out[size_t(r * row_bytes + q_place(bits, i, cols, &high))];
+      const int c = q[r * cols + i];
+      if (bits == 8)
+        b = uint8_t(int8_t(c));
+      else
+        b = uint8_t(b | (uint8_t(c + 8) << (high ? 4 : 0)));
+    }
+  return out;
+}
+
+// A Q8/Q4 weight view over codes and scales [rows, cols / group] of type st.
+inline Tensor quantized_view(int bits, int64_t rows, int64_t cols,
+                             const std::vector<uint8_t>& codes, const std::vector<uint16_t>& scales,
+                             DType st, int group, const int8_t* codebook = nullptr) {
+  Tensor t;
+  t.dtype = bits == 8 ? DType::Q8 : DType::Q4;
+  t.ndim = 2;
+  t.shape = {rows, cols, 0, 0};
+  t.data = codes.data();
+  t.nbytes = codes.size();
+  t.scales = scales.data();
+  t.scale_dtype = st;
+  t.group_size = group;
+  t.codebook = codebook;
+  return t;
 }
 
 // A quantized matmul call on rows [r0, r1) of a [*, k] weight (codes, scales of type st per `group`

@@ -113,17 +113,7 @@ struct QWeights {
   std::vector<uint16_t> scales;
   std::vector<float> deq;  // [rows, cols]
   Tensor view() const {
-    Tensor t;
-    t.dtype = bits == 8 ? DType::Q8 : DType::Q4;
-    t.ndim = 2;
-    t.shape = {rows, cols, 0, 0};
-    t.data = codes.data();
-    t.nbytes = codes.size();
-    t.scales = scales.data();
-    t.scale_dtype = st;
-    t.group_size = group;
-    t.codebook = codebook;
-    return t;
+    return test::quantized_view(bits, rows, cols, codes, scales, st, group, codebook);
   }
 };
 

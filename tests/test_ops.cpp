@@ -13,6 +13,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "core/backend.h"
 #include "core/quant_format.h"
+#include "tests/quant_placement.h"
 #include "tests/vulkan_target.h"
 
 using namespace hearth;
@@ -176,7 +177,8 @@ TEST_SUITE("ops") {
   }
 
   TEST_CASE("quantized matmul and embedding (INT8, INT4, INT4 codebook) against float64") {
-    // Codes and scales drawn at random and packed as quant/FORMAT.md places them; the reference
+    // Codes and scales drawn at random and packed as quant/FORMAT.md places them (by
+    // tests/quant_placement.h, not quant/); the reference
     // multiplies code x scale (or codebook level x scale) in float64. K = 160 ends its rows with a
     // chunk of one block, K = 96 is a chunk of three.
     const quant::Codebook cb = {-127, -90, -66, -47, -31, -18, -8, -1,
@@ -202,20 +204,9 @@ TEST_SUITE("ops") {
               scales[i] = st == DType::F16 ? f32_to_f16(f) : f32_to_bf16(f);
               sd[i] = st == DType::F16 ? f16_to_f32(scales[i]) : bf16_to_f32(scales[i]);
             }
-            std::vector<uint8_t> codes(size_t(N * quant::row_code_bytes(bits, K)));
-            for (int64_t r = 0; r < N; ++r)
-              quant::pack_row(bits, q.data() + r * K, K,
-                              codes.data() + r * quant::row_code_bytes(bits, K));
-            Tensor w;
-            w.dtype = bits == 8 ? DType::Q8 : DType::Q4;
-            w.ndim = 2;
-            w.shape = {N, K, 0, 0};
-            w.data = codes.data();
-            w.nbytes = codes.size();
-            w.scales = scales.data();
-            w.scale_dtype = st;
-            w.group_size = group;
-            if (kind == 5) w.codebook = cb.data();
+            const std::vector<uint8_t> codes = test::pack_codes(bits, q.data(), N, K);
+            const Tensor w = test::quantized_view(bits, N, K, codes, scales, st, group,
+                                                  kind == 5 ? cb.data() : nullptr);
             auto wd = [&](int64_t n, int64_t k) {
               const int c = q[size_t(n * K + k)];
               const double level = kind == 5 ? cb[size_t(c + 8)] : c;
