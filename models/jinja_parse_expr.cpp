@@ -359,9 +359,11 @@ ExprPtr Parser::parse_subscript(ExprPtr obj) {
     key = expr(ExprKind::Tuple, at);
     key->kids = std::move(args);
   }
-  for (const auto& k : key->kids)
-    if (k->kind == ExprKind::Slice && !k->kids[0])
-      fail_at(at, "slices inside a tuple subscript are not supported");
+  // Only a tuple's kids are subscripts; a single key's kids may be null (`x[0 if c]` has no else).
+  if (key->kind == ExprKind::Tuple)
+    for (const auto& k : key->kids)
+      if (k->kind == ExprKind::Slice && !k->kids[0])
+        fail_at(at, "slices inside a tuple subscript are not supported");
   ExprPtr e = expr(ExprKind::Item, at);
   e->kids.push_back(std::move(obj));
   e->kids.push_back(std::move(key));

@@ -541,5 +541,10 @@ TEST_SUITE("jinja") {
     CHECK(render("{{ '{:>6}'.format('x') }}{{ 'y'.center(3) }}{{ '7'.zfill(3) }}") ==
           "     x y 007");
     CHECK(render("{{ '%100000d' % 1 }}").size() == 100000);
+    // A conditional key without else (fuzz_jinja: a null child reached by the parser's check of
+    // tuple subscripts).
+    CHECK(render("{{ 'hello'[0 if 4] }}") == "h");
+    CHECK_NOTHROW(render_error("{{ 'hello'[0 if 0] }}"));
+    CHECK(render("{{ 'hello'[1 if 0 else 2] }}") == "l");
   }
 }
