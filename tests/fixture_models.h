@@ -64,6 +64,21 @@ inline size_t count_mismatches(const std::vector<float>& got, const std::vector<
   return bad;
 }
 
+// KL(want || got) of the next-token distributions of two rows of V logits.
+inline double kl_divergence(const float* want, const float* got, size_t V) {
+  double mw = -1e300, mg = -1e300;
+  for (size_t i = 0; i < V; ++i)
+    mw = std::max(mw, double(want[i])), mg = std::max(mg, double(got[i]));
+  double zw = 0, zg = 0;
+  for (size_t i = 0; i < V; ++i) zw += std::exp(want[i] - mw), zg += std::exp(got[i] - mg);
+  double d = 0;
+  for (size_t i = 0; i < V; ++i) {
+    const double lw = want[i] - mw - std::log(zw), lg = got[i] - mg - std::log(zg);
+    d += std::exp(lw) * (lw - lg);
+  }
+  return d;
+}
+
 inline std::vector<std::string> isas_here() {
   std::vector<std::string> v = {"scalar"};
   auto best = cpu::detect_cpu_features().best();

@@ -93,19 +93,6 @@ TEST_SUITE("model_fixtures") {
     // Per position, KL(reference || model) of the next-token distributions; the bounds are loose
     // multiples of what each cache type measures on these models (int8 about 2e-5 mean), while a
     // wrong scale or layout costs O(1).
-    auto kl = [](const float* want, const float* got, size_t V) {
-      double mw = -1e300, mg = -1e300;
-      for (size_t i = 0; i < V; ++i)
-        mw = std::max(mw, double(want[i])), mg = std::max(mg, double(got[i]));
-      double zw = 0, zg = 0;
-      for (size_t i = 0; i < V; ++i) zw += std::exp(want[i] - mw), zg += std::exp(got[i] - mg);
-      double d = 0;
-      for (size_t i = 0; i < V; ++i) {
-        const double lw = want[i] - mw - std::log(zw), lg = got[i] - mg - std::log(zg);
-        d += std::exp(lw) * (lw - lg);
-      }
-      return d;
-    };
     for (const char* fx : kFixtures) {
       const std::string dir = kModels + fx;
       auto model = Qwen3Model::load(dir);
@@ -127,7 +114,7 @@ TEST_SUITE("model_fixtures") {
             runner->forward(*kv, s.ids.data(), int(s.ids.size()), 0, got.data(), nullptr);
             double worst = 0;
             for (size_t t = 0; t < s.ids.size(); ++t)
-              worst = std::max(worst, kl(want.data() + t * V, got.data() + t * V, V));
+              worst = std::max(worst, kl_divergence(want.data() + t * V, got.data() + t * V, V));
             CHECK(worst < bound);
             CHECK(worst >= 0);
           }

@@ -378,7 +378,6 @@ TEST_SUITE("ops") {
     auto v = randn(size_t(T * nkv * hd), 9);
     for (const auto& isa : targets_here())
       for (DType kvt : {DType::F32, DType::BF16}) {
-        if (isa == "vulkan" && kvt != DType::F32) continue;  // its cache is f32 only
         CAPTURE(isa);
         Graph g;
         int qi = input(g, q, T, nh * hd, "q");

@@ -22,12 +22,12 @@ using namespace hearth::test;
 namespace {
 
 std::unique_ptr<Runner> vulkan_runner(const Qwen3Model& m, int chunk = 256, int block_size = 4,
-                                      uint64_t max_binding_bytes = 0) {
+                                      uint64_t max_binding_bytes = 0, DType kv = DType::F32) {
   RunnerOptions ro;
   ro.prefill_chunk = chunk;
   ro.block_size = block_size;
-  ro.kv_budget_bytes = KVStorage::position_bytes(m.graph().kv, DType::F32) * 4096;
-  return std::make_unique<Runner>(vulkan_backend(DType::F32, max_binding_bytes), m.graph(),
+  ro.kv_budget_bytes = KVStorage::position_bytes(m.graph().kv, kv) * 4096;
+  return std::make_unique<Runner>(vulkan_backend(kv, max_binding_bytes), m.graph(),
                                   m.config().vocab_size, m.config().max_position_embeddings, ro);
 }
 
@@ -94,6 +94,35 @@ TEST_SUITE("vulkan") {
       check_validation_silent(runner->backend());
       check_validation_silent(chunked_runner->backend());
       check_validation_silent(split_runner->backend());
+    }
+  }
+
+  TEST_CASE("16-bit KV caches stay close to the float64 reference, chunked or not") {
+    if (!vulkan_device_here()) return;
+    // The CPU backend's bounds (test_model_fixtures.cpp): loose multiples of what these caches
+    // cost, while a wrong layout or rounding costs O(1).
+    for (const char* fx : {kFixtures[0], kFixtures[1]}) {
+      const std::string dir = kModels + fx;
+      auto model = Qwen3Model::load(dir);
+      const size_t V = size_t(model->config().vocab_size);
+      const auto s = load_sequences(dir).back();
+      const auto want = read_f32(dir + "/" + s.logits_file);
+      for (auto [kvt, bound] : {std::pair{DType::F16, 1e-5}, {DType::BF16, 1e-4}})
+        for (int chunk : {256, 7}) {
+          CAPTURE(fx);
+          CAPTURE(dtype_name(kvt));
+          CAPTURE(chunk);
+          auto runner = vulkan_runner(*model, chunk, 4, 0, kvt);
+          std::vector<float> got(want.size());
+          auto kv = runner->new_kv(int(s.ids.size()));
+          runner->forward(*kv, s.ids.data(), int(s.ids.size()), 0, got.data(), nullptr);
+          double worst = 0;
+          for (size_t t = 0; t < s.ids.size(); ++t)
+            worst = std::max(worst, kl_divergence(want.data() + t * V, got.data() + t * V, V));
+          CHECK(worst < bound);
+          CHECK(worst > 0);  // the cache did round
+          check_validation_silent(runner->backend());
+        }
     }
   }
 
@@ -166,8 +195,7 @@ TEST_SUITE("vulkan") {
                          doctest::Contains("does not run Qwen3-MoE"), Error);
     BackendOptions o;
     o.kv_dtype = DType::I8;
-    CHECK_THROWS_WITH_AS(create_backend("vulkan", o), doctest::Contains("f32 KV cache only"),
-                         Error);
+    CHECK_THROWS_WITH_AS(create_backend("vulkan", o), doctest::Contains("not I8"), Error);
     o.kv_dtype = DType::F32;
     o.device = 99;
     CHECK_THROWS_WITH_AS(create_backend("vulkan", o), doctest::Contains("no device 99"), Error);

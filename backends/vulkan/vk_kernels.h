@@ -35,6 +35,7 @@ struct PushConstants {
   float f0 = 0, f1 = 0;
   uint32_t group = 0, stype = 0;
   uint32_t codebook[4] = {0, 0, 0, 0};
+  uint32_t kvtype = 0;  // kWF32, kWF16 or kWBF16
 };
 // PushConstants::wtype.
 enum WeightType : uint32_t { kWF32, kWF16, kWBF16, kWQ8, kWQ4, kWQ4Codebook };

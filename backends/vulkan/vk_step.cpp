@@ -25,7 +25,9 @@ void groups(const Dispatch& d, uint32_t rows, uint32_t g[3]) {
     case Kernel::Gather:
       g[0] = div_up(pc.cols, 64), g[1] = rows;
       break;
-    case Kernel::KvStore:
+    case Kernel::KvStore:  // an invocation per pair of elements
+      g[0] = div_up(uint64_t(pc.n) * pc.u0 / 2, 64), g[1] = rows;
+      break;
     case Kernel::Rope:
       g[0] = div_up(uint64_t(pc.n) * pc.u0, 64), g[1] = rows;
       break;
@@ -115,8 +117,10 @@ void VulkanBackend::record(VkCompiled& c, VkCommandBuffer cmd, int n_tokens, int
     if (rows == 0) return;
     pc.rows = rows;
     pc.step_T = uint32_t(c.max_tokens);
-    if (d.kernel == Kernel::KvStore || d.kernel == Kernel::Attention)
+    if (d.kernel == Kernel::KvStore || d.kernel == Kernel::Attention) {
       pc.u1 = uint32_t(c.kv->block_size);
+      pc.kvtype = c.kv->dtype == DType::F32 ? kWF32 : c.kv->dtype == DType::F16 ? kWF16 : kWBF16;
+    }
     uint32_t g[3];
     groups(d, rows, g);
     vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, kernels_->pipeline(d.kernel));

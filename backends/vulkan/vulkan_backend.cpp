@@ -18,10 +18,10 @@ bool quantized_ok(const Tensor& t) {
 
 }  // namespace
 
-VulkanBackend::VulkanBackend(const BackendOptions& opt) {
-  if (opt.kv_dtype != DType::F32)
-    fail("the Vulkan backend keeps an f32 KV cache only (asked for ", dtype_name(opt.kv_dtype),
-         "; use --kv f32)");
+VulkanBackend::VulkanBackend(const BackendOptions& opt) : kv_dtype_(opt.kv_dtype) {
+  if (!float_dtype(opt.kv_dtype))
+    fail("the Vulkan backend keeps f32, f16 or bf16 KV caches, not ", dtype_name(opt.kv_dtype),
+         " (use --kv f32, f16 or bf16)");
   ContextOptions co;
   co.device = opt.device;
   co.validation = opt.vulkan.validation;
@@ -56,7 +56,8 @@ bool VulkanBackend::supports_op(const Graph& g, const Node& n) const {
     case Op::Rope:
       return n.p.head_dim % 2 == 0;
     case Op::Attention:
-      return n.p.head_dim <= 256 && n.p.n_kv_heads > 0 && n.p.n_heads % n.p.n_kv_heads == 0;
+      return n.p.head_dim <= 256 && n.p.head_dim % 2 == 0 && n.p.n_kv_heads > 0 &&
+             n.p.n_heads % n.p.n_kv_heads == 0;
     case Op::SiluMul:
     case Op::Add:
     case Op::GatherRows:
@@ -101,12 +102,13 @@ std::unique_ptr<KVStorage> VulkanBackend::alloc_kv(const KVSpec& spec, int n_blo
                                                    int block_size) {
   auto kv = std::make_unique<VkKVStorage>();
   kv->spec = spec;
-  kv->dtype = DType::F32;
+  kv->dtype = kv_dtype_;
   kv->n_blocks = n_blocks;
   kv->block_size = block_size;
   kv->serial = next_kv_serial_++;
   const VkDeviceSize layer_bytes = VkDeviceSize(n_blocks) * VkDeviceSize(block_size) *
-                                   VkDeviceSize(spec.n_kv_heads) * VkDeviceSize(spec.head_dim) * 4;
+                                   VkDeviceSize(spec.n_kv_heads) * VkDeviceSize(spec.head_dim) *
+                                   dtype_size(kv_dtype_);
   if (layer_bytes > ctx_->info().max_storage_buffer_range)
     fail("Vulkan: the KV cache of one layer would take ", layer_bytes, " bytes (",
          int64_t(n_blocks) * block_size, " positions), more than the ",
@@ -122,7 +124,7 @@ std::unique_ptr<KVStorage> VulkanBackend::alloc_kv(const KVSpec& spec, int n_blo
 void VulkanBackend::copy_kv_block(KVStorage& kv, int from, int to) {
   auto& s = static_cast<VkKVStorage&>(kv);
   const VkDeviceSize block = VkDeviceSize(s.block_size) * VkDeviceSize(s.spec.n_kv_heads) *
-                             VkDeviceSize(s.spec.head_dim) * 4;
+                             VkDeviceSize(s.spec.head_dim) * dtype_size(s.dtype);
   ctx_->run_once([&](VkCommandBuffer cmd) {
     VkBufferCopy region{VkDeviceSize(from) * block, VkDeviceSize(to) * block, block};
     for (size_t l = 0; l < s.k.size(); ++l) {

@@ -28,7 +28,8 @@ struct WeightRef {
   std::vector<Part> parts;
 };
 
-// Block b of layer l: K in k[l] and V in v[l] at [b][kv head][block_size][head_dim] f32.
+// Block b of layer l: K in k[l] and V in v[l] at [b][kv head][block_size][head_dim], f32, f16 or
+// bf16.
 struct VkKVStorage : KVStorage {
   std::vector<Buffer> k, v;
   uint64_t serial = 0;  // tells compiled graphs which storage their descriptor sets name
@@ -93,7 +94,7 @@ class VulkanBackend : public Backend {
   std::string describe() const override;
   bool supports_op(const Graph& g, const Node& n) const override;
   std::unique_ptr<CompiledGraph> compile(const Graph& g, int max_tokens, int max_outputs) override;
-  DType kv_dtype() const override { return DType::F32; }
+  DType kv_dtype() const override { return kv_dtype_; }
   std::unique_ptr<KVStorage> alloc_kv(const KVSpec& spec, int n_blocks, int block_size) override;
   void copy_kv_block(KVStorage& kv, int from, int to) override;
   void run(CompiledGraph& cg, const StepInputs& in) override;
@@ -114,6 +115,7 @@ class VulkanBackend : public Backend {
   VkCommandBuffer recorded(VkCompiled& c, int n_tokens, int n_out, bool argmax) const;
   void record(VkCompiled& c, VkCommandBuffer cmd, int n_tokens, int n_out, bool argmax) const;
 
+  DType kv_dtype_;
   std::unique_ptr<Context> ctx_;
   std::unique_ptr<Kernels> kernels_;
   Buffer dummy_;

@@ -1,6 +1,6 @@
 #version 450
 // Causal GQA attention of one step row's query head (a workgroup each: x = head, y = row) over
-// positions [0, pos] of its sequence in the paged f32 cache (kv_store.comp's layout). Scores of 64
+// positions [0, pos] of its sequence in the paged cache (kv_store.comp's layout, any pc.kvtype). Scores of 64
 // positions at a time go to shared memory; the running maximum and sum merge the tiles exactly
 // (online softmax), and each thread keeps head_dim / 64 output elements.
 // pc.n = query heads, u0 = head_dim (<= 256), u1 = block_size, u2 = kv heads, f0 = 1/sqrt(head_dim).
@@ -23,7 +23,7 @@ void main() {
     if (p < p_end) {
       const uint row = ((blocks_u[table + p / bs] * nkv + kh) * bs + p % bs) * hd;
       float dot = 0.0;
-      for (uint d = 0u; d < hd; ++d) dot += q[d] * kcache[row + d];
+      for (uint d = 0u; d < hd; ++d) dot += q[d] * k_at(row + d);
       s = dot * pc.f0;
     }
     score[lid] = s;
@@ -45,7 +45,7 @@ void main() {
       const uint row = ((blocks_u[table + pp / bs] * nkv + kh) * bs + pp % bs) * hd;
       for (uint j = 0u; j < 4u; ++j) {
         const uint d = lid + 64u * j;
-        if (d < hd) acc[j] += e * vcache[row + d];
+        if (d < hd) acc[j] += e * v_at(row + d);
       }
     }
     m = m_new;

@@ -14,8 +14,9 @@ layout(std430, set = 0, binding = 4) readonly buffer StepBuf { uint step_u[]; };
 layout(std430, set = 0, binding = 5) readonly buffer BlockBuf { uint blocks_u[]; };
 // Per step row, head_dim / 2 pairs (cos, sin), computed on the host in double.
 layout(std430, set = 0, binding = 6) readonly buffer RopeBuf { float rope_f[]; };
-layout(std430, set = 0, binding = 7) buffer KBuf { float kcache[]; };
-layout(std430, set = 0, binding = 8) buffer VBuf { float vcache[]; };
+// The paged KV cache of one layer as 32-bit words: f32 values, or two f16/bf16 (pc.kvtype).
+layout(std430, set = 0, binding = 7) buffer KBuf { uint kcache[]; };
+layout(std430, set = 0, binding = 8) buffer VBuf { uint vcache[]; };
 // A quantized weight's scales, [rows, cols / group] F16 or BF16.
 layout(std430, set = 0, binding = 9) readonly buffer SBuf { uint s_words[]; };
 
@@ -30,6 +31,7 @@ layout(push_constant) uniform PC {
   uint group;        // quantized weights: elements per scale
   uint stype;        // their scales' type: kF16 or kBF16
   uint codebook[4];  // kQ4Codebook: the 16 int8 levels, four per word, level 0 lowest byte
+  uint kvtype;       // the KV cache's type: kF32, kF16 or kBF16
 } pc;
 
 const uint kF32 = 0u, kF16 = 1u, kBF16 = 2u, kQ8 = 3u, kQ4 = 4u, kQ4Codebook = 5u;
@@ -69,6 +71,24 @@ float w_rc(uint row, uint col) {
   }
   const uint si = row * (K / pc.group) + col / pc.group;
   return q * half_word_at(s_words[si >> 1], si & 1u, pc.stype);
+}
+
+float k_at(uint i) {
+  return pc.kvtype == kF32 ? uintBitsToFloat(kcache[i]) : half_word_at(kcache[i >> 1], i & 1u, pc.kvtype);
+}
+float v_at(uint i) {
+  return pc.kvtype == kF32 ? uintBitsToFloat(vcache[i]) : half_word_at(vcache[i >> 1], i & 1u, pc.kvtype);
+}
+
+// Two values as one word of the KV type (round to nearest even, as core/dtype.h; NaN stays NaN).
+uint bf16_bits(float f) {
+  const uint u = floatBitsToUint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x40u;
+  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+uint pack_kv(float lo, float hi) {
+  if (pc.kvtype == kBF16) return bf16_bits(lo) | (bf16_bits(hi) << 16);
+  return packHalf2x16(vec2(lo, hi));
 }
 
 uint step_token(uint r) { return step_u[r]; }
