@@ -392,7 +392,7 @@ int bench_parallel(const Args& args) {
       KVStorage::position_bytes(model->graph().kv, bo.kv_dtype) * size_t(ro.block_size);
   const size_t blocks_per_seq = size_t((prompt + gen + 1 + ro.block_size - 1) / ro.block_size) + 1;
   ro.kv_budget_bytes = per_block * blocks_per_seq * size_t(max_n);
-  Runner runner(create_backend("cpu", bo), model->graph(), cfg.vocab_size,
+  Runner runner(create_backend(args.str("--backend", "cpu"), bo), model->graph(), cfg.vocab_size,
                 cfg.max_position_embeddings, ro);
   const int threads = runner.backend().threads();
   const double load_ms = seconds_since(t_load) * 1e3;
@@ -573,17 +573,26 @@ void single_notes(const SingleResult& r) {
 }
 
 void single_text(const SingleResult& r, int threads, int prompt, int gen) {
-  std::printf("%s; peaks %s\n", threads_text(threads).c_str(), peaks_text(r.peaks).c_str());
+  // A backend that measures no peaks (a GPU's, so far) gets its rates without fractions.
+  const std::string peaks = peaks_text(r.peaks);
+  std::printf("%s; peaks %s\n", threads_text(threads).c_str(),
+              peaks.empty() ? "not measured by this backend" : peaks.c_str());
   // Named by the arithmetic whose peak bounds it; JSON's prefill_arithmetic lists all it ran on.
   std::printf("prefill %d: %8.1f tokens/s, %6.1f GFLOP/s", prompt, r.pf, r.pf_gflops);
   if (r.bound.peak > 0)
     std::printf(" = %.0f%% of the %s peak, %.0f %s\n", 100 * r.pf_gflops / r.bound.peak,
                 arithmetic_name(r.bound.by), r.bound.peak, peak_unit(r.bound.by));
-  else
+  else if (!r.bound.used.empty())
     std::printf(" on %s\n", names(r.bound.used).c_str());
-  std::printf("decode %d:  %8.2f tokens/s, %6.1f MB/token, %.1f GB/s = %.0f%% of %.1f GB/s read\n",
-              gen, r.dc, r.bytes / 1e6, r.bytes * r.dc / 1e9,
-              100 * r.bytes * r.dc / (r.best_bw * 1e9), r.best_bw);
+  else
+    std::printf("\n");
+  std::printf("decode %d:  %8.2f tokens/s, %6.1f MB/token, %.1f GB/s", gen, r.dc, r.bytes / 1e6,
+              r.bytes * r.dc / 1e9);
+  if (r.best_bw > 0)
+    std::printf(" = %.0f%% of %.1f GB/s read\n", 100 * r.bytes * r.dc / (r.best_bw * 1e9),
+                r.best_bw);
+  else
+    std::printf("\n");
   std::printf("peak RSS %.0f MiB, %.0f MiB in huge pages, load %.0f ms\n", peak_rss_mb(),
               hugepage_mb(), r.load_ms);
 }
@@ -591,9 +600,10 @@ void single_text(const SingleResult& r, int threads, int prompt, int gen) {
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  Args args(argc, argv,
-            {"--model=", "--threads=", "--isa=", "--kv=", "--gemm=", "--prefill-chunk=",
-             "--prompt=", "--gen=", "--reps=", "--json", "--hugepages", "--parallel="});
+  Args args(
+      argc, argv,
+      {"--model=", "--threads=", "--isa=", "--kv=", "--gemm=", "--prefill-chunk=", "--prompt=",
+       "--gen=", "--reps=", "--json", "--hugepages", "--parallel=", "--backend=", "--device="});
   if (args.has("--parallel")) return bench_parallel(args);
   const int prompt = args.integer("--prompt", 512);
   const int gen = args.integer("--gen", 128);
@@ -609,7 +619,7 @@ int cmd_bench(int argc, char** argv) {
   // One 512-token chunk, as llama-bench's default ubatch processes pp512.
   const int chunk = args.integer("--prefill-chunk", 512);
   if (chunk <= 0) fail("--prefill-chunk must be positive");
-  Runner runner(create_backend("cpu", bo), model->graph(), cfg.vocab_size,
+  Runner runner(create_backend(args.str("--backend", "cpu"), bo), model->graph(), cfg.vocab_size,
                 cfg.max_position_embeddings, chunk);
   Engine engine(runner);
   const int threads = runner.backend().threads();

@@ -12,7 +12,7 @@ namespace {
 #define ENGINE_OPTIONS                                                                         \
   "engine options:\n"                                                                          \
   "  --threads N        compute threads (default: the physical cores; at most 4x the CPUs)\n"  \
-  "  --backend NAME     cpu (default) or vulkan (hearth devices lists them)\n"                \
+  "  --backend NAME     cpu (default) or vulkan (hearth devices lists them)\n"                 \
   "  --device N         the GPU backend's device (default 0)\n"                                \
   "  --isa NAME         avx512, avx2, neon or scalar: force a lower ISA than the CPU's best\n" \
   "  --kv TYPE          KV cache type: f32 (default), f16, bf16 or int8\n"                     \
@@ -185,6 +185,7 @@ const char* kBenchPage =
     "  --parallel N1,N2,..  batched decode of N sequences at once, for each N\n"
     "  --prefill-chunk N    prompt tokens per step (default 512)\n"
     "  --isa, --kv, --gemm, --hugepages   as for every model command\n"
+    "  --backend NAME, --device N          cpu (default) or vulkan, and its device\n"
     "  --json               one JSON record on stdout\n"
     "\n"
     "example:\n"
