@@ -39,6 +39,9 @@ struct VulkanOptions {
   // Bytes one storage-buffer binding may span, below the device's own limit (0: the device's),
   // so that tests split weights and logits across bindings as a small device would.
   uint64_t max_binding_bytes = 0;
+  // Use subgroup arithmetic (subgroupAdd) in reductions where the device has it; off: the shared-
+  // memory fallbacks, which every device runs (the tests run both).
+  bool subgroups = true;
 };
 
 // Options for creating a model's backend: the generic ones, then one set per backend kind. The

@@ -37,10 +37,11 @@ std::vector<std::string> isas_here() {
   return v;
 }
 
-// The CPU ISAs, then "vulkan" where there is a device: what a Harness can run on.
+// The CPU ISAs, then "vulkan" (with subgroup arithmetic where the device has it) and
+// "vulkan-nosubgroup" (the fallbacks) where there is a device: what a Harness can run on.
 std::vector<std::string> targets_here() {
   auto v = isas_here();
-  if (test::vulkan_device_here()) v.push_back("vulkan");
+  if (test::vulkan_device_here()) v.insert(v.end(), {"vulkan", "vulkan-nosubgroup"});
   return v;
 }
 
@@ -50,6 +51,7 @@ std::unique_ptr<Backend> make_backend(const std::string& target, int threads,
   o.threads = threads;
   o.kv_dtype = kv;
   if (target == "vulkan") return test::vulkan_backend(kv);
+  if (target == "vulkan-nosubgroup") return test::vulkan_backend(kv, 0, false);
   // Bindings of at most 80 KiB: the weights and logits of the parts test below are split.
   if (target == "vulkan-small") return test::vulkan_backend(kv, 80 << 10);
   o.cpu.isa = target;
@@ -83,7 +85,7 @@ struct Harness {
   std::unique_ptr<Backend> be;
   std::unique_ptr<KVStorage> kv;
   std::vector<int32_t> table;
-  // target: a CPU ISA ("" the best) or "vulkan".
+  // target: a CPU ISA ("" the best), "vulkan", "vulkan-nosubgroup" or "vulkan-small".
   Harness(const std::string& target, int threads, KVSpec spec = {1, 1, 2}, int cap = 64,
           DType kv_dtype = DType::F32) {
     be = make_backend(target, threads, kv_dtype);
@@ -232,7 +234,7 @@ TEST_SUITE("ops") {
             Harness h(target, 2);
             // The SIMD kernels round the activations to int8 per block of 32 (FORMAT.md, about
             // 0.5% here); the scalar kernels and the Vulkan shaders multiply in f32.
-            const bool int8_dots = target != "scalar" && target != "vulkan";
+            const bool int8_dots = target != "scalar" && target.rfind("vulkan", 0) != 0;
             CHECK(nerr(h.run(g, toks), want) < (int8_dots ? 1e-2 : 1e-6));
             CHECK(nerr(h.run(ge, ids), want_e) < 1e-7);
           }

@@ -52,6 +52,8 @@ DeviceInfo describe_device(VkPhysicalDevice pd, int index) {
   d.min_storage_offset_alignment = p.limits.minStorageBufferOffsetAlignment;
   d.max_shared_bytes = p.limits.maxComputeSharedMemorySize;
   d.subgroup_size = sub.subgroupSize;
+  d.subgroup_arithmetic = (sub.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) &&
+                          (sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT);
   for (uint32_t i = 0; i < mem.memoryHeapCount; ++i)
     if (mem.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)
       d.device_local_bytes = std::max<uint64_t>(d.device_local_bytes, mem.memoryHeaps[i].size);

@@ -28,6 +28,7 @@ struct DeviceInfo {
   uint32_t max_shared_bytes = 0;    // compute shared memory per workgroup
   uint32_t subgroup_size = 0;
   bool shader_float16 = false, storage_16bit = false, integer_dot = false;
+  bool subgroup_arithmetic = false;  // subgroupAdd and kin in compute shaders
 };
 std::string api_version_str(uint32_t v);  // "1.3.230"
 

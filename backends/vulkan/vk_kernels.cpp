@@ -21,6 +21,9 @@ const uint32_t kRopeSpv[] = {
 const uint32_t kMatMulSpv[] = {
 #include "matmul.spv.inc"
 };
+const uint32_t kMatMulSubgroupSpv[] = {
+#include "matmul_subgroup.spv.inc"
+};
 const uint32_t kMatMulRowsSpv[] = {
 #include "matmul_rows.spv.inc"
 };
@@ -49,7 +52,7 @@ Spirv spirv(const uint32_t (&w)[N]) {
   return {w, sizeof(w)};
 }
 
-Spirv code_of(Kernel k) {
+Spirv code_of(Kernel k, bool subgroups) {
   switch (k) {
     case Kernel::Embed:
       return spirv(kEmbedSpv);
@@ -58,7 +61,7 @@ Spirv code_of(Kernel k) {
     case Kernel::Rope:
       return spirv(kRopeSpv);
     case Kernel::MatMul:
-      return spirv(kMatMulSpv);
+      return subgroups ? spirv(kMatMulSubgroupSpv) : spirv(kMatMulSpv);
     case Kernel::MatMulRows:
       return spirv(kMatMulRowsSpv);
     case Kernel::Binary:
@@ -84,16 +87,16 @@ const char* kernel_name(Kernel k) {
   return names[size_t(k)];
 }
 
-Kernels::Kernels(Context& ctx) : ctx_(ctx) {
+Kernels::Kernels(Context& ctx, bool subgroups) : ctx_(ctx) {
   try {
-    create();
+    create(subgroups);
   } catch (...) {
     release();
     throw;
   }
 }
 
-void Kernels::create() {
+void Kernels::create(bool subgroups) {
   Context& ctx = ctx_;
   VkDevice dev = ctx.device();
   std::vector<VkDescriptorSetLayoutBinding> b(kBindings);
@@ -116,7 +119,7 @@ void Kernels::create() {
   check(vkCreatePipelineLayout(dev, &pi, nullptr, &layout_), "creating a pipeline layout");
 
   for (size_t k = 0; k < pipelines_.size(); ++k) {
-    const Spirv code = code_of(Kernel(k));
+    const Spirv code = code_of(Kernel(k), subgroups);
     VkShaderModuleCreateInfo mi{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
     mi.codeSize = code.bytes;
     mi.pCode = code.words;

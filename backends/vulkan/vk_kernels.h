@@ -42,7 +42,8 @@ enum WeightType : uint32_t { kWF32, kWF16, kWBF16, kWQ8, kWQ4, kWQ4Codebook };
 
 class Kernels {
  public:
-  explicit Kernels(Context& ctx);
+  // subgroups: build the kernels that have a subgroup-arithmetic variant with it.
+  Kernels(Context& ctx, bool subgroups);
   ~Kernels();
   Kernels(const Kernels&) = delete;
   Kernels& operator=(const Kernels&) = delete;
@@ -52,7 +53,7 @@ class Kernels {
   VkPipeline pipeline(Kernel k) const { return pipelines_[size_t(k)]; }
 
  private:
-  void create();
+  void create(bool subgroups);
   void release();  // what the destructor frees, also after a failed constructor
   Context& ctx_;
   VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE;

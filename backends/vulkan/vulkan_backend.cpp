@@ -27,7 +27,8 @@ VulkanBackend::VulkanBackend(const BackendOptions& opt) : kv_dtype_(opt.kv_dtype
   co.validation = opt.vulkan.validation;
   co.max_binding_bytes = opt.vulkan.max_binding_bytes;
   ctx_ = std::make_unique<Context>(co);
-  kernels_ = std::make_unique<Kernels>(*ctx_);
+  subgroups_ = opt.vulkan.subgroups && ctx_->info().subgroup_arithmetic;
+  kernels_ = std::make_unique<Kernels>(*ctx_, subgroups_);
   dummy_ = Buffer(*ctx_, 16, false, "a placeholder binding");
 }
 
@@ -36,7 +37,7 @@ VulkanBackend::~VulkanBackend() = default;
 std::string VulkanBackend::describe() const {
   const DeviceInfo& d = ctx_->info();
   return "vulkan " + std::to_string(d.index) + ": " + d.name + " (" + d.type + ", Vulkan " +
-         api_version_str(d.api_version) + ")";
+         api_version_str(d.api_version) + (subgroups_ ? ", subgroups" : "") + ")";
 }
 
 bool VulkanBackend::supports_op(const Graph& g, const Node& n) const {

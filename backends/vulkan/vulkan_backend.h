@@ -116,6 +116,7 @@ class VulkanBackend : public Backend {
   void record(VkCompiled& c, VkCommandBuffer cmd, int n_tokens, int n_out, bool argmax) const;
 
   DType kv_dtype_;
+  bool subgroups_ = false;  // the matmul reduces with subgroup arithmetic
   std::unique_ptr<Context> ctx_;
   std::unique_ptr<Kernels> kernels_;
   Buffer dummy_;

@@ -22,7 +22,8 @@ std::vector<std::string> vulkan_devices() {
        << api_version_str(d.api_version) << ", " << d.driver << "), "
        << d.device_local_bytes / (1 << 20) << " MiB device-local, storage buffers up to "
        << d.max_storage_buffer_range / (1 << 20) << " MiB, " << d.max_shared_bytes / 1024
-       << " KiB shared, subgroup " << d.subgroup_size << (d.shader_float16 ? ", float16" : "")
+       << " KiB shared, subgroup " << d.subgroup_size
+       << (d.subgroup_arithmetic ? " with arithmetic" : "") << (d.shader_float16 ? ", float16" : "")
        << (d.storage_16bit ? ", 16-bit storage" : "");
     out.push_back(os.str());
   }
