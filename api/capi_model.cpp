@@ -202,6 +202,8 @@ hearth_status hearth_model_load(const char* path, const hearth_model_params* par
                      "; expected 0 (automatic) or a positive count");
     HEARTH_CHECK_ARG(p.kv_budget_mib >= 0, "hearth_model_params.kv_budget_mib is ", p.kv_budget_mib,
                      "; expected 0 (automatic) or a positive count of MiB");
+    HEARTH_CHECK_ARG(p.device >= 0, "hearth_model_params.device is ", p.device,
+                     "; expected a device index (0: the first)");
 
     const fs::path dir(path);
     std::error_code ec;
@@ -241,6 +243,7 @@ hearth_status hearth_model_load(const char* path, const hearth_model_params* par
     core->backend_name = p.backend ? p.backend : "";
     core->backend_options.cpu.isa = p.isa ? p.isa : "";
     core->backend_options.kv_dtype = kv_dtype(p.kv_type);
+    core->backend_options.device = p.device;
     // Huge pages: every session's backend shares one set of private copies of the matmul weights,
     // in the layouts its kernels read fastest, and KV caches in huge pages.
     if (p.hugepages) {

@@ -146,7 +146,7 @@ typedef int (*hearth_progress_fn)(float fraction, const char* stage, void* user_
 typedef struct hearth_model_params {
   size_t struct_size;  /* sizeof(hearth_model_params) */
   int32_t n_threads;   /* compute threads of the model, shared by its sessions; 0: physical cores */
-  const char* backend; /* "cpu", ...; NULL or "": the best available */
+  const char* backend; /* "cpu", "vulkan" where built; NULL or "": the best available (the CPU) */
   const char* isa;     /* CPU: force a lower ISA ("avx2", "scalar"); NULL or "": best */
   hearth_kv_type kv_type;
   int32_t prefill_chunk; /* prompt tokens per prefill step; 0: 256 */
@@ -164,6 +164,9 @@ typedef struct hearth_model_params {
   /* KV cache memory shared by all sessions of the model, in MiB; 0: the model's whole context
    * once. Pages are committed as they are used. Added in 0.1; older callers get 0. */
   int32_t kv_budget_mib;
+  /* GPU backends: which device (`hearth devices` lists them); 0: the first. Added in 0.1; older
+   * callers get 0. */
+  int32_t device;
 } hearth_model_params;
 
 HEARTH_API hearth_status hearth_model_params_init(hearth_model_params* params, size_t struct_size);

@@ -25,6 +25,7 @@
 
 #include "hearth.h"
 #include "models/stop_filter.h"
+#include "tests/vulkan_target.h"
 
 namespace fs = std::filesystem;
 
@@ -57,11 +58,13 @@ std::string slurp(const fs::path& p) {
 // Owning wrappers so a failed CHECK cannot leak a handle.
 struct Model {
   hearth_model* m = nullptr;
-  explicit Model(const std::string& dir, int threads = 1, bool hugepages = false) {
+  explicit Model(const std::string& dir, int threads = 1, bool hugepages = false,
+                 const char* backend = nullptr) {
     hearth_model_params p = hearth_model_params_default();
     p.n_threads = threads;
     p.prefault = 0;
     p.hugepages = hugepages;
+    p.backend = backend;
     hearth_status s = hearth_model_load(dir.c_str(), &p, &m);
     REQUIRE_MESSAGE(s == HEARTH_OK, hearth_last_error());
   }
@@ -493,6 +496,39 @@ TEST_SUITE("capi") {
     std::thread([&] { other = hearth_last_error(); }).join();
     CHECK(other.empty());
     CHECK(std::string(hearth_last_error()).find("context_length") != std::string::npos);
+  }
+
+  TEST_CASE("the Vulkan backend by name and device: the CPU's greedy answer, clear refusals") {
+    if (!hearth::test::vulkan_device_here()) return;
+    auto fails = [](hearth_status got, hearth_status want, const std::string& needle) {
+      CHECK(got == want);
+      CHECK(std::string(hearth_last_error()).find(needle) != std::string::npos);
+    };
+    hearth_model_params p = hearth_model_params_default();
+    p.backend = "vulkan";
+    p.device = 99;
+    hearth_model* bad = nullptr;
+    fails(hearth_model_load(kTiny.c_str(), &p, &bad), HEARTH_ERR_UNSUPPORTED, "no device 99");
+    p.device = -1;
+    fails(hearth_model_load(kTiny.c_str(), &p, &bad), HEARTH_ERR_INVALID_ARGUMENT, "device");
+    CHECK(bad == nullptr);
+    Model vk(kTiny, 1, false, "vulkan"), cpu(kTiny, 1, false, "cpu");
+    hearth_model_info info;
+    info.struct_size = sizeof info;
+    REQUIRE(hearth_model_get_info(vk.m, &info) == HEARTH_OK);
+    CHECK(std::string(info.backend).rfind("vulkan 0: ", 0) == 0);
+    std::string answers[2];
+    Model* models[2] = {&vk, &cpu};
+    for (int i = 0; i < 2; ++i) {
+      Session s(models[i]->m);
+      hearth_generate_params g = greedy(24);
+      char* out = nullptr;
+      REQUIRE(hearth_session_generate(s.s, "Hello there", &g, &out) == HEARTH_OK);
+      answers[i] = out;
+      hearth_free(out);
+    }
+    CHECK(!answers[0].empty());
+    CHECK(answers[0] == answers[1]);
   }
 
   TEST_CASE("a prompt longer than the session's context is refused") {
