@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_features.h"
+#include "core/runner.h"
 
 namespace hearth::test {
 
@@ -77,6 +78,19 @@ inline double kl_divergence(const float* want, const float* got, size_t V) {
     d += std::exp(lw) * (lw - lg);
   }
   return d;
+}
+
+// Runs sequence s through runner in one forward pass and returns the largest KL divergence of its
+// positions' logits from `want` (rows of V, the fixture's reference).
+inline double worst_kl_of_forward(Runner& runner, const Sequence& s, const std::vector<float>& want,
+                                  size_t V) {
+  std::vector<float> got(want.size());
+  auto kv = runner.new_kv(int(s.ids.size()));
+  runner.forward(*kv, s.ids.data(), int(s.ids.size()), 0, got.data(), nullptr);
+  double worst = 0;
+  for (size_t t = 0; t < s.ids.size(); ++t)
+    worst = std::max(worst, kl_divergence(want.data() + t * V, got.data() + t * V, V));
+  return worst;
 }
 
 inline std::vector<std::string> isas_here() {

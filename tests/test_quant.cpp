@@ -164,17 +164,7 @@ struct QWeight {
   std::vector<double> deq;  // [rows, cols]
   const int8_t* cb = nullptr;
   Tensor view() const {
-    Tensor t;
-    t.dtype = bits == 8 ? DType::Q8 : DType::Q4;
-    t.ndim = 2;
-    t.shape = {rows, cols, 0, 0};
-    t.data = codes.data();
-    t.nbytes = codes.size();
-    t.scales = scales.data();
-    t.scale_dtype = DType::F16;
-    t.group_size = group;
-    t.codebook = cb;
-    return t;
+    return test::quantized_view(bits, rows, cols, codes, scales, DType::F16, group, cb);
   }
 };
 

@@ -113,12 +113,7 @@ TEST_SUITE("vulkan") {
           CAPTURE(dtype_name(kvt));
           CAPTURE(chunk);
           auto runner = vulkan_runner(*model, chunk, 4, 0, kvt);
-          std::vector<float> got(want.size());
-          auto kv = runner->new_kv(int(s.ids.size()));
-          runner->forward(*kv, s.ids.data(), int(s.ids.size()), 0, got.data(), nullptr);
-          double worst = 0;
-          for (size_t t = 0; t < s.ids.size(); ++t)
-            worst = std::max(worst, kl_divergence(want.data() + t * V, got.data() + t * V, V));
+          const double worst = worst_kl_of_forward(*runner, s, want, V);
           CHECK(worst < bound);
           CHECK(worst > 0);  // the cache did round
           check_validation_silent(runner->backend());
