@@ -148,6 +148,10 @@ VkCommandBuffer VulkanBackend::recorded(VkCompiled& c, int n_tokens, int n_out, 
   const auto key = std::make_tuple(n_tokens, n_out, argmax);
   auto it = c.recorded.find(key);
   if (it != c.recorded.end()) return it->second;
+  // A scheduler's steps come in many shapes (prompt chunks beside decode rows): keep the buffers
+  // of at most kMaxRecorded, starting over when full (nothing is in flight between steps).
+  constexpr size_t kMaxRecorded = 64;
+  if (c.recorded.size() >= kMaxRecorded) c.drop_recorded();
   VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
   ai.commandPool = ctx_->command_pool();
   ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
