@@ -155,6 +155,14 @@ hearth_generate_params greedy(int max_new_tokens) {
   return g;
 }
 
+// A call that must fail with `want` and a message containing `needle`.
+void fails(hearth_status got, hearth_status want, const std::string& needle) {
+  CHECK(got == want);
+  const std::string msg = hearth_last_error();
+  CAPTURE(msg);
+  CHECK(msg.find(needle) != std::string::npos);
+}
+
 hearth_metrics metrics_of(hearth_session* s) {
   hearth_metrics m;
   m.struct_size = sizeof m;
@@ -390,12 +398,6 @@ TEST_SUITE("capi") {
 
   TEST_CASE("bad paths and bad arguments return codes and messages") {
     hearth_model* m = nullptr;
-    auto fails = [&](hearth_status got, hearth_status want, const std::string& needle) {
-      CHECK(got == want);
-      const std::string msg = hearth_last_error();
-      CAPTURE(msg);
-      CHECK(msg.find(needle) != std::string::npos);
-    };
     fails(hearth_model_load(nullptr, nullptr, &m), HEARTH_ERR_INVALID_ARGUMENT, "path is NULL");
     fails(hearth_model_load("", nullptr, &m), HEARTH_ERR_INVALID_ARGUMENT, "empty");
     fails(hearth_model_load(kTiny.c_str(), nullptr, nullptr), HEARTH_ERR_INVALID_ARGUMENT,
@@ -500,10 +502,6 @@ TEST_SUITE("capi") {
 
   TEST_CASE("the Vulkan backend by name and device: the CPU's greedy answer, clear refusals") {
     if (!hearth::test::vulkan_device_here()) return;
-    auto fails = [](hearth_status got, hearth_status want, const std::string& needle) {
-      CHECK(got == want);
-      CHECK(std::string(hearth_last_error()).find(needle) != std::string::npos);
-    };
     hearth_model_params p = hearth_model_params_default();
     p.backend = "vulkan";
     p.device = 99;

@@ -18,22 +18,13 @@ VkDeviceSize align_up(VkDeviceSize v, VkDeviceSize a) {
 // How a shader reads the weight w (its type, and a quantized one's groups, scales and codebook).
 void set_weight(Dispatch& d, int id, const Tensor& w) {
   d.binds[kW] = {Bind::Weight, id};
-  switch (w.dtype) {
-    case DType::F32:
-      d.pc.wtype = kWF32;
-      return;
-    case DType::F16:
-      d.pc.wtype = kWF16;
-      return;
-    case DType::BF16:
-      d.pc.wtype = kWBF16;
-      return;
-    default:
-      break;
+  if (!w.quantized()) {
+    d.pc.wtype = float_type(w.dtype);
+    return;
   }
   d.pc.wtype = w.dtype == DType::Q8 ? kWQ8 : w.codebook ? kWQ4Codebook : kWQ4;
   d.pc.group = uint32_t(w.group_size);
-  d.pc.stype = w.scale_dtype == DType::BF16 ? kWBF16 : kWF16;
+  d.pc.stype = float_type(w.scale_dtype);
   if (w.codebook)
     for (int i = 0; i < 16; ++i)
       d.pc.codebook[i / 4] |= uint32_t(uint8_t(w.codebook[i])) << (8 * (i % 4));
@@ -127,6 +118,7 @@ void node_dispatches(const Graph& g, const Node& n, uint64_t range, std::vector<
       d.pc.u2 = uint32_t(n.p.n_kv_heads);
       d.pc.f0 = float(1.0 / std::sqrt(double(n.p.head_dim)));
       d.binds[kA] = act(n.in[0]);
+      d.binds[kStep] = {Bind::Step};
       d.binds[kBlocks] = {Bind::Blocks};
       d.binds[kKCache] = {Bind::KCache, n.p.layer};
       d.binds[kVCache] = {Bind::VCache, n.p.layer};
@@ -142,14 +134,12 @@ void node_dispatches(const Graph& g, const Node& n, uint64_t range, std::vector<
     case Op::GatherRows:
       d.kernel = Kernel::Gather;
       d.binds[kA] = act(n.in[0]);
+      d.binds[kStep] = {Bind::Step};
       break;
     case Op::MoE:
     case Op::kCount:
       fail("Vulkan: no dispatch for ", op_name(n.op));
   }
-  if (n.op != Op::Embed && n.op != Op::MatMul && n.op != Op::RmsNorm && n.op != Op::HeadRmsNorm &&
-      n.op != Op::SiluMul && n.op != Op::Add)
-    d.binds[kStep] = {Bind::Step};
   push_parts(g, n, d, range, out);
 }
 

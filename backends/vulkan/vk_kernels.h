@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "backends/vulkan/vk_context.h"
+#include "core/dtype.h"
 
 namespace hearth::vulkan {
 
@@ -39,6 +40,10 @@ struct PushConstants {
 };
 // PushConstants::wtype.
 enum WeightType : uint32_t { kWF32, kWF16, kWBF16, kWQ8, kWQ4, kWQ4Codebook };
+// The code of a plain F32, F16 or BF16 type, as wtype, stype and kvtype take it.
+inline uint32_t float_type(DType t) {
+  return t == DType::F32 ? kWF32 : t == DType::F16 ? kWF16 : kWBF16;
+}
 
 class Kernels {
  public:

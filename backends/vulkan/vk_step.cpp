@@ -59,7 +59,7 @@ void groups(const Dispatch& d, uint32_t rows, uint32_t g[3]) {
 
 void VulkanBackend::bind_kv(VkCompiled& c, const VkKVStorage& kv) const {
   if (c.kv_serial == kv.serial) return;
-  vkDeviceWaitIdle(ctx_->device());  // no recorded buffer may be in flight while sets change
+  // Nothing is in flight: every submission is waited for (Context::submit_and_wait).
   c.drop_recorded();
   c.kv = &kv;
   c.kv_serial = kv.serial;
@@ -73,7 +73,6 @@ void VulkanBackend::fill_step(VkCompiled& c, const StepInputs& in) const {
   size_t n_blocks = 0;
   for (int s = 0; s < in.n_seqs; ++s) n_blocks += size_t(in.seqs[s].n_blocks);
   if (n_blocks > c.blocks_capacity) {  // grows rarely: by doubling, then the sets are rewritten
-    vkDeviceWaitIdle(ctx_->device());
     c.drop_recorded();
     while (c.blocks_capacity < n_blocks) c.blocks_capacity *= 2;
     c.blocks = Buffer(*ctx_, c.blocks_capacity * 4, true, "block tables");
@@ -119,7 +118,7 @@ void VulkanBackend::record(VkCompiled& c, VkCommandBuffer cmd, int n_tokens, int
     pc.step_T = uint32_t(c.max_tokens);
     if (d.kernel == Kernel::KvStore || d.kernel == Kernel::Attention) {
       pc.u1 = uint32_t(c.kv->block_size);
-      pc.kvtype = c.kv->dtype == DType::F32 ? kWF32 : c.kv->dtype == DType::F16 ? kWF16 : kWBF16;
+      pc.kvtype = float_type(c.kv->dtype);
     }
     uint32_t g[3];
     groups(d, rows, g);

@@ -78,7 +78,7 @@ std::unique_ptr<CompiledGraph> VulkanBackend::compile(const Graph& g, int max_to
         fail("the Vulkan backend does not run Qwen3-MoE's mixture-of-experts layers yet (",
              g.tensor(n.out).name, "); use --backend cpu");
       for (int id : n.in)
-        if (id >= 0 && g.tensor(id).kind == TensorKind::Weight && !supports_op(g, n))
+        if (id >= 0 && g.tensor(id).kind == TensorKind::Weight)
           fail("the Vulkan backend does not support ", dtype_name(g.tensor(id).weight.dtype),
                " weights in a ", op_name(n.op), " (", g.tensor(id).name,
                "; it runs F32, F16, BF16 and, in matmuls and embeddings, hearth's INT8/INT4); use "

@@ -13,24 +13,17 @@
 
 using namespace hearth;
 
-namespace {
-
 using fuzz::qwen3_tokenizer;
 using fuzz::valid_utf8;
-const Tokenizer& tokenizer() {
-  return qwen3_tokenizer();
-}
-
-}  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  (void)tokenizer();
+  (void)qwen3_tokenizer();
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const Tokenizer& tok = tokenizer();
+  const Tokenizer& tok = qwen3_tokenizer();
   const bool skip = data[0] & 1;
   std::vector<int32_t> ids((size - 1) / 4);
   if (!ids.empty()) std::memcpy(ids.data(), data + 1, ids.size() * 4);

@@ -17,9 +17,6 @@ namespace {
 
 using fuzz::qwen3_tokenizer;
 using fuzz::valid_utf8;
-const Tokenizer& tokenizer() {
-  return qwen3_tokenizer();
-}
 
 std::string nfc(const std::string& s) {
   utf8proc_uint8_t* out = utf8proc_NFC(reinterpret_cast<const utf8proc_uint8_t*>(s.c_str()));
@@ -32,12 +29,12 @@ std::string nfc(const std::string& s) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  (void)tokenizer();
+  (void)qwen3_tokenizer();
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const Tokenizer& tok = tokenizer();
+  const Tokenizer& tok = qwen3_tokenizer();
   const std::string text(reinterpret_cast<const char*>(data), size);
   try {
     std::vector<int32_t> ids = tok.encode(text);
