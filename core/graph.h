@@ -117,6 +117,12 @@ struct StepInputs {
   // of each output row's largest logit here (first index on ties, NaN ignored, -1 if no logit is
   // above -inf) instead of the logits, and `logits` may be null.
   int32_t* argmax = nullptr;
+  // Top-k sampling: when set (and argmax is not), output row i needs only the top_k[i] largest of
+  // its logits (0: all of them). A backend may then write -inf for logits it proves are below the
+  // top_k[i]-th largest; every logit it keeps is the one the whole row gives, bit for bit, and so
+  // is every logit equal to the k-th, so a sampler's top-k set, its weights and the argmax are the
+  // whole row's (logits_needed in core/sampler.h says which k a sampler allows).
+  const int32_t* top_k = nullptr;
   // Calibration hook (quantize --calibration): when set, the backend calls it for every MatMul
   // node with the graph id of its weight and its input rows [rows, cols] (after any fused norm),
   // one call at a time. It slows the step; inference leaves it null.

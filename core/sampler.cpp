@@ -219,6 +219,14 @@ bool argmax_only(const SamplingParams& p) {
          p.frequency_penalty == 0.f;
 }
 
+int logits_needed(const SamplingParams& p, int vocab_size) {
+  const bool penalties =
+      p.repetition_penalty != 1.f || p.presence_penalty != 0.f || p.frequency_penalty != 0.f;
+  if (penalties) return 0;
+  if (p.temperature <= 0.f) return 1;
+  return p.top_k > 0 && p.top_k < vocab_size ? p.top_k : 0;
+}
+
 int32_t first_argmax(const float* x, int n) {
   float best = -INFINITY;
   int32_t arg = -1;

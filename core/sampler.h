@@ -21,6 +21,10 @@ struct SamplingParams {
 // True when sampling reduces to the argmax of the raw logits (greedy, no penalties), which a
 // backend can take inside the LM head.
 bool argmax_only(const SamplingParams& p);
+// How many of the largest logits Sampler::sample depends on (StepInputs::top_k): 1 for greedy
+// without penalties (the first argmax), top_k for top-k sampling without penalties (temperature,
+// top-p and min-p act within the top-k set, renormalised over it), 0 where every logit matters.
+int logits_needed(const SamplingParams& p, int vocab_size);
 // First index of the largest of x[0..n), NaN ignored; -1 if nothing is above -inf.
 int32_t first_argmax(const float* x, int n);
 

@@ -301,10 +301,16 @@ void Scheduler::run_batch(std::vector<Event>& events) {
   in.out_rows = out_rows_.data();
   in.n_out = int(out_rows_.size());
   argmax_.assign(out_rows_.size(), -1);
-  if (all_greedy)
+  if (all_greedy) {
     in.argmax = argmax_.data();
-  else
+  } else {
+    // Each sampler's top-k (greedy ones' argmax) is all it reads of its row.
     in.logits = logits_.data();
+    top_k_.clear();
+    for (const Seq* s : outs)
+      top_k_.push_back(s->sampler ? logits_needed(s->opt.sampling, runner_.vocab_size()) : 1);
+    in.top_k = top_k_.data();
+  }
   try {
     runner_.step(in);
   } catch (const std::exception& ex) {

@@ -131,7 +131,7 @@ class Scheduler {
   std::vector<Seq*> running_;  // in admission order
   std::deque<Seq*> parked_;    // finished, holding blocks; least recently used first
   // Step buffers, kept between steps.
-  std::vector<int32_t> tokens_, out_rows_, argmax_;
+  std::vector<int32_t> tokens_, out_rows_, argmax_, top_k_;
   std::vector<SeqRows> rows_;
   std::vector<Entry> batch_;
   std::vector<Seq*> outs_;  // the batch's sequences that sample, in out_rows_ order

@@ -774,6 +774,7 @@ TEST_SUITE("kernels") {
 #include "core/backend.h"
 #include "core/huge_pages.h"
 #include "core/runner.h"
+#include "core/sampler.h"
 #include "core/session.h"
 #include "models/qwen3_model.h"
 
@@ -877,6 +878,124 @@ std::vector<int32_t> screened_argmax(const Graph& g, int64_t N, int n_x, const s
   return wants;
 }
 
+// A BF16 head of N rows (K columns) behind an Embed of n_x tokens, with exact ties (rows equal to
+// row 5) and near ties (one bf16 step away), and a row the screen alone would misjudge. K 256 takes
+// the packed screen on AVX-512, K 96 the row-major one with a short last chunk; N is not a
+// multiple of 16, so threads' ranges end off the 16-row grid.
+struct TestHead {
+  explicit TestHead(int64_t K);
+  const int64_t N = 4100;
+  const int n_x = 9;
+  std::vector<uint16_t> w;
+  std::vector<float> x;
+  Graph g;
+};
+
+TestHead::TestHead(int64_t K) {
+  TestHead* h = this;
+  const int64_t N = h->N;
+  auto wf = randn(size_t(N * K), 51, 0.05f);
+  std::vector<uint16_t>& w = h->w;
+  w.resize(wf.size());
+  for (size_t i = 0; i < w.size(); ++i) w[i] = f32_to_bf16(wf[i]);
+  // Row 50's screen misses 31 of its weights (an outlier sets its group's scale and they round
+  // to 0), so the screen ranks row 10 above it where the head does not: only the bound keeps
+  // row 50 in. Columns 1-31 are 0 elsewhere.
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t k = 1; k < 32; ++k) w[size_t(r * K + k)] = 0;
+  std::fill(w.begin() + 10 * K, w.begin() + 11 * K, uint16_t(0));
+  std::fill(w.begin() + 50 * K, w.begin() + 51 * K, uint16_t(0));
+  w[size_t(50 * K)] = f32_to_bf16(1.f);
+  for (int64_t k = 1; k < 32; ++k)
+    w[size_t(50 * K + k)] = f32_to_bf16(0.0039f), w[size_t(10 * K + k)] = f32_to_bf16(0.0038f);
+  for (int64_t r : {700, 2900, 4099})
+    std::copy(w.begin() + 5 * K, w.begin() + 6 * K, w.begin() + r * K);
+  std::copy(w.begin() + 5 * K, w.begin() + 6 * K, w.begin() + 1234 * K);
+  w[size_t(1234 * K + 7)] += 1;  // one ulp up or down, depending on x[7]
+  std::copy(w.begin() + 5 * K, w.begin() + 6 * K, w.begin() + 3000 * K);
+  w[size_t(3000 * K + 7)] -= 1;
+  // Token 0: x along row 5 (the tie and near ties decide); 1 to 6: random; 7: NaN; 8: ones on
+  // columns 1-31 (rows 50 and 10).
+  const int n_x = h->n_x;
+  std::vector<float>& x = h->x;
+  x = randn(size_t(n_x * K), 52);
+  for (int64_t k = 0; k < K; ++k) x[size_t(k)] = bf16_to_f32(w[size_t(5 * K + k)]) * 20.f;
+  for (int64_t k = 0; k < K; ++k) x[size_t(7 * K + k)] = NAN;
+  for (int64_t k = 0; k < K; ++k) x[size_t(8 * K + k)] = k >= 1 && k < 32 ? 1.f : 0.f;
+  Graph& g = h->g;
+  int xi =
+      g.add(Op::Embed, g.activation("x", K), {g.weight("x", view(DType::F32, {n_x, K}, x.data()))});
+  g.output = g.add(Op::MatMul, g.activation("logits", N, Rows::Outputs),
+                   {xi, g.weight("lm_head", view(DType::BF16, {N, K}, w.data()))});
+}
+
+// Top-k sampling of tokens 0 .. n_x - 1 of g through a backend keeping weight copies in `store`
+// (so its head is screened) against the whole head of one without, for several k: every logit the
+// screened head keeps is the whole head's, bit for bit, every one at or above the k-th largest is
+// kept, the rest are -inf, and samplers with one seed draw the same token from both. Returns the
+// head bytes the screen did not read.
+double check_screened_top_k(const Graph& g, int64_t N, int n_x, const std::string& isa, int threads,
+                            std::shared_ptr<WeightStore> store) {
+  BackendOptions o;
+  o.cpu.isa = isa;
+  o.threads = threads;
+  auto full = create_backend("cpu", o);
+  o.cpu.weight_copies = std::move(store);
+  auto screened = create_backend("cpu", o);
+  auto cg_full = full->compile(g, 1, 1), cg_screened = screened->compile(g, 1, 1);
+  auto kv = full->alloc_kv({1, 1, 16}, 1, 1);
+  const int32_t block = 0;
+  SeqRows seq;
+  seq.n_rows = 1;
+  seq.blocks = &block;
+  seq.n_blocks = 1;
+  for (int32_t t = 0; t < n_x; ++t)
+    for (const int32_t k : {1, 3, 20, 64}) {
+      CAPTURE(t);
+      CAPTURE(k);
+      int32_t row = 0;
+      std::vector<float> logits(static_cast<size_t>(N)), kept(static_cast<size_t>(N), NAN);
+      StepInputs in;
+      in.tokens = &t;
+      in.n_tokens = 1;
+      in.seqs = &seq;
+      in.n_seqs = 1;
+      in.out_rows = &row;
+      in.n_out = 1;
+      in.kv = kv.get();
+      in.logits = logits.data();
+      full->run(*cg_full, in);
+      in.logits = kept.data();
+      in.top_k = &k;
+      screened->run(*cg_screened, in);
+      std::vector<float> sorted(logits);
+      for (float& v : sorted) v = v == v ? v : -INFINITY;
+      std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+      const float kth = sorted[size_t(k - 1)];
+      bool same = true, all = true;
+      for (size_t r = 0; r < size_t(N); ++r) {
+        if (kept[r] == -INFINITY)
+          all &= !(logits[r] >= kth) || logits[r] == -INFINITY;
+        else
+          same &= std::memcmp(&kept[r], &logits[r], sizeof(float)) == 0;
+      }
+      CHECK(same);
+      CHECK(all);
+      if (!(kth > -INFINITY)) continue;  // no finite logit (NaN inputs): both samplers refuse
+      for (const uint64_t seed : {1, 2, 3}) {
+        SamplingParams p;
+        p.temperature = 0.6f;
+        p.top_k = k;
+        p.top_p = 0.95f;
+        p.seed = seed;
+        std::vector<float> a(logits), b(kept);
+        CHECK(Sampler(p, int(N)).sample(a.data(), int(N), nullptr, 0) ==
+              Sampler(p, int(N)).sample(b.data(), int(N), nullptr, 0));
+      }
+    }
+  return screened->argmax_bytes_saved();
+}
+
 std::string fixture(const char* name) {
   return std::string(HEARTH_SHARED_DIR) + "/fixtures/models/" + name;
 }
@@ -937,44 +1056,13 @@ TEST_SUITE("kernels") {
   }
 
   TEST_CASE("screened LM head (weight copies): the whole head's first argmax on every ISA") {
-    // A BF16 head with exact ties (rows equal to row 5) and near ties (one bf16 step away), read
-    // with the Q8 screen of head_screen.h; the answer must be the first index of the maximum of
-    // the logits the whole head gives. K 256 takes the packed screen on AVX-512, K 96 the
-    // row-major one with a short last chunk; N is not a multiple of 16, so threads' ranges end
-    // off the 16-row grid.
+    // TestHead read with the Q8 screen of head_screen.h; the answer must be the first index of the
+    // maximum of the logits the whole head gives.
     for (const int64_t K : {256, 96}) {
-      const int64_t N = 4100;
-      auto wf = randn(size_t(N * K), 51, 0.05f);
-      std::vector<uint16_t> w(wf.size());
-      for (size_t i = 0; i < w.size(); ++i) w[i] = f32_to_bf16(wf[i]);
-      // Row 50's screen misses 31 of its weights (an outlier sets its group's scale and they round
-      // to 0), so the screen ranks row 10 above it where the head does not: only the bound keeps
-      // row 50 in. Columns 1-31 are 0 elsewhere.
-      for (int64_t r = 0; r < N; ++r)
-        for (int64_t k = 1; k < 32; ++k) w[size_t(r * K + k)] = 0;
-      std::fill(w.begin() + 10 * K, w.begin() + 11 * K, uint16_t(0));
-      std::fill(w.begin() + 50 * K, w.begin() + 51 * K, uint16_t(0));
-      w[size_t(50 * K)] = f32_to_bf16(1.f);
-      for (int64_t k = 1; k < 32; ++k)
-        w[size_t(50 * K + k)] = f32_to_bf16(0.0039f), w[size_t(10 * K + k)] = f32_to_bf16(0.0038f);
-      for (int64_t r : {700, 2900, 4099})
-        std::copy(w.begin() + 5 * K, w.begin() + 6 * K, w.begin() + r * K);
-      std::copy(w.begin() + 5 * K, w.begin() + 6 * K, w.begin() + 1234 * K);
-      w[size_t(1234 * K + 7)] += 1;  // one ulp up or down, depending on x[7]
-      std::copy(w.begin() + 5 * K, w.begin() + 6 * K, w.begin() + 3000 * K);
-      w[size_t(3000 * K + 7)] -= 1;
-      // Token 0: x along row 5 (the tie and near ties decide); 1 to 6: random; 7: NaN; 8: ones on
-      // columns 1-31 (rows 50 and 10).
-      const int n_x = 9;
-      auto x = randn(size_t(n_x * K), 52);
-      for (int64_t k = 0; k < K; ++k) x[size_t(k)] = bf16_to_f32(w[size_t(5 * K + k)]) * 20.f;
-      for (int64_t k = 0; k < K; ++k) x[size_t(7 * K + k)] = NAN;
-      for (int64_t k = 0; k < K; ++k) x[size_t(8 * K + k)] = k >= 1 && k < 32 ? 1.f : 0.f;
-      Graph g;
-      int xi = g.add(Op::Embed, g.activation("x", K),
-                     {g.weight("x", view(DType::F32, {n_x, K}, x.data()))});
-      g.output = g.add(Op::MatMul, g.activation("logits", N, Rows::Outputs),
-                       {xi, g.weight("lm_head", view(DType::BF16, {N, K}, w.data()))});
+      TestHead h(K);
+      const Graph& g = h.g;
+      const int64_t N = h.N;
+      const int n_x = h.n_x;
       // One store for all the backends, as a model's contexts share one through the C API: each
       // ISA must find the screen in its own layout (AVX-512 reads it packed).
       auto store = std::make_shared<WeightStore>();
@@ -994,6 +1082,40 @@ TEST_SUITE("kernels") {
         }
       }
     }
+  }
+
+  TEST_CASE("screened LM head, top-k sampling: the whole head's top-k logits on every ISA") {
+    // TestHead's ties and near ties, and token 8, whose logits are 0 on all but two rows (so
+    // every row ties with the k-th for k >= 3 and all must be kept); then a Q8 head, whose
+    // screen is its codes' high bits where a kernel reads them (AVX-512 VBMI).
+    for (const int64_t K : {256, 96}) {
+      TestHead h(K);
+      auto store = std::make_shared<WeightStore>();
+      for (const Isa isa_kind : isas_here())
+        for (int threads : {1, 3}) {
+          CAPTURE(K);
+          CAPTURE(isa_name(isa_kind));
+          CAPTURE(threads);
+          CHECK(check_screened_top_k(h.g, h.N, h.n_x, isa_name(isa_kind), threads, store) > 0);
+        }
+    }
+    const int64_t N = 2000, K = 256;
+    QWeights w = make_qweights(8, 32, DType::F16, N, K, 61);
+    const int n_x = 4;
+    const auto x = randn(size_t(n_x * K), 62);
+    Graph g;
+    int xi = g.add(Op::Embed, g.activation("x", K),
+                   {g.weight("x", view(DType::F32, {n_x, K}, x.data()))});
+    g.output = g.add(Op::MatMul, g.activation("logits", N, Rows::Outputs),
+                     {xi, g.weight("lm_head", w.view())});
+    auto store = std::make_shared<WeightStore>();
+    for (const Isa isa_kind : isas_here())
+      for (int threads : {1, 2}) {
+        CAPTURE(isa_name(isa_kind));
+        CAPTURE(threads);
+        const double saved = check_screened_top_k(g, N, n_x, isa_name(isa_kind), threads, store);
+        if (make_kernel_table(isa_kind).screen_q8) CHECK(saved > 0);
+      }
   }
 
   TEST_CASE("Q8 head screen: every estimate within its bound of the Q8 kernel's logit") {

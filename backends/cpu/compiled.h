@@ -168,6 +168,12 @@ void matmul_rows(const StepCtx& c, const Tensor& w, const void* w_il, const floa
                  int64_t r0, int64_t r1, float* y, int64_t ldy, int64_t prefetch_r1 = 0,
                  bool reuse_x = false, const ActsI8* xi8 = nullptr);
 
+// The LM head of one token (one part, cg.screen_w) through its screen (exec_screened_head.cpp):
+// the argmax into the thread's best_val/best_idx, or the logits into out where they can be among
+// the k largest and -inf elsewhere (StepInputs::top_k).
+void argmax_screened(const StepCtx& c, const LinearStep& s, const float* x);
+void topk_screened(const StepCtx& c, const LinearStep& s, const float* x, int k, float* out);
+
 void run_node_step(const StepCtx& c, const Node& n);
 void run_linear_step(const StepCtx& c, const LinearStep& s);
 void run_attention_step(const StepCtx& c, const AttentionStep& s);

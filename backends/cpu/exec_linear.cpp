@@ -74,101 +74,6 @@ bool same_quant_kernel(const Tensor& a, const Tensor& b) {
   return a.quantized() && a.dtype == b.dtype && (a.codebook != nullptr) == (b.codebook != nullptr);
 }
 
-// Prefetches the head's 4-row group at g0 (rows, and scales if quantized): the groups a screened
-// step computes are scattered, and each waited on memory from its first line.
-void prefetch_group(const Tensor& w, const void* w_il, int64_t g0) {
-  const int64_t row_bytes = int64_t(w.nbytes) / w.rows();
-  const char* rows = static_cast<const char*>(w_il ? w_il : w.data) + g0 * row_bytes;
-  for (int64_t i = 0; i < 4 * row_bytes; i += 64) __builtin_prefetch(rows + i);
-  if (!w.quantized()) return;
-  const int64_t scale_row = w.cols() / w.group_size * 2;
-  const char* scales = static_cast<const char*>(w.scales) + g0 * scale_row;
-  for (int64_t i = 0; i < 4 * scale_row; i += 64) __builtin_prefetch(scales + i);
-}
-
-// The greedy LM head of one token through its screen (head_screen.h). Every thread screens its
-// rows block by block, keeping the 4-row groups whose upper bound reaches the best lower bound so
-// far, and computes each block's most promising group from the head itself at once, so that its
-// logit raises that bound for the blocks after; then, in row order, it computes every kept group
-// whose upper bound reaches the best logit any thread has computed so far. Groups start on
-// multiples of 4, as in the whole head's calls, so each row's logit is the one the whole head
-// gives; every other row's is provably below the maximum. (0.6B INT4, 5-bit screen: ~15,000 groups
-// pass the screen's own lower bounds, ~180 the best logit.)
-void argmax_screened(const StepCtx& c, const LinearStep& s, const float* x) {
-  CpuCompiled& cg = c.cg;
-  const HeadScreen& hs = cg.screen;
-  const LinearStep::Part& p = s.parts[0];
-  const Tensor& w = weight(c, p);
-  const void* w_il = packed(c, p);
-  const int64_t N = w.rows(), K = w.cols();
-  int64_t b, e;
-  ThreadPool::split(N, c.tid, c.nth, 16, &b, &e);
-  float* tmp = c.scratch() + cg.off_tmp;
-  float* hw = tmp + cg.tmp_floats;
-  // The screen and the head's kernel each keep what they derive from x in their own scratch.
-  float* screen_scratch = c.scratch() + cg.off_mm + cg.screen_scratch;
-  const int64_t br = epilogue_rows(1);
-  const ScreenInput in = hs.hi ? ScreenInput() : screen_input(x, K);
-  auto* cand = reinterpret_cast<ScreenCandidate*>(cg.screen_cand.p.get()) + c.tid * cg.screen_cap;
-  float best = -INFINITY, lower = -INFINITY;
-  int32_t best_row = -1;
-  int64_t exact = 0, exact_seen = 0, m = 0;
-  auto compute = [&](int64_t g0) {
-    const int64_t g1 = std::min(g0 + 4, e);
-    matmul_rows(c, w, w_il, x, 1, g0, g1, tmp, 4, 0, exact > 0);
-    for (int64_t r = g0; r < g1; ++r) {
-      const float v = tmp[r - g0];  // NaN never wins; ties go to the first row
-      if (v > best || (v == best && r < best_row)) best = v, best_row = int32_t(r);
-    }
-    exact += g1 - g0;
-    float shared = cg.screen_best.load(std::memory_order_relaxed);
-    while (best > shared && !cg.screen_best.compare_exchange_weak(shared, best)) {
-    }
-    lower = std::max({lower, best, shared});
-  };
-  for (int64_t r = b; r < e; r += br) {
-    const int64_t r1 = std::min(e, r + br);
-    if (hs.hi) {
-      ScreenQ8Args a{hs.hi, w.scales, w.scale_dtype,  w.group_size, x, K, r, r1,
-                     tmp,   hw,       screen_scratch, r > b};
-      c.kt.screen_q8(a);
-    } else {
-      // The Q8 copy's activations are reused unless a head group (another kernel, the same
-      // scratch) was computed since.
-      matmul_rows(c, hs.q8, hs.w_il, x, 1, r, r1, tmp, br, e, r > b && exact == exact_seen);
-      exact_seen = exact;
-      for (int64_t i = 0; i < r1 - r; ++i) hw[i] = screen_bound(in, hs, r + i);
-    }
-    const int64_t m0 = m;
-    lower = std::max(lower, cg.screen_best.load(std::memory_order_relaxed));
-    m += c.kt.screen_select(tmp, hw, r1 - r, int32_t(r), &lower, cand + m);
-    int64_t top = -1;
-    for (int64_t i = m0; i < m; ++i)
-      if (top < 0 || cand[i].upper > cand[top].upper) top = i;
-    if (top >= 0 && cand[top].upper >= best) {
-      compute(cand[top].row);
-      cand[top].upper = -INFINITY;  // done
-    }
-  }
-  int64_t next = 0;  // the next group to compute after the current one, prefetched meanwhile
-  auto find = [&](int64_t from) {
-    const float bar = std::max(best, cg.screen_best.load(std::memory_order_relaxed));
-    while (from < m && !(cand[from].upper >= bar)) ++from;
-    return from;
-  };
-  for (int64_t i = find(0); i < m; i = find(next)) {
-    next = find(i + 1);
-    if (next < m) prefetch_group(w, w_il, cand[next].row);
-    compute(cand[i].row);
-  }
-  if (best_row >= 0) {
-    cg.best_val[size_t(c.tid) * size_t(cg.max_outputs)] = best;
-    cg.best_idx[size_t(c.tid) * size_t(cg.max_outputs)] = best_row;
-  }
-  cg.screen_stats->exact_rows += exact;
-  if (c.tid == 0) ++cg.screen_stats->steps;
-}
-
 void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_t T,
                    const ActsI8* xi8) {
   float* tmp_a = c.scratch() + c.cg.off_tmp;
@@ -191,8 +96,12 @@ void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_
     }
     return;
   }
-  if (s.logits && c.in.argmax && T == 1 && s.parts[0].w == c.cg.screen_w)  // one part
-    return argmax_screened(c, s, x);
+  if (s.logits && T == 1 && s.parts[0].w == c.cg.screen_w) {  // one part
+    if (c.in.argmax) return argmax_screened(c, s, x);
+    const int k = c.in.top_k ? c.in.top_k[0] : 0;
+    if (k > 0 && k < weight(c, s.parts[0]).rows())
+      return topk_screened(c, s, x, k, c.ptr(s.parts[0].out));
+  }
   // Store and AddResidual: the parts' rows as one range, split evenly over the threads.
   int64_t total = 0;
   for (const auto& p : s.parts) total += weight(c, p).rows();

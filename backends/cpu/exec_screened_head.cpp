@@ -1,0 +1,207 @@
+// The LM head of one token read through its screen (head_screen.h): for greedy decoding only the
+// rows that can be the argmax, for top-k sampling only those that can be among the k largest, are
+// computed from the head itself. Layout: the head's rows as the matmuls read them (the model's, or
+// the packed copy), its screen as head_screen.h describes, one thread per contiguous row range.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <queue>
+#include <vector>
+
+#include "backends/cpu/compiled.h"
+
+namespace hearth::cpu {
+
+namespace {
+
+// Prefetches the head's 4-row group at g0 (rows, and scales if quantized): the groups a screened
+// step computes are scattered, and each waited on memory from its first line.
+void prefetch_group(const Tensor& w, const void* w_il, int64_t g0) {
+  const int64_t row_bytes = int64_t(w.nbytes) / w.rows();
+  const char* rows = static_cast<const char*>(w_il ? w_il : w.data) + g0 * row_bytes;
+  for (int64_t i = 0; i < 4 * row_bytes; i += 64) __builtin_prefetch(rows + i);
+  if (!w.quantized()) return;
+  const int64_t scale_row = w.cols() / w.group_size * 2;
+  const char* scales = static_cast<const char*>(w.scales) + g0 * scale_row;
+  for (int64_t i = 0; i < 4 * scale_row; i += 64) __builtin_prefetch(scales + i);
+}
+
+}  // namespace
+
+// The greedy LM head of one token through its screen (head_screen.h). Every thread screens its
+// rows block by block, keeping the 4-row groups whose upper bound reaches the best lower bound so
+// far, and computes each block's most promising group from the head itself at once, so that its
+// logit raises that bound for the blocks after; then, in row order, it computes every kept group
+// whose upper bound reaches the best logit any thread has computed so far. Groups start on
+// multiples of 4, as in the whole head's calls, so each row's logit is the one the whole head
+// gives; every other row's is provably below the maximum. (0.6B INT4, 5-bit screen: ~15,000 groups
+// pass the screen's own lower bounds, ~180 the best logit.)
+void argmax_screened(const StepCtx& c, const LinearStep& s, const float* x) {
+  CpuCompiled& cg = c.cg;
+  const HeadScreen& hs = cg.screen;
+  const LinearStep::Part& p = s.parts[0];
+  const Tensor& w = cg.weight[size_t(p.w)];
+  const void* w_il = cg.w_il[size_t(p.w)];
+  const int64_t N = w.rows(), K = w.cols();
+  int64_t b, e;
+  ThreadPool::split(N, c.tid, c.nth, 16, &b, &e);
+  float* tmp = c.scratch() + cg.off_tmp;
+  float* hw = tmp + cg.tmp_floats;
+  // The screen and the head's kernel each keep what they derive from x in their own scratch.
+  float* screen_scratch = c.scratch() + cg.off_mm + cg.screen_scratch;
+  const int64_t br = epilogue_rows(1);
+  const ScreenInput in = hs.hi ? ScreenInput() : screen_input(x, K);
+  auto* cand = reinterpret_cast<ScreenCandidate*>(cg.screen_cand.p.get()) + c.tid * cg.screen_cap;
+  float best = -INFINITY, lower = -INFINITY;
+  int32_t best_row = -1;
+  int64_t exact = 0, exact_seen = 0, m = 0;
+  auto compute = [&](int64_t g0) {
+    const int64_t g1 = std::min(g0 + 4, e);
+    matmul_rows(c, w, w_il, x, 1, g0, g1, tmp, 4, 0, exact > 0);
+    for (int64_t r = g0; r < g1; ++r) {
+      const float v = tmp[r - g0];  // NaN never wins; ties go to the first row
+      if (v > best || (v == best && r < best_row)) best = v, best_row = int32_t(r);
+    }
+    exact += g1 - g0;
+    float shared = cg.screen_best.load(std::memory_order_relaxed);
+    while (best > shared && !cg.screen_best.compare_exchange_weak(shared, best)) {
+    }
+    lower = std::max({lower, best, shared});
+  };
+  for (int64_t r = b; r < e; r += br) {
+    const int64_t r1 = std::min(e, r + br);
+    if (hs.hi) {
+      ScreenQ8Args a{hs.hi, w.scales, w.scale_dtype,  w.group_size, x, K, r, r1,
+                     tmp,   hw,       screen_scratch, r > b};
+      c.kt.screen_q8(a);
+    } else {
+      // The Q8 copy's activations are reused unless a head group (another kernel, the same
+      // scratch) was computed since.
+      matmul_rows(c, hs.q8, hs.w_il, x, 1, r, r1, tmp, br, e, r > b && exact == exact_seen);
+      exact_seen = exact;
+      for (int64_t i = 0; i < r1 - r; ++i) hw[i] = screen_bound(in, hs, r + i);
+    }
+    const int64_t m0 = m;
+    lower = std::max(lower, cg.screen_best.load(std::memory_order_relaxed));
+    m += c.kt.screen_select(tmp, hw, r1 - r, int32_t(r), &lower, cand + m);
+    int64_t top = -1;
+    for (int64_t i = m0; i < m; ++i)
+      if (top < 0 || cand[i].upper > cand[top].upper) top = i;
+    if (top >= 0 && cand[top].upper >= best) {
+      compute(cand[top].row);
+      cand[top].upper = -INFINITY;  // done
+    }
+  }
+  int64_t next = 0;  // the next group to compute after the current one, prefetched meanwhile
+  auto find = [&](int64_t from) {
+    const float bar = std::max(best, cg.screen_best.load(std::memory_order_relaxed));
+    while (from < m && !(cand[from].upper >= bar)) ++from;
+    return from;
+  };
+  for (int64_t i = find(0); i < m; i = find(next)) {
+    next = find(i + 1);
+    if (next < m) prefetch_group(w, w_il, cand[next].row);
+    compute(cand[i].row);
+  }
+  if (best_row >= 0) {
+    cg.best_val[size_t(c.tid) * size_t(cg.max_outputs)] = best;
+    cg.best_idx[size_t(c.tid) * size_t(cg.max_outputs)] = best_row;
+  }
+  cg.screen_stats->exact_rows += exact;
+  if (c.tid == 0) ++cg.screen_stats->steps;
+}
+
+namespace {
+
+// The k largest of the values offered, with the k-th (the smallest kept) on top: -inf until k
+// values came. NaN is never kept.
+class KthLargest {
+ public:
+  explicit KthLargest(int k) : k_(size_t(k)) { heap_.reserve(k_ + 1); }
+  void offer(float v) {
+    if (!(v > bar_)) return;
+    heap_.push_back(v);
+    std::push_heap(heap_.begin(), heap_.end(), std::greater<float>());
+    if (heap_.size() > k_) {
+      std::pop_heap(heap_.begin(), heap_.end(), std::greater<float>());
+      heap_.pop_back();
+    }
+    if (heap_.size() == k_) bar_ = heap_.front();
+  }
+  float bar() const { return bar_; }
+
+ private:
+  size_t k_;
+  std::vector<float> heap_;
+  float bar_ = -INFINITY;
+};
+
+}  // namespace
+
+// Top-k sampling's LM head of one token (StepInputs::top_k): each thread's rows get their exact
+// logits where they can be among the k largest of its own range, -inf elsewhere; the k largest
+// of the whole head are among the k largest of some range, so they and everything tied with the
+// k-th are exact. Two bars, each the k-th largest of k distinct rows' values and so a proof that
+// any row whose upper bound is below it has k rows above it: first the screen's lower bounds
+// (estimate - bound) of the whole range, then the exact logits computed so far, going through
+// the candidate groups from the highest upper bound down. Groups start on multiples of 4, so each
+// logit is the one the whole head gives.
+void topk_screened(const StepCtx& c, const LinearStep& s, const float* x, int k, float* out) {
+  CpuCompiled& cg = c.cg;
+  const HeadScreen& hs = cg.screen;
+  const LinearStep::Part& p = s.parts[0];
+  const Tensor& w = cg.weight[size_t(p.w)];
+  const void* w_il = cg.w_il[size_t(p.w)];
+  const int64_t N = w.rows(), K = w.cols();
+  int64_t b, e;
+  ThreadPool::split(N, c.tid, c.nth, 16, &b, &e);
+  std::fill(out + b, out + e, -INFINITY);
+  float* tmp = c.scratch() + cg.off_tmp;
+  float* hw = tmp + cg.tmp_floats;
+  float* screen_scratch = c.scratch() + cg.off_mm + cg.screen_scratch;
+  const int64_t br = epilogue_rows(1);
+  const ScreenInput in = hs.hi ? ScreenInput() : screen_input(x, K);
+  auto* cand = reinterpret_cast<ScreenCandidate*>(cg.screen_cand.p.get()) + c.tid * cg.screen_cap;
+  KthLargest screened(k);
+  int64_t m = 0;
+  for (int64_t r = b; r < e; r += br) {
+    const int64_t r1 = std::min(e, r + br);
+    if (hs.hi) {
+      ScreenQ8Args a{hs.hi, w.scales, w.scale_dtype,  w.group_size, x, K, r, r1,
+                     tmp,   hw,       screen_scratch, r > b};
+      c.kt.screen_q8(a);
+    } else {
+      matmul_rows(c, hs.q8, hs.w_il, x, 1, r, r1, tmp, br, e, r > b);
+      for (int64_t i = 0; i < r1 - r; ++i) hw[i] = screen_bound(in, hs, r + i);
+    }
+    // (Not screen_select: it raises the bar to the best lower bound, the argmax's.)
+    for (int64_t g = 0; g < r1 - r; g += 4) {
+      float up = -INFINITY;
+      for (int64_t i = g; i < std::min(r1 - r, g + 4); ++i) {
+        screened.offer(tmp[i] - hw[i]);
+        up = std::max(up, tmp[i] + hw[i]);  // NaN: keeps up
+      }
+      if (up >= screened.bar()) cand[m++] = {int32_t(r + g), up};
+    }
+  }
+  const float bar = screened.bar();
+  int64_t kept = 0;
+  for (int64_t i = 0; i < m; ++i)
+    if (cand[i].upper >= bar) cand[kept++] = cand[i];
+  std::sort(cand, cand + kept, [](const ScreenCandidate& a, const ScreenCandidate& z) {
+    return a.upper > z.upper || (a.upper == z.upper && a.row < z.row);
+  });
+  KthLargest exact(k);
+  int64_t rows = 0;
+  for (int64_t i = 0; i < kept && cand[i].upper >= std::max(bar, exact.bar()); ++i) {
+    if (i + 1 < kept) prefetch_group(w, w_il, cand[i + 1].row);
+    const int64_t g0 = cand[i].row, g1 = std::min(g0 + 4, e);
+    matmul_rows(c, w, w_il, x, 1, g0, g1, out + g0, 4, 0, rows > 0);
+    for (int64_t r = g0; r < g1; ++r) exact.offer(out[r]);
+    rows += g1 - g0;
+  }
+  cg.screen_stats->exact_rows += rows;
+  if (c.tid == 0) ++cg.screen_stats->steps;
+}
+
+}  // namespace hearth::cpu
