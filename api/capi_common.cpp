@@ -108,6 +108,7 @@ hearth_status hearth_model_params_init(hearth_model_params* params, size_t struc
   d.struct_size = sizeof d;
   d.kv_type = HEARTH_KV_F32;
   d.prefault = 1;
+  d.hugepages = 1;
   return init_struct("hearth_model_params", params, struct_size, d,
                      HEARTH_FIELD_END(hearth_model_params, progress_user_data));
 }

@@ -238,7 +238,7 @@ hearth_status hearth_model_load(const char* path, const hearth_model_params* par
     text->think_close = text->tokenizer.token_id("</think>");
     core->text = std::move(text);
     prog.step("tokenizer");
-    if (p.prefault && !p.hugepages) prefault_weights(core->model->checkpoint(), prog);
+    if (p.prefault) prefault_weights(core->model->checkpoint(), prog);
 
     core->backend_name = p.backend ? p.backend : "";
     core->backend_options.cpu.isa = p.isa ? p.isa : "";
@@ -257,6 +257,7 @@ hearth_status hearth_model_load(const char* path, const hearth_model_params* par
     core->runner_options.kv_budget_bytes = size_t(p.kv_budget_mib) << 20;
     // The model's one runner and engine, shared by all its sessions.
     core->runner = core->make_runner();
+    core->runner->prepare();  // the weight copies, made now rather than in the first reply
     core->engine = std::make_unique<Engine>(*core->runner);
     core->backend_desc = core->runner->backend().describe();
     core->dtype = core->model->weight_dtypes();

@@ -13,6 +13,9 @@
 # LLAMA_QUANTIZE) and each round runs hearth, then llama-bench, on the same weights. GGUF files
 # already at models-cache/standin-SIZE-bf16.gguf (and -Q8_0.gguf, -Q4_0.gguf) are used as they are,
 # so a converter is only needed to make them.
+# hearth runs with its default flags, decoding with the checkpoint's sampling (Qwen3: temperature
+# 0.6, top-k 20, top-p 0.95) as `hearth run` does; llama-bench's tg test does not sample. DEPTH=N
+# (default 0) puts N positions in the context first on both sides (hearth --depth, llama-bench -d).
 # Stand-ins and quantized copies live in models-cache/ (about 7 GB in all). Output: one JSON line
 # per run, then a table. Shared machines drift from minute to minute: trust the 1-thread ratios
 # and the fractions of the ceiling more than absolute tokens/s.
@@ -21,6 +24,7 @@ cd "$(dirname "$0")/.."
 schemes="${1:-0.6b-bf16 1.7b-bf16 0.6b-int8 0.6b-int4 0.6b-int4cb 0.6b-int4h4}"
 threads="${2:-1 2}"
 rounds="${3:-2}"
+depth=${DEPTH:-0}  # positions in the context before each test (hearth --depth, llama-bench -d)
 hearth=${HEARTH:-build/hearth}
 cache=models-cache
 out="$cache/compare-$(date +%Y%m%d-%H%M%S).jsonl"
@@ -68,11 +72,12 @@ for round in $(seq 1 "$rounds"); do
     m=$(model_dir "$s")
     g=$(gguf_for "$s")
     for t in $threads; do
-      "$hearth" bench --model "$m" --threads "$t" --prompt 512 --gen 128 --reps 1 --hugepages --json |
+      "$hearth" bench --model "$m" --threads "$t" --prompt 512 --gen 128 --reps 1 --depth "$depth" \
+        --json |
         python3 -c "import json,sys; d=json.load(sys.stdin); d.update(engine='hearth', scheme='$s', round=$round); print(json.dumps(d))" |
         tee -a "$out"
       if [ -n "$g" ]; then
-        "$LLAMA_BENCH" -m "$g" -t "$t" -p 512 -n 128 -r 1 -o json |
+        "$LLAMA_BENCH" -m "$g" -t "$t" -p 512 -n 128 -d "$depth" -r 1 -o json |
           python3 -c "
 import json, sys
 rows = json.load(sys.stdin)

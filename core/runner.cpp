@@ -138,6 +138,11 @@ void Runner::step(StepInputs in) {
       argmax[i] = first_argmax(in.logits + size_t(i) * size_t(vocab_), vocab_);
 }
 
+void Runner::prepare() {
+  std::lock_guard<std::mutex> lk(mu_);
+  compiled_for(1, 1);
+}
+
 void Runner::copy_kv_block(int from, int to) {
   std::lock_guard<std::mutex> lk(mu_);
   backend_->copy_kv_block(*kv_, from, to);

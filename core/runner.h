@@ -60,6 +60,10 @@ class Runner {
   // positions and block tables before anything runs; logits or argmax as StepInputs says.
   // Greedy callers pass argmax; when the backend cannot fuse it, the runner reduces the logits.
   void step(StepInputs in);
+  // Compiles the one-token (decode) step now, so that the backend's once-per-model work (weight
+  // copies and the LM head's screen, device uploads) happens during a load rather than in the
+  // first reply.
+  void prepare();
 
   // Copies KV block `from` into `to` (a private copy of a shared block to write into).
   void copy_kv_block(int from, int to);

@@ -33,15 +33,20 @@ const void* WeightStore::get(const void* src, int layout, size_t bytes,
   uint8_t* dst = a.data + a.used;
   make(dst);  // a throw leaves the space unused, not handed out
   a.used += need;
+  if (release) hand_back(src, bytes);
+  bytes_ += bytes;
+  return copies_.emplace(std::make_pair(src, layout), dst).first->second;
+}
+
+void WeightStore::hand_back(const void* src, size_t bytes) {
 #ifdef MADV_PAGEOUT
   // Only whole pages inside the source: its neighbours may be in use.
   const uintptr_t page = 4096, s0 = (uintptr_t(src) + page - 1) & ~(page - 1),
                   s1 = (uintptr_t(src) + bytes) & ~(page - 1);
-  if (release && s1 > s0)
-    (void)::madvise(reinterpret_cast<void*>(s0), s1 - s0, MADV_PAGEOUT);  // advice
+  if (s1 > s0) (void)::madvise(reinterpret_cast<void*>(s0), s1 - s0, MADV_PAGEOUT);  // advice
+#else
+  (void)src, (void)bytes;
 #endif
-  bytes_ += bytes;
-  return copies_.emplace(std::make_pair(src, layout), dst).first->second;
 }
 
 size_t WeightStore::bytes() const {

@@ -30,6 +30,9 @@ class WeightStore {
   const void* get(const void* src, int layout, size_t bytes,
                   const std::function<void(void* dst)>& make, bool release = true);
   size_t bytes() const;  // all copies together
+  // Hands the whole pages of [src, src + bytes) back to the OS as get(..., release) does: for a
+  // source read again after its copy was made (to derive another one from it).
+  static void hand_back(const void* src, size_t bytes);
 
  private:
   // Copies are carved from arenas of at least kArenaBytes, so that small tensors (scales, norms)

@@ -139,8 +139,8 @@ typedef enum hearth_kv_type {
  * name: "start" (0.0, before anything is read), "config" (config.json parsed), "checkpoint"
  * (safetensors opened and validated), "weights" (tensors bound), "graph" (compute graph built),
  * "tokenizer", "prefault" (weight pages being read in; called repeatedly), "backend" (graph
- * compiled for the backend), "done" (1.0). Return 0 to cancel the load (it then fails with
- * HEARTH_ERR_CANCELLED and frees everything), nonzero to go on. */
+ * compiled for the backend, weight copies made), "done" (1.0). Return 0 to cancel the load (it then
+ * fails with HEARTH_ERR_CANCELLED and frees everything), nonzero to go on. */
 typedef int (*hearth_progress_fn)(float fraction, const char* stage, void* user_data);
 
 typedef struct hearth_model_params {
@@ -155,11 +155,12 @@ typedef struct hearth_model_params {
   int32_t prefault;
   hearth_progress_fn progress; /* may be NULL */
   void* progress_user_data;
-  /* Nonzero: keep private copies of the matmul weights in memory backed by transparent huge pages,
-   * in the layouts the kernels read fastest, shared by the model's sessions and made when the
-   * model first runs: faster decode (fewer TLB misses, one stream per block of rows), but a private
-   * copy of the weights beside the shared page cache. KV caches go into huge pages too. Added in
-   * 0.1; older callers get 0. */
+  /* Nonzero (hearth_model_params_init's default): keep private copies of the matmul weights in
+   * memory backed by transparent huge pages, in the layouts the kernels read fastest, shared by
+   * the model's sessions and made when the model first runs, and hand the mapped file's pages back:
+   * faster decode (fewer TLB misses, one stream per block of rows, a screened LM head), the weights
+   * in memory once. KV caches go into huge pages too. 0: the weights are read in place from the
+   * mapped files, whose pages several processes share. Added in 0.1; older callers get 1. */
   int32_t hugepages;
   /* KV cache memory shared by all sessions of the model, in MiB; 0: the model's whole context
    * once. Pages are committed as they are used. Added in 0.1; older callers get 0. */
@@ -177,8 +178,8 @@ static inline hearth_model_params hearth_model_params_default(void) {
 }
 
 /* Loads a Hugging Face Qwen3 checkpoint folder (config.json, *.safetensors, tokenizer.json and
- * tokenizer_config.json). params may be NULL for defaults. Weights are memory-mapped, not copied.
- * On success *out_model is the new model; on failure it is NULL. */
+ * tokenizer_config.json). params may be NULL for defaults. Weights are memory-mapped (see
+ * hugepages). On success *out_model is the new model; on failure it is NULL. */
 HEARTH_API hearth_status hearth_model_load(const char* path, const hearth_model_params* params,
                                            hearth_model** out_model);
 

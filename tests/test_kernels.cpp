@@ -1339,9 +1339,10 @@ TEST_SUITE("kernels") {
       CHECK(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * 4) == 0);
     }
     // Every linear weight once (BF16: packed, row for row the same bytes), for both backends,
-    // and the BF16 LM head's Q8 screen for greedy decoding.
+    // but the tied LM head, read where the model mapped it (the embedding table), and its Q8
+    // screen for greedy and top-k decoding.
     const auto& w = model->weights();
-    size_t want = w.embed.nbytes + cpu::head_screen_bytes(w.embed);  // the tied LM head
+    size_t want = cpu::head_screen_bytes(w.embed);
     for (const auto& l : w.layers)
       for (const Tensor* t :
            {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})

@@ -6,15 +6,20 @@
 //
 // After a warm-up (one full prefill and a short decode, which also pages the weights in and builds
 // every GEMM primitive), each of --reps rounds runs a prefill of --prompt random tokens into an
-// empty cache, then a greedy decode of --gen tokens from an empty cache (as llama-bench's tg test
-// does), each preceded by a bandwidth probe (Backend::measure_peaks). The CPU backend probes in a
-// forked child, so its 1 GiB buffer never counts in this process's peak RSS.
+// empty cache, then a decode of --gen tokens from an empty cache (as llama-bench's tg test does,
+// but sampled as decode_sampling says), each preceded by a bandwidth probe
+// (Backend::measure_peaks). The CPU backend probes in a forked child, so its 1 GiB buffer never
+// counts in this process's peak RSS.
 //
 // JSON fields (--json; rates are medians over the rounds, *_runs list every round):
 //   hearth_version             the library's version (HEARTH_VERSION)
 //   cpu_model                  /proc/cpuinfo's "model name" (Arm: "Hardware", else the implementer
 //                              and part numbers), "unknown" without
 //   model_dir, weight_dtypes, backend_detail, threads, kv_dtype, prompt_tokens, gen_tokens, reps
+//   depth                      --depth N (as llama-bench -d N): positions already in the cache
+//                              before each prefill (N random tokens, filled once, untimed) and
+//                              before each decode (a sequence of those N tokens, their blocks
+//                              cached after the first run, so only its last token is recomputed)
 //   prefill_tokens_per_s       prompt tokens per second of one prefill (chunked as the runner does)
 //   prefill_gflops             its model FLOPs per second: 2 per weight per token in the layers
 //                              (of a mixture of experts, the router and the top-k experts),
@@ -38,10 +43,14 @@
 //                              probe and the prefill run at different moments) and the LM head's
 //                              one row, whose arithmetic is not counted (0.3% of a 128-token 0.6B
 //                              prefill's FLOPs); "", 0 and 0 where one of them has no probe
-//   decode_tokens_per_s        greedy decode tokens per second (LM head fused with the argmax)
+//   decode_sampling            how decode drew its tokens: the checkpoint's sampling
+//                              (generation_config.json, as `hearth run` samples; Qwen3:
+//                              "temperature 0.6, top-k 20, top-p 0.95"), or "greedy" with --greedy,
+//                              or what the sampling options say; seed 1234 unless --seed
+//   decode_tokens_per_s        decode tokens per second, sampling included
 //   decode_weight_bytes        weight bytes read per decoded token: decode_weight_bytes(), less
-//                              what the backend proved it need not read (with --hugepages, a BF16
-//                              LM head is screened by a Q8 copy: head_screen_saving_bytes)
+//                              what the backend proved it need not read (a screened LM head, for
+//                              greedy and top-k decoding: head_screen_saving_bytes)
 //   head_screen_saving_bytes   that saving per token (Backend::argmax_bytes_saved), 0 without
 //   decode_kv_bytes_per_token  KV cache bytes read per decoded token, averaged over the decode
 //   decode_bytes_per_token     decode_weight_bytes + decode_kv_bytes_per_token
@@ -57,7 +66,7 @@
 //   load_ms                    model load and backend creation
 //
 // --parallel N1,N2,... (batched decode, as llama-batched-bench -npp/-ntg/-npl): for each N, N
-// sequences, each with its own --prompt random tokens (default 128 in this mode) and --gen greedy
+// sequences, each with its own --prompt random tokens (default 128 in this mode) and --gen
 // tokens after its first (default 128; ignore_eos), are submitted at once to one Scheduler over one
 // Runner (max_seqs = the largest N, --prefill-chunk rows per step, default 512, and a KV budget
 // for every sequence's positions) and stepped until idle. The prefill phase runs until the step
@@ -258,15 +267,48 @@ std::string names(const std::vector<Arithmetic>& v) {
   return s;
 }
 
+// The decode's sampling: the checkpoint's (generation_config.json), as `hearth run` samples, unless
+// --greedy or sampling options say otherwise; seed 1234 unless --seed, so reruns draw alike.
+SamplingParams bench_sampling(const Args& args, const Qwen3Model& model) {
+  SamplingParams s = generate_options(args, model, true).sampling;
+  if (!args.has("--seed")) s.seed = 1234;
+  return s;
+}
+
+// "greedy", or "temperature 0.6, top-k 20, top-p 0.95" with only the settings in effect.
+std::string sampling_text(const SamplingParams& s) {
+  if (s.temperature <= 0.f && s.repetition_penalty == 1.f && s.presence_penalty == 0.f &&
+      s.frequency_penalty == 0.f)
+    return "greedy";
+  std::string t;
+  char buf[64];
+  auto add = [&](const char* name, double v) {
+    std::snprintf(buf, sizeof buf, "%s%s %g", t.empty() ? "" : ", ", name, v);
+    t += buf;
+  };
+  if (s.temperature <= 0.f)
+    t = "greedy";
+  else
+    add("temperature", s.temperature);
+  if (s.temperature > 0.f && s.top_k > 0) add("top-k", s.top_k);
+  if (s.temperature > 0.f && s.top_p < 1.f) add("top-p", s.top_p);
+  if (s.temperature > 0.f && s.min_p > 0.f) add("min-p", s.min_p);
+  if (s.repetition_penalty != 1.f) add("repetition penalty", s.repetition_penalty);
+  if (s.presence_penalty != 0.f) add("presence penalty", s.presence_penalty);
+  if (s.frequency_penalty != 0.f) add("frequency penalty", s.frequency_penalty);
+  return t;
+}
+
 // Opens the report with what every run records: model, backend, threads, KV type and sizes.
 void begin_report(JsonWriter& w, const Qwen3Model& model, Runner& runner, DType kv, int prompt,
-                  int gen) {
+                  int gen, const SamplingParams& sampling) {
   w.begin_object();
   w.field("hearth_version", HEARTH_VERSION).field("cpu_model", cpu_model());
   w.field("model_dir", model.dir()).field("weight_dtypes", model.weight_dtypes());
   w.field("backend_detail", runner.backend().describe())
       .field("threads", runner.backend().threads());
   w.field("kv_dtype", dtype_name(kv)).field("prompt_tokens", prompt).field("gen_tokens", gen);
+  w.field("decode_sampling", sampling_text(sampling));
 }
 
 // With --json prints the report and returns true; else prints the table's title line.
@@ -281,16 +323,17 @@ bool print_json_or_title(const Args& args, const JsonWriter& w, const Qwen3Model
   return false;
 }
 
-// Model FLOPs of a prefill of T tokens from an empty cache.
+// Model FLOPs of a prefill of T tokens after `depth` cached positions.
 // A sparse (MoE) layer counts its router and the experts a token runs through.
-double prefill_flops(const Qwen3Config& c, int T) {
+double prefill_flops(const Qwen3Config& c, int T, int depth = 0) {
   const double H = c.hidden_size, I = c.intermediate_size, hd = c.head_dim;
   const double nh = c.num_attention_heads, nkv = c.num_key_value_heads;
   const double attn_weights = H * nh * hd * 2 + H * nkv * hd * 2;
   const double dense_mlp = 3 * H * I;
   const double sparse_mlp =
       H * c.num_experts + 3 * H * double(c.moe_intermediate_size) * c.num_experts_per_tok;
-  const double attention = 4 * nh * hd * (double(T) * (T + 1) / 2);  // scores and values
+  const double attention =
+      4 * nh * hd * (double(T) * depth + double(T) * (T + 1) / 2);  // scores and values
   double flops = 2 * H * c.vocab_size;
   for (int i = 0; i < c.num_hidden_layers; ++i)
     flops += 2 * (attn_weights + (c.sparse_layer(i) ? sparse_mlp : dense_mlp)) * T + attention;
@@ -313,12 +356,14 @@ struct ParallelRun {
   double prefill_cpu = 0, decode_cpu = 0;
 };
 
-// N sequences of `prompt` fresh random tokens, each to gen + 1 greedy tokens, submitted at once
-// and stepped until idle.
-ParallelRun run_parallel(Runner& runner, int n, int prompt, int gen, std::mt19937& rng) {
+// N sequences of `prompt` fresh random tokens, each to gen + 1 tokens (sampled as decode_sampling
+// says), submitted at once and stepped until idle.
+ParallelRun run_parallel(Runner& runner, int n, int prompt, int gen, const SamplingParams& sampling,
+                         std::mt19937& rng) {
   std::uniform_int_distribution<int32_t> any_token(0, runner.vocab_size() - 1);
   Scheduler sched(runner);
   GenerateOptions go;
+  go.sampling = sampling;
   go.max_new_tokens = gen + 1;  // the first token comes from the prompt's last step
   go.ignore_eos = true;
   std::map<Scheduler::Id, bool> started;  // id -> has its first token
@@ -383,6 +428,7 @@ int bench_parallel(const Args& args) {
   if (prompt + gen + 1 > cfg.max_position_embeddings)
     fail("--prompt + --gen must stay below max_position_embeddings");
   const BackendOptions bo = backend_options(args);
+  const SamplingParams sampling = bench_sampling(args, *model);
   RunnerOptions ro;
   ro.prefill_chunk = args.integer("--prefill-chunk", 512);
   if (ro.prefill_chunk < max_n) fail("--prefill-chunk must be at least the largest --parallel N");
@@ -400,8 +446,9 @@ int bench_parallel(const Args& args) {
   std::mt19937 rng(1234);
   progress.say("warm-up");
   // Pages the weights in and compiles the step sizes: one row, max_n rows, a prefill chunk.
-  run_parallel(runner, 1, std::min(prompt, 8), 4, rng);
-  run_parallel(runner, max_n, std::max(1, std::min(prompt, ro.prefill_chunk / max_n)), 4, rng);
+  run_parallel(runner, 1, std::min(prompt, 8), 4, sampling, rng);
+  run_parallel(runner, max_n, std::max(1, std::min(prompt, ro.prefill_chunk / max_n)), 4, sampling,
+               rng);
 
   struct PerN {
     std::vector<double> prefill_tps, decode_tps, total_tps, prefill_ms, decode_ms, ms_step;
@@ -421,7 +468,7 @@ int bench_parallel(const Args& args) {
       keep_best(peaks, p);
       progress.say("N=" + std::to_string(n) + " round " + std::to_string(r + 1) + "/" +
                    std::to_string(reps));
-      const ParallelRun run = run_parallel(runner, n, prompt, gen, rng);
+      const ParallelRun run = run_parallel(runner, n, prompt, gen, sampling, rng);
       PerN& q = per[k];
       q.prefill_tps.push_back(double(n) * prompt / run.prefill_s);
       q.decode_tps.push_back(run.decode_s > 0 ? double(run.decode_tokens) / run.decode_s : 0.0);
@@ -445,7 +492,7 @@ int bench_parallel(const Args& args) {
   const double kv_tok = kv_bytes_per_token(cfg, bo.kv_dtype, prompt, gen);
 
   JsonWriter w;
-  begin_report(w, *model, runner, bo.kv_dtype, prompt, gen);
+  begin_report(w, *model, runner, bo.kv_dtype, prompt, gen, sampling);
   w.field("reps", reps).field("prefill_chunk", runner.prefill_chunk());
   peaks_json(w, peaks);
   w.field("mem_bw_gbs", best_bw);
@@ -501,8 +548,11 @@ int bench_parallel(const Args& args) {
                  "warning: some runs' threads got under 90%% of their CPU time (cpu %% column); "
                  "the machine is busy and those rates are below what it can do\n");
   if (print_json_or_title(args, w, *model, runner)) return 0;
-  std::printf("%s, prompt %d + gen %d tokens per sequence, %d round(s); read %.1f GB/s; peaks %s\n",
-              threads_text(threads).c_str(), prompt, gen, reps, best_bw, peaks_text(peaks).c_str());
+  std::printf(
+      "%s, prompt %d + gen %d tokens per sequence (%s), %d round(s); read %.1f GB/s; "
+      "peaks %s\n",
+      threads_text(threads).c_str(), prompt, gen, sampling_text(sampling).c_str(), reps, best_bw,
+      peaks_text(peaks).c_str());
   std::printf("%5s %16s %16s %16s %10s %10s %6s\n", "N", "prefill tokens/s", "decode tokens/s",
               "tokens/s/stream", "ms/step", "% read bw", "cpu %");
   for (const Row& x : rows)
@@ -572,13 +622,15 @@ void single_notes(const SingleResult& r) {
                  100 * r.pf_share, 100 * r.dc_share);
 }
 
-void single_text(const SingleResult& r, int threads, int prompt, int gen) {
+void single_text(const SingleResult& r, int threads, int prompt, int gen, int depth,
+                 const SamplingParams& sampling) {
+  const std::string at = depth ? " at depth " + std::to_string(depth) : "";
   // A backend that measures no peaks (a GPU's, so far) gets its rates without fractions.
   const std::string peaks = peaks_text(r.peaks);
   std::printf("%s; peaks %s\n", threads_text(threads).c_str(),
               peaks.empty() ? "not measured by this backend" : peaks.c_str());
   // Named by the arithmetic whose peak bounds it; JSON's prefill_arithmetic lists all it ran on.
-  std::printf("prefill %d: %8.1f tokens/s, %6.1f GFLOP/s", prompt, r.pf, r.pf_gflops);
+  std::printf("prefill %d%s: %8.1f tokens/s, %6.1f GFLOP/s", prompt, at.c_str(), r.pf, r.pf_gflops);
   if (r.bound.peak > 0)
     std::printf(" = %.0f%% of the %s peak, %.0f %s\n", 100 * r.pf_gflops / r.bound.peak,
                 arithmetic_name(r.bound.by), r.bound.peak, peak_unit(r.bound.by));
@@ -586,7 +638,8 @@ void single_text(const SingleResult& r, int threads, int prompt, int gen) {
     std::printf(" on %s\n", names(r.bound.used).c_str());
   else
     std::printf("\n");
-  std::printf("decode %d:  %8.2f tokens/s, %6.1f MB/token, %.1f GB/s", gen, r.dc, r.bytes / 1e6,
+  std::printf("decode %d%s (%s):\n          %8.2f tokens/s, %6.1f MB/token, %.1f GB/s", gen,
+              at.c_str(), sampling_text(sampling).c_str(), r.dc, r.bytes / 1e6,
               r.bytes * r.dc / 1e9);
   if (r.best_bw > 0)
     std::printf(" = %.0f%% of %.1f GB/s read\n", 100 * r.bytes * r.dc / (r.best_bw * 1e9),
@@ -599,16 +652,28 @@ void single_text(const SingleResult& r, int threads, int prompt, int gen) {
 
 }  // namespace
 
+std::vector<std::string> bench_options() {
+  std::vector<std::string> o = {
+      "--model=",    "--threads=", "--isa=",    "--kv=",   "--gemm=",     "--prefill-chunk=",
+      "--prompt=",   "--gen=",     "--reps=",   "--json",  "--hugepages", "--mmap",
+      "--parallel=", "--backend=", "--device=", "--depth="};
+  for (const std::string& s : sampling_options())
+    if (s != "--max-new-tokens=" && s != "--ignore-eos") o.push_back(s);
+  return o;
+}
+
 int cmd_bench(int argc, char** argv) {
-  Args args(
-      argc, argv,
-      {"--model=", "--threads=", "--isa=", "--kv=", "--gemm=", "--prefill-chunk=", "--prompt=",
-       "--gen=", "--reps=", "--json", "--hugepages", "--parallel=", "--backend=", "--device="});
-  if (args.has("--parallel")) return bench_parallel(args);
+  Args args(argc, argv, bench_options());
+  if (args.has("--parallel")) {
+    if (args.has("--depth")) fail("--depth is for the single-sequence bench, not --parallel");
+    return bench_parallel(args);
+  }
   const int prompt = args.integer("--prompt", 512);
   const int gen = args.integer("--gen", 128);
   const int reps = args.integer("--reps", 2);
+  const int depth = args.integer("--depth", 0);
   if (prompt < 1 || gen < 1 || reps < 1) fail("--prompt, --gen and --reps must be positive");
+  if (depth < 0) fail("--depth must be >= 0, got ", depth);
   Progress progress;
 
   progress.say("loading");
@@ -616,21 +681,36 @@ int cmd_bench(int argc, char** argv) {
   auto model = load_model(args);
   const Qwen3Config& cfg = model->config();
   const BackendOptions bo = backend_options(args);
+  const SamplingParams sampling = bench_sampling(args, *model);
   // One 512-token chunk, as llama-bench's default ubatch processes pp512.
   const int chunk = args.integer("--prefill-chunk", 512);
   if (chunk <= 0) fail("--prefill-chunk must be positive");
+  const int max_pos = cfg.max_position_embeddings;
+  if (depth + prompt + 1 > max_pos || depth + gen + 1 > max_pos)
+    fail("--depth + --prompt and --depth + --gen must stay below max_position_embeddings (",
+         max_pos, ")");
+  RunnerOptions ro;
+  ro.prefill_chunk = chunk;
+  // The prefill's cache and the decode's sequence each hold the context; the model's whole
+  // context once (the default) covers both unless the context is deep.
+  const int positions = 2 * (depth + std::max(prompt, gen + 1) + 2 * ro.block_size);
+  ro.kv_budget_bytes = KVStorage::position_bytes(model->graph().kv, bo.kv_dtype) *
+                       size_t(std::max(max_pos, positions));
   Runner runner(create_backend(args.str("--backend", "cpu"), bo), model->graph(), cfg.vocab_size,
-                cfg.max_position_embeddings, chunk);
+                max_pos, ro);
+  runner.prepare();
   Engine engine(runner);
   const int threads = runner.backend().threads();
   const double load_ms = seconds_since(t_load) * 1e3;
-  if (prompt + 1 > cfg.max_position_embeddings || gen + 1 > cfg.max_position_embeddings)
-    fail("--prompt and --gen must stay below max_position_embeddings");
 
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> any_token(0, cfg.vocab_size - 1);
-  std::vector<int32_t> tokens(static_cast<size_t>(prompt));
+  std::vector<int32_t> tokens(static_cast<size_t>(prompt)), context(static_cast<size_t>(depth));
   for (auto& t : tokens) t = any_token(rng);
+  for (auto& t : context) t = any_token(rng);
+  // Decode starts from the context (its blocks cached after the first run, as a conversation's
+  // are), or from one token.
+  const std::vector<int32_t> decode_prompt = depth ? context : std::vector<int32_t>{tokens[0]};
 
   // CPU time over wall time x threads in the timed sections: below 1 when the machine is busy
   // with other work, which makes every rate here lower than the hardware allows.
@@ -638,11 +718,15 @@ int cmd_bench(int argc, char** argv) {
   // One cache for every prefill, as an application keeps its session's (and llama-bench its
   // context's): a fresh one per run would time the kernel faulting its pages in (~230 ms of a
   // 512-token 0.6B prefill on one Zen 5 core with huge pages, 20% of it).
-  auto cache = runner.new_kv(prompt);
+  auto cache = runner.new_kv(depth + prompt);
+  if (depth) {
+    progress.say("filling the context");
+    runner.forward_argmax(*cache, context.data(), depth, 0);
+  }
   auto prefill_once = [&] {
     const double c0 = cpu_seconds();
     const auto t0 = Clock::now();
-    runner.forward_argmax(*cache, tokens.data(), prompt, 0);
+    runner.forward_argmax(*cache, tokens.data(), prompt, depth);
     const double wall = seconds_since(t0);
     prefill_cpu += cpu_seconds() - c0;
     prefill_wall += wall;
@@ -651,11 +735,12 @@ int cmd_bench(int argc, char** argv) {
   GenerateOptions go;
   go.max_new_tokens = gen + 1;  // the first token comes from the prompt's step
   go.ignore_eos = true;
+  go.sampling = sampling;
   auto decode_once = [&] {
     Session s(engine);
     const double c0 = cpu_seconds();
     const auto t0 = Clock::now();
-    const double tps = s.generate({tokens[0]}, go).metrics.tokens_per_s;
+    const double tps = s.generate(decode_prompt, go).metrics.tokens_per_s;
     decode_cpu += cpu_seconds() - c0;
     decode_wall += seconds_since(t0);
     return tps;
@@ -666,7 +751,7 @@ int cmd_bench(int argc, char** argv) {
   {
     GenerateOptions w = go;
     w.max_new_tokens = 8;
-    Session(engine).generate({tokens[0]}, w);
+    Session(engine).generate(decode_prompt, w);
   }
 
   SingleResult res;
@@ -683,19 +768,13 @@ int cmd_bench(int argc, char** argv) {
   progress.say("probe");
   res.bw.push_back(runner.backend().measure_peaks(false).read_gbs);
 
-  // Decode step i (1..gen) feeds position i and attends over positions 0..i.
-  // (An int8 cache also reads one f32 scale per row.)
-  const double kv_per_pos =
-      double(cfg.num_hidden_layers) * 2 * cfg.num_key_value_heads *
-      (cfg.head_dim * double(dtype_size(bo.kv_dtype)) + (bo.kv_dtype == DType::I8 ? 4 : 0));
-  for (int i = 1; i <= gen; ++i) res.kv_bytes += kv_per_pos * (i + 1);
-  res.kv_bytes /= gen;
+  res.kv_bytes = kv_bytes_per_token(cfg, bo.kv_dtype, int(decode_prompt.size()), gen);
   res.saved = runner.backend().argmax_bytes_saved();
   res.weight_bytes = double(model->decode_weight_bytes()) - res.saved;
   res.bytes = res.weight_bytes + res.kv_bytes;
   res.best_bw = *std::max_element(res.bw.begin(), res.bw.end());
   res.pf = median(res.prefill_tps), res.dc = median(res.decode_tps);
-  res.pf_gflops = prefill_flops(cfg, prompt) / (prompt / res.pf) / 1e9;
+  res.pf_gflops = prefill_flops(cfg, prompt, depth) / (prompt / res.pf) / 1e9;
   res.pf_share = prefill_cpu / (prefill_wall * threads);
   res.dc_share = decode_cpu / (decode_wall * threads);
   res.bound = prefill_bound(runner.backend(), res.peaks, prompt, runner.prefill_chunk());
@@ -704,10 +783,11 @@ int cmd_bench(int argc, char** argv) {
   single_notes(res);
 
   JsonWriter w;
-  begin_report(w, *model, runner, bo.kv_dtype, prompt, gen);
+  begin_report(w, *model, runner, bo.kv_dtype, prompt, gen, sampling);
+  w.field("depth", depth);
   single_json(w, res, reps);
   if (print_json_or_title(args, w, *model, runner)) return 0;
-  single_text(res, threads, prompt, gen);
+  single_text(res, threads, prompt, gen, depth, sampling);
   return 0;
 }
 

@@ -9,16 +9,18 @@ namespace hearth::cli {
 namespace {
 
 // Shared blocks, pasted into the pages of the commands that take them.
-#define ENGINE_OPTIONS                                                                         \
-  "engine options:\n"                                                                          \
-  "  --threads N        compute threads (default: the physical cores; at most 4x the CPUs)\n"  \
-  "  --backend NAME     cpu (default) or vulkan (hearth devices lists them)\n"                 \
-  "  --device N         the GPU backend's device (default 0)\n"                                \
-  "  --isa NAME         avx512, avx2, neon or scalar: force a lower ISA than the CPU's best\n" \
-  "  --kv TYPE          KV cache type: f32 (default), f16, bf16 or int8\n"                     \
-  "  --prefill-chunk N  prompt tokens per prefill step (default 256)\n"                        \
-  "  --gemm NAME        prefill matmuls: auto (default), dnnl, dnnl-bf16, openblas, native\n"  \
-  "  --hugepages        private huge-page copies of the weights: faster decode, more memory\n" \
+#define ENGINE_OPTIONS                                                                           \
+  "engine options:\n"                                                                            \
+  "  --threads N        compute threads (default: the physical cores; at most 4x the CPUs)\n"    \
+  "  --backend NAME     cpu (default) or vulkan (hearth devices lists them)\n"                   \
+  "  --device N         the GPU backend's device (default 0)\n"                                  \
+  "  --isa NAME         avx512, avx2, neon or scalar: force a lower ISA than the CPU's best\n"   \
+  "  --kv TYPE          KV cache type: f32 (default), f16, bf16 or int8\n"                       \
+  "  --prefill-chunk N  prompt tokens per prefill step (default 256)\n"                          \
+  "  --gemm NAME        prefill matmuls: auto (default), dnnl, dnnl-bf16, openblas, native\n"    \
+  "  --mmap             read the weights in place from the mapped checkpoint: less memory\n"     \
+  "                     (shared between processes), slower decode; the default keeps copies\n"   \
+  "                     in huge pages in the kernels' layouts (--hugepages, kept for scripts)\n" \
   "  --kv-budget MiB    KV cache memory (default: the context once)\n"
 
 #define SAMPLING_OPTIONS                                                                       \
@@ -172,7 +174,7 @@ const char* kEvalPage =
 const char* kBenchPage =
     "usage: hearth bench --model DIR [options]\n"
     "\n"
-    "Prefill and greedy-decode speed beside the machine's own limits (memory read bandwidth,\n"
+    "Prefill and decode speed beside the machine's own limits (memory read bandwidth,\n"
     "FMA and dot-product peaks), measured in the same run with the same threads. The JSON\n"
     "fields are listed at the top of tools/cmd_bench.cpp.\n"
     "\n"
@@ -184,7 +186,10 @@ const char* kBenchPage =
     "  --reps N             rounds, reported as medians (default 2; 1 with --parallel)\n"
     "  --parallel N1,N2,..  batched decode of N sequences at once, for each N\n"
     "  --prefill-chunk N    prompt tokens per step (default 512)\n"
-    "  --isa, --kv, --gemm, --hugepages   as for every model command\n"
+    "  --depth N            N positions in the context before prefill and decode (default 0)\n"
+    "  --isa, --kv, --gemm, --mmap        as for every model command\n"
+    "  --greedy, --temperature, --top-k, ...   decode's sampling (default: the checkpoint's,\n"
+    "                       as hearth run samples; seed 1234 unless --seed)\n"
     "  --backend NAME, --device N          cpu (default) or vulkan, and its device\n"
     "  --json               one JSON record on stdout\n"
     "\n"

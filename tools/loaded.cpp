@@ -14,12 +14,13 @@
 namespace hearth::cli {
 
 const std::vector<std::string> kEngineOptions = {
-    "--model=",         "--threads=", "--backend=",  "--isa=",       "--kv=",
-    "--prefill-chunk=", "--gemm=",    "--hugepages", "--kv-budget=", "--kv-block=",
-    "--max-batch=",     "--ctx=",     "--device="};
+    "--model=",         "--threads=",   "--backend=",  "--isa=",   "--kv=",
+    "--prefill-chunk=", "--gemm=",      "--hugepages", "--mmap",   "--kv-budget=",
+    "--kv-block=",      "--max-batch=", "--ctx=",      "--device="};
 
-// --hugepages: the backend keeps private huge-page copies of the matmul weights, in the layouts
-// its kernels read fastest (BackendOptions::weight_copies); the model maps the file as usual.
+// The model maps the checkpoint; unless --mmap, the backend keeps private huge-page copies of the
+// matmul weights in the layouts its kernels read fastest (BackendOptions::weight_copies) and hands
+// the mapping's pages back, so the weights are in memory once either way.
 std::unique_ptr<Qwen3Model> load_model(const Args& args) {
   return Qwen3Model::load(args.required("--model"));
 }
@@ -58,7 +59,11 @@ BackendOptions backend_options(const Args& args) {
   bo.cpu.isa = args.has("--isa") ? args.str("--isa") : env_str("HEARTH_ISA");
   bo.cpu.gemm = args.has("--gemm") ? args.str("--gemm") : env_str("HEARTH_GEMM");
   bo.cpu.gemm_min_tokens = env_positive("HEARTH_GEMM_MIN_TOKENS");
-  if (args.has("--hugepages")) {
+  if (args.has("--mmap") && args.has("--hugepages"))
+    fail(
+        "--mmap and --hugepages contradict each other; give one (huge-page copies are the "
+        "default)");
+  if (!args.has("--mmap")) {
     bo.cpu.weight_copies = std::make_shared<WeightStore>();
     bo.cpu.kv_huge_pages = true;
   }
@@ -136,6 +141,7 @@ Loaded load_engine(const Args& args, const RunnerOptions& ro, const SchedulerOpt
   const int ctx = context_length(args, *l.model, bo.kv_dtype);
   l.runner = std::make_unique<Runner>(create_backend(args.str("--backend"), bo), l.model->graph(),
                                       c.vocab_size, ctx, ro);
+  l.runner->prepare();  // the weight copies, made now rather than in the first reply
   l.engine = std::make_unique<Engine>(*l.runner, so);
   l.load_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -278,18 +278,18 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
   // A screen's layout is part of its key: backends of different ISAs may share the store.
   enum Layout : int { kVerbatim = 0, kPacked = 1, kScreen = 2, kScreenPacked = 3 };
   // A tied LM head is also the embedding table, which the Embed step reads where the model mapped
-  // it: its pages stay (handed back, each prefill row would fault them in again: ~30 ms of a
-  // 512-token 1.7B prefill on one Zen 5 core).
+  // it, so its pages stay (handed back, each prefill row would fault them in again: ~30 ms of a
+  // 512-token 1.7B prefill on one Zen 5 core), and it is not copied: its screen spares decode all
+  // but a few hundred of its rows, and a copy would keep it in memory twice (0.6B: +26%).
   std::set<const void*> embedded;
   for (const Node& n : nodes)
     if (n.op == Op::Embed) {
       const Tensor& t = ts[size_t(n.in[0])].weight;
       embedded.insert({t.data, t.scales});
     }
-  auto release = [&](const void* p) { return embedded.count(p) == 0; };
   auto use_weight = [&](int id) {
     Tensor w = ts[size_t(id)].weight;
-    if (weight_copies_ && cg->weight[size_t(id)].empty()) {
+    if (weight_copies_ && cg->weight[size_t(id)].empty() && !embedded.count(w.data)) {
       const size_t scale_bytes =
           w.quantized() ? size_t(w.rows() * (w.cols() / w.group_size)) * 2 : 0;
       const PackShape pack = w.dtype == DType::BF16 ? kPackBf16
@@ -298,17 +298,15 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
                                                     : PackShape{0, 0};
       const int64_t row_bytes = int64_t(w.nbytes) / std::max<int64_t>(w.rows(), 1);
       if (pack.chunk && kernels_.isa == Isa::Avx512 && pack_fits(pack, w.rows(), row_bytes))
-        cg->w_il[size_t(id)] = weight_copies_->get(
-            w.data, kPacked, w.nbytes,
-            [&](void* dst) { pack_rows(w.data, w.rows(), row_bytes, pack, dst); }, release(w.data));
+        cg->w_il[size_t(id)] = weight_copies_->get(w.data, kPacked, w.nbytes, [&](void* dst) {
+          pack_rows(w.data, w.rows(), row_bytes, pack, dst);
+        });
       else
-        w.data = weight_copies_->get(
-            w.data, kVerbatim, w.nbytes, [&](void* dst) { std::memcpy(dst, w.data, w.nbytes); },
-            release(w.data));
+        w.data = weight_copies_->get(w.data, kVerbatim, w.nbytes,
+                                     [&](void* dst) { std::memcpy(dst, w.data, w.nbytes); });
       if (scale_bytes)
-        w.scales = weight_copies_->get(
-            w.scales, kVerbatim, scale_bytes,
-            [&](void* dst) { std::memcpy(dst, w.scales, scale_bytes); }, release(w.scales));
+        w.scales = weight_copies_->get(w.scales, kVerbatim, scale_bytes,
+                                       [&](void* dst) { std::memcpy(dst, w.scales, scale_bytes); });
     }
     cg->weight[size_t(id)] = w;
   };
@@ -321,7 +319,8 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
     if (!weight_copies_ || !screenable(w) || cg->screen_w >= 0) return;
     if (w.dtype == DType::Q8 && !kernels_.screen_q8) return;
     const bool pk = kernels_.isa == Isa::Avx512 && pack_fits(kPackQ8, w.rows(), w.cols());
-    // The head's pages are the head copy's to hand back, not the screen's (of another size).
+    // The screen is made from the model's mapping of the head: a copied head's pages, handed
+    // back when its copy was made, are read in again and go back once more.
     const void* mem = weight_copies_->get(
         w.data, pk ? kScreenPacked : kScreen, head_screen_bytes(w),
         [&](void* dst) {
@@ -330,6 +329,10 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
             ThreadPool::split(w.rows(), tid, nth, kPackQ8.rows, &b, &e);
             build_head_screen(w, pk, dst, b, e);
           });
+          if (embedded.count(w.data)) return;
+          WeightStore::hand_back(w.data, w.nbytes);
+          if (w.quantized())
+            WeightStore::hand_back(w.scales, size_t(w.rows() * (w.cols() / w.group_size)) * 2);
         },
         false);
     cg->screen = head_screen_view(w, pk, mem);
