@@ -2,6 +2,7 @@
 // failure contract (non-zero exit, one `error:` line naming the problem, never a signal).
 #include <doctest/doctest.h>
 #include <simdjson.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -60,6 +61,41 @@ TEST_SUITE("cli") {
     for (int64_t v : out["tokens"].get_array()) got.push_back(v);
     want.resize(got.size());
     CHECK(got == want);
+  }
+
+  TEST_CASE("bench: the checkpoint's sampling, a list of depths, a plot") {
+    const std::string dir = kModels + "tiny-tied-bf16";  // generation_config: 0.6, top-k 20, 0.95
+    const std::string svg = (std::filesystem::temp_directory_path() /
+                             ("hearth_bench_plot_" + std::to_string(getpid()) + ".svg"))
+                                .string();
+    const std::string base =
+        "bench --model " + dir + " --threads 1 --prompt 4 --gen 4 --reps 1 --json";
+    Result r = run(base + " --depth 0,8 --plot " + svg);
+    REQUIRE(r.status == 0);
+    simdjson::dom::parser p;
+    simdjson::dom::element out = p.parse(r.out);
+    CHECK(std::string_view(out["decode_sampling"]) == "temperature 0.6, top-k 20, top-p 0.95");
+    simdjson::dom::array depths = out["depths"].get_array();
+    REQUIRE(depths.size() == 2);
+    CHECK(int64_t(depths.at(1)["depth"]) == 8);
+    // Deeper, the decode reads 8 more positions of every layer's keys and values per token.
+    CHECK(double(depths.at(1)["decode_kv_bytes_per_token"]) >
+          double(depths.at(0)["decode_kv_bytes_per_token"]));
+    std::ifstream f(svg);
+    std::stringstream text;
+    text << f.rdbuf();
+    CHECK(text.str().rfind("<svg", 0) == 0);
+    CHECK(text.str().find("depth 8</text>") != std::string::npos);
+    std::filesystem::remove(svg);
+
+    Result g = run(base + " --greedy --mmap");
+    REQUIRE(g.status == 0);
+    simdjson::dom::parser p2;
+    simdjson::dom::element gout = p2.parse(g.out);
+    CHECK(std::string_view(gout["decode_sampling"]) == "greedy");
+    CHECK(double(gout["head_screen_saving_bytes"]) == 0);  // no copies, no screen
+    expect_error(base + " --depth 8,0", "--depth: list the depths in ascending order");
+    expect_error(base + " --mmap --hugepages", "--mmap and --hugepages contradict each other");
   }
 
   TEST_CASE("logits with --chunks writes [T, vocab] float32 matching the fixture") {

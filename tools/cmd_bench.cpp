@@ -116,6 +116,7 @@
 #include "core/session.h"
 #include "models/qwen3_model.h"
 #include "tools/args.h"
+#include "tools/bench_plot.h"
 #include "tools/commands.h"
 #include "tools/loaded.h"
 
@@ -569,9 +570,12 @@ struct SingleResult {
   double pf = 0, dc = 0, pf_gflops = 0, weight_bytes = 0, saved = 0, kv_bytes = 0, bytes = 0;
   double best_bw = 0, pf_share = 0, dc_share = 0, load_ms = 0;
   PrefillBound bound;
+  int depth = 0;
 };
 
-void single_json(JsonWriter& w, const SingleResult& r, int reps) {
+// The first depth's figures at the top level; with several depths, every depth's in "depths".
+void single_json(JsonWriter& w, const std::vector<SingleResult>& all, int reps) {
+  const SingleResult& r = all[0];
   w.field("reps", reps);
   w.field("prefill_tokens_per_s", r.pf);
   w.key("prefill_runs").array(r.prefill_tps);
@@ -595,6 +599,18 @@ void single_json(JsonWriter& w, const SingleResult& r, int reps) {
   w.field("peak_rss_mb", peak_rss_mb()).field("weights_hugepage_mb", hugepage_mb());
   w.field("prefill_cpu_share", r.pf_share).field("decode_cpu_share", r.dc_share);
   w.field("load_ms", r.load_ms);
+  if (all.size() > 1) {
+    w.key("depths").begin_array();
+    for (const SingleResult& d : all) {
+      w.begin_object().field("depth", d.depth).field("prefill_tokens_per_s", d.pf);
+      w.field("prefill_gflops", d.pf_gflops).field("decode_tokens_per_s", d.dc);
+      w.field("decode_kv_bytes_per_token", d.kv_bytes);
+      w.field("decode_bytes_per_token", d.bytes).field("mem_bw_gbs", d.best_bw);
+      w.field("decode_bw_fraction", d.best_bw > 0 ? d.bytes * d.dc / (d.best_bw * 1e9) : 0.0);
+      w.end_object();
+    }
+    w.end_array();
+  }
   w.end_object();
 }
 
@@ -622,13 +638,15 @@ void single_notes(const SingleResult& r) {
                  100 * r.pf_share, 100 * r.dc_share);
 }
 
-void single_text(const SingleResult& r, int threads, int prompt, int gen, int depth,
-                 const SamplingParams& sampling) {
-  const std::string at = depth ? " at depth " + std::to_string(depth) : "";
+// One depth's lines; the peaks before the first, memory after the last.
+void single_text(const SingleResult& r, int threads, int prompt, int gen,
+                 const SamplingParams& sampling, bool first, bool last) {
+  const std::string at = r.depth ? " at depth " + std::to_string(r.depth) : "";
   // A backend that measures no peaks (a GPU's, so far) gets its rates without fractions.
   const std::string peaks = peaks_text(r.peaks);
-  std::printf("%s; peaks %s\n", threads_text(threads).c_str(),
-              peaks.empty() ? "not measured by this backend" : peaks.c_str());
+  if (first)
+    std::printf("%s; peaks %s\n", threads_text(threads).c_str(),
+                peaks.empty() ? "not measured by this backend" : peaks.c_str());
   // Named by the arithmetic whose peak bounds it; JSON's prefill_arithmetic lists all it ran on.
   std::printf("prefill %d%s: %8.1f tokens/s, %6.1f GFLOP/s", prompt, at.c_str(), r.pf, r.pf_gflops);
   if (r.bound.peak > 0)
@@ -646,34 +664,160 @@ void single_text(const SingleResult& r, int threads, int prompt, int gen, int de
                 r.best_bw);
   else
     std::printf("\n");
-  std::printf("peak RSS %.0f MiB, %.0f MiB in huge pages, load %.0f ms\n", peak_rss_mb(),
-              hugepage_mb(), r.load_ms);
+  if (last)
+    std::printf("peak RSS %.0f MiB, %.0f MiB in huge pages, load %.0f ms\n", peak_rss_mb(),
+                hugepage_mb(), r.load_ms);
+}
+
+std::vector<PlotPoint> plot_points(const std::vector<SingleResult>& all) {
+  std::vector<PlotPoint> v;
+  for (const SingleResult& r : all)
+    v.push_back({r.depth, r.dc, r.best_bw > 0 ? r.best_bw * 1e9 / r.bytes : 0.0});
+  return v;
+}
+
+std::string plot_title(const Qwen3Model& model, Runner& runner, const SamplingParams& sampling) {
+  return model.dir() + ", " + model.weight_dtypes() + "; " + runner.backend().describe() + "; " +
+         sampling_text(sampling) + "; " + cpu_model();
 }
 
 }  // namespace
 
 std::vector<std::string> bench_options() {
   std::vector<std::string> o = {
-      "--model=",    "--threads=", "--isa=",    "--kv=",   "--gemm=",     "--prefill-chunk=",
-      "--prompt=",   "--gen=",     "--reps=",   "--json",  "--hugepages", "--mmap",
-      "--parallel=", "--backend=", "--device=", "--depth="};
+      "--model=",    "--threads=", "--isa=",    "--kv=",    "--gemm=",     "--prefill-chunk=",
+      "--prompt=",   "--gen=",     "--reps=",   "--json",   "--hugepages", "--mmap",
+      "--parallel=", "--backend=", "--device=", "--depth=", "--plot="};
   for (const std::string& s : sampling_options())
     if (s != "--max-new-tokens=" && s != "--ignore-eos") o.push_back(s);
   return o;
 }
 
+namespace {
+
+// The single-sequence bench's state across depths: one cache for every prefill, as an
+// application keeps its session's (and llama-bench its context's): a fresh one per run would time
+// the kernel faulting its pages in (~230 ms of a 512-token 0.6B prefill on one Zen 5 core with
+// huge pages, 20% of it). Its first `filled` positions hold the context's; the prefills write
+// theirs after the depth measured.
+struct SingleBench {
+  Runner& runner;
+  Engine& engine;
+  const Qwen3Model& model;
+  DType kv;
+  SamplingParams sampling;
+  int prompt, gen, reps;
+  std::vector<int32_t> tokens, context;  // the prompt; the deepest context
+  std::unique_ptr<KVCache> cache;
+  int filled = 0;
+  bool warm = false;
+};
+
+// Prefill and decode rates with `depth` positions already in the context.
+SingleResult measure_at(SingleBench& b, int depth, Progress& progress) {
+  if (depth > b.filled) {
+    progress.say("filling the context to " + std::to_string(depth));
+    b.runner.forward_argmax(*b.cache, b.context.data() + b.filled, depth - b.filled, b.filled);
+  }
+  b.filled = depth;
+  // Decode starts from the context (its blocks cached after the first run, as a conversation's
+  // are), or from one token.
+  const std::vector<int32_t> decode_prompt =
+      depth ? std::vector<int32_t>(b.context.begin(), b.context.begin() + depth)
+            : std::vector<int32_t>{b.tokens[0]};
+  // CPU time over wall time x threads in the timed sections: below 1 when the machine is busy
+  // with other work, which makes every rate here lower than the hardware allows.
+  double prefill_cpu = 0, prefill_wall = 0, decode_cpu = 0, decode_wall = 0;
+  auto prefill_once = [&] {
+    const double c0 = cpu_seconds();
+    const auto t0 = Clock::now();
+    b.runner.forward_argmax(*b.cache, b.tokens.data(), b.prompt, depth);
+    const double wall = seconds_since(t0);
+    prefill_cpu += cpu_seconds() - c0;
+    prefill_wall += wall;
+    return wall;
+  };
+  GenerateOptions go;
+  go.max_new_tokens = b.gen + 1;  // the first token comes from the prompt's step
+  go.ignore_eos = true;
+  go.sampling = b.sampling;
+  auto decode_once = [&] {
+    Session s(b.engine);
+    const double c0 = cpu_seconds();
+    const auto t0 = Clock::now();
+    const double tps = s.generate(decode_prompt, go).metrics.tokens_per_s;
+    decode_cpu += cpu_seconds() - c0;
+    decode_wall += seconds_since(t0);
+    return tps;
+  };
+  progress.say("warm-up");
+  if (!b.warm) prefill_once();
+  GenerateOptions w = go;
+  w.max_new_tokens = 8;
+  Session(b.engine).generate(decode_prompt, w);  // caches the context's blocks
+  b.warm = true;
+  prefill_cpu = prefill_wall = decode_cpu = decode_wall = 0;
+
+  SingleResult res;
+  const std::string of = "/" + std::to_string(b.reps);
+  for (int r = 0; r < b.reps; ++r) {
+    progress.say("probe " + std::to_string(r + 1) + of);
+    const MachinePeaks p = b.runner.backend().measure_peaks(r == 0);
+    res.bw.push_back(p.read_gbs);
+    keep_best(res.peaks, p);
+    progress.say("prefill " + std::to_string(r + 1) + of);
+    res.prefill_tps.push_back(b.prompt / prefill_once());
+    progress.say("decode " + std::to_string(r + 1) + of);
+    res.decode_tps.push_back(decode_once());
+  }
+  progress.say("probe");
+  res.bw.push_back(b.runner.backend().measure_peaks(false).read_gbs);
+
+  const Qwen3Config& cfg = b.model.config();
+  const int threads = b.runner.backend().threads();
+  res.kv_bytes = kv_bytes_per_token(cfg, b.kv, int(decode_prompt.size()), b.gen);
+  res.saved = b.runner.backend().argmax_bytes_saved();
+  res.weight_bytes = double(b.model.decode_weight_bytes()) - res.saved;
+  res.bytes = res.weight_bytes + res.kv_bytes;
+  res.best_bw = *std::max_element(res.bw.begin(), res.bw.end());
+  res.pf = median(res.prefill_tps), res.dc = median(res.decode_tps);
+  res.pf_gflops = prefill_flops(cfg, b.prompt, depth) / (b.prompt / res.pf) / 1e9;
+  res.pf_share = prefill_cpu / (prefill_wall * threads);
+  res.dc_share = decode_cpu / (decode_wall * threads);
+  res.bound = prefill_bound(b.runner.backend(), res.peaks, b.prompt, b.runner.prefill_chunk());
+  res.depth = depth;
+  progress.say("");
+  single_notes(res);
+  return res;
+}
+
+// --depth: one depth or an ascending list (as llama-bench -d 0,4096,16384).
+std::vector<int> depth_list(const Args& args) {
+  std::vector<int> d;
+  for (int32_t v : args.has("--depth") ? args.int_list("--depth") : std::vector<int32_t>{0}) {
+    if (v < 0) fail("--depth must be >= 0, got ", v);
+    if (!d.empty() && v <= d.back()) fail("--depth: list the depths in ascending order");
+    d.push_back(v);
+  }
+  if (d.empty()) fail("--depth: give a depth or a list, e.g. 0,4096,16384");
+  return d;
+}
+
+}  // namespace
+
 int cmd_bench(int argc, char** argv) {
   Args args(argc, argv, bench_options());
   if (args.has("--parallel")) {
     if (args.has("--depth")) fail("--depth is for the single-sequence bench, not --parallel");
+    if (args.has("--plot")) fail("--plot draws the single-sequence bench, not --parallel");
     return bench_parallel(args);
   }
   const int prompt = args.integer("--prompt", 512);
   const int gen = args.integer("--gen", 128);
   const int reps = args.integer("--reps", 2);
-  const int depth = args.integer("--depth", 0);
+  const std::vector<int> depths = depth_list(args);
+  const int deepest = depths.back();
   if (prompt < 1 || gen < 1 || reps < 1) fail("--prompt, --gen and --reps must be positive");
-  if (depth < 0) fail("--depth must be >= 0, got ", depth);
   Progress progress;
 
   progress.say("loading");
@@ -686,108 +830,49 @@ int cmd_bench(int argc, char** argv) {
   const int chunk = args.integer("--prefill-chunk", 512);
   if (chunk <= 0) fail("--prefill-chunk must be positive");
   const int max_pos = cfg.max_position_embeddings;
-  if (depth + prompt + 1 > max_pos || depth + gen + 1 > max_pos)
+  if (deepest + prompt + 1 > max_pos || deepest + gen + 1 > max_pos)
     fail("--depth + --prompt and --depth + --gen must stay below max_position_embeddings (",
          max_pos, ")");
   RunnerOptions ro;
   ro.prefill_chunk = chunk;
-  // The prefill's cache and the decode's sequence each hold the context; the model's whole
-  // context once (the default) covers both unless the context is deep.
-  const int positions = 2 * (depth + std::max(prompt, gen + 1) + 2 * ro.block_size);
+  // The prefill's cache and the decode's sequences each hold the context (the decode's blocks of
+  // every depth stay cached); the model's whole context once (the default) covers that unless the
+  // context is deep.
+  int positions = 2 * ro.block_size + deepest + prompt;
+  for (int d : depths) positions += d + gen + 1 + 2 * ro.block_size;
   ro.kv_budget_bytes = KVStorage::position_bytes(model->graph().kv, bo.kv_dtype) *
                        size_t(std::max(max_pos, positions));
   Runner runner(create_backend(args.str("--backend", "cpu"), bo), model->graph(), cfg.vocab_size,
                 max_pos, ro);
   runner.prepare();
   Engine engine(runner);
-  const int threads = runner.backend().threads();
   const double load_ms = seconds_since(t_load) * 1e3;
 
+  SingleBench b{runner, engine, *model, bo.kv_dtype, sampling, prompt, gen, reps, {}, {}, {}};
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> any_token(0, cfg.vocab_size - 1);
-  std::vector<int32_t> tokens(static_cast<size_t>(prompt)), context(static_cast<size_t>(depth));
-  for (auto& t : tokens) t = any_token(rng);
-  for (auto& t : context) t = any_token(rng);
-  // Decode starts from the context (its blocks cached after the first run, as a conversation's
-  // are), or from one token.
-  const std::vector<int32_t> decode_prompt = depth ? context : std::vector<int32_t>{tokens[0]};
-
-  // CPU time over wall time x threads in the timed sections: below 1 when the machine is busy
-  // with other work, which makes every rate here lower than the hardware allows.
-  double prefill_cpu = 0, prefill_wall = 0, decode_cpu = 0, decode_wall = 0;
-  // One cache for every prefill, as an application keeps its session's (and llama-bench its
-  // context's): a fresh one per run would time the kernel faulting its pages in (~230 ms of a
-  // 512-token 0.6B prefill on one Zen 5 core with huge pages, 20% of it).
-  auto cache = runner.new_kv(depth + prompt);
-  if (depth) {
-    progress.say("filling the context");
-    runner.forward_argmax(*cache, context.data(), depth, 0);
-  }
-  auto prefill_once = [&] {
-    const double c0 = cpu_seconds();
-    const auto t0 = Clock::now();
-    runner.forward_argmax(*cache, tokens.data(), prompt, depth);
-    const double wall = seconds_since(t0);
-    prefill_cpu += cpu_seconds() - c0;
-    prefill_wall += wall;
-    return wall;
-  };
-  GenerateOptions go;
-  go.max_new_tokens = gen + 1;  // the first token comes from the prompt's step
-  go.ignore_eos = true;
-  go.sampling = sampling;
-  auto decode_once = [&] {
-    Session s(engine);
-    const double c0 = cpu_seconds();
-    const auto t0 = Clock::now();
-    const double tps = s.generate(decode_prompt, go).metrics.tokens_per_s;
-    decode_cpu += cpu_seconds() - c0;
-    decode_wall += seconds_since(t0);
-    return tps;
-  };
-
-  progress.say("warm-up");
-  prefill_once();
-  {
-    GenerateOptions w = go;
-    w.max_new_tokens = 8;
-    Session(engine).generate(decode_prompt, w);
+  b.tokens.resize(size_t(prompt));
+  b.context.resize(size_t(deepest));
+  for (auto& t : b.tokens) t = any_token(rng);
+  for (auto& t : b.context) t = any_token(rng);
+  b.cache = runner.new_kv(deepest + prompt);
+  std::vector<SingleResult> results;
+  for (int d : depths) {
+    results.push_back(measure_at(b, d, progress));
+    results.back().load_ms = load_ms;
   }
 
-  SingleResult res;
-  for (int r = 0; r < reps; ++r) {
-    progress.say("probe " + std::to_string(r + 1) + "/" + std::to_string(reps));
-    const MachinePeaks p = runner.backend().measure_peaks(r == 0);
-    res.bw.push_back(p.read_gbs);
-    keep_best(res.peaks, p);
-    progress.say("prefill " + std::to_string(r + 1) + "/" + std::to_string(reps));
-    res.prefill_tps.push_back(prompt / prefill_once());
-    progress.say("decode " + std::to_string(r + 1) + "/" + std::to_string(reps));
-    res.decode_tps.push_back(decode_once());
-  }
-  progress.say("probe");
-  res.bw.push_back(runner.backend().measure_peaks(false).read_gbs);
-
-  res.kv_bytes = kv_bytes_per_token(cfg, bo.kv_dtype, int(decode_prompt.size()), gen);
-  res.saved = runner.backend().argmax_bytes_saved();
-  res.weight_bytes = double(model->decode_weight_bytes()) - res.saved;
-  res.bytes = res.weight_bytes + res.kv_bytes;
-  res.best_bw = *std::max_element(res.bw.begin(), res.bw.end());
-  res.pf = median(res.prefill_tps), res.dc = median(res.decode_tps);
-  res.pf_gflops = prefill_flops(cfg, prompt, depth) / (prompt / res.pf) / 1e9;
-  res.pf_share = prefill_cpu / (prefill_wall * threads);
-  res.dc_share = decode_cpu / (decode_wall * threads);
-  res.bound = prefill_bound(runner.backend(), res.peaks, prompt, runner.prefill_chunk());
-  res.load_ms = load_ms;
-  progress.say("");
-  single_notes(res);
-
+  if (args.has("--plot"))
+    write_text_file(args.str("--plot"),
+                    depth_plot_svg(plot_title(*model, runner, sampling), plot_points(results)));
   JsonWriter w;
   begin_report(w, *model, runner, bo.kv_dtype, prompt, gen, sampling);
-  w.field("depth", depth);
-  single_json(w, res, reps);
+  w.field("depth", depths[0]);
+  single_json(w, results, reps);
   if (print_json_or_title(args, w, *model, runner)) return 0;
-  single_text(res, threads, prompt, gen, depth, sampling);
+  for (size_t i = 0; i < results.size(); ++i)
+    single_text(results[i], runner.backend().threads(), prompt, gen, sampling, i == 0,
+                i + 1 == results.size());
   return 0;
 }
 
