@@ -101,25 +101,43 @@ Codebook codebook_from(const std::vector<int64_t>& levels, const std::string& wh
   return c;
 }
 
-void pack_row(int bits, const int8_t* q, int64_t n, uint8_t* dst) {
-  if (bits == 4)
-    for (int64_t i = 0; i < n / 2; ++i) dst[i] = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    bool high;
-    const int64_t b = code_byte(bits, i, n, &high);
-    if (bits == 8)
-      dst[b] = uint8_t(q[i]);
-    else
-      dst[b] |= uint8_t((q[i] + 8) << (high ? 4 : 0));
+namespace {
+
+// pack_row and unpack_row walk slot_of's placement chunk by chunk: one call per element cost
+// most of the LM head screen's build (a second on one core for a 0.6B head).
+template <typename F>
+void for_each_slot(int64_t n, F&& f) {
+  for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
+    const int m = int((n - c0 < kChunk ? n - c0 : kChunk) / kBlock);
+    for (int r = 0; r < m * int(kBlock); ++r) {
+      const int b = r / 32, h = (r % 32) / 16, q = (r % 16) / 4, e = r % 4;
+      f(c0 + r, c0, m, h, 4 * (m * q + b) + e);  // element, then its Slot
+    }
   }
 }
 
+}  // namespace
+
+void pack_row(int bits, const int8_t* q, int64_t n, uint8_t* dst) {
+  if (bits == 8)
+    return for_each_slot(n, [&](int64_t i, int64_t c0, int m, int h, int p) {
+      dst[c0 + 16 * m * h + p] = uint8_t(q[i]);
+    });
+  for (int64_t i = 0; i < n / 2; ++i) dst[i] = 0;
+  for_each_slot(n, [&](int64_t i, int64_t c0, int, int h, int p) {
+    dst[c0 / 2 + p] |= uint8_t((q[i] + 8) << (h ? 4 : 0));
+  });
+}
+
 void unpack_row(int bits, const uint8_t* src, int64_t n, int8_t* q) {
-  for (int64_t i = 0; i < n; ++i) {
-    bool high;
-    const uint8_t v = src[code_byte(bits, i, n, &high)];
-    q[i] = bits == 8 ? int8_t(v) : int8_t((high ? v >> 4 : v & 15) - 8);
-  }
+  if (bits == 8)
+    return for_each_slot(n, [&](int64_t i, int64_t c0, int m, int h, int p) {
+      q[i] = int8_t(src[c0 + 16 * m * h + p]);
+    });
+  for_each_slot(n, [&](int64_t i, int64_t c0, int, int h, int p) {
+    const uint8_t v = src[c0 / 2 + p];
+    q[i] = int8_t((h ? v >> 4 : v & 15) - 8);
+  });
 }
 
 void dequantize_row(const Tensor& t, int64_t row, float* out, int64_t from, int64_t to) {

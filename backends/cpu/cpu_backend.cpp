@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <set>
 #include <thread>
@@ -287,6 +288,21 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
       const Tensor& t = ts[size_t(n.in[0])].weight;
       embedded.insert({t.data, t.scales});
     }
+  // Copies are made by every thread: the copy, and the kernel's zeroing of the fresh huge pages
+  // it faults in, were most of a load on one core.
+  auto in_parallel = [&](int64_t n, int64_t align, const std::function<void(int64_t, int64_t)>& f) {
+    pool_.run([&](int tid, int nth) {
+      int64_t b, e;
+      ThreadPool::split(n, tid, nth, align, &b, &e);
+      if (b < e) f(b, e);
+    });
+  };
+  auto copy_in_parallel = [&](void* dst, const void* src, size_t bytes) {
+    in_parallel(int64_t(bytes), 4096, [&](int64_t b, int64_t e) {
+      std::memcpy(static_cast<uint8_t*>(dst) + b, static_cast<const uint8_t*>(src) + b,
+                  size_t(e - b));
+    });
+  };
   auto use_weight = [&](int id) {
     Tensor w = ts[size_t(id)].weight;
     if (weight_copies_ && cg->weight[size_t(id)].empty() && !embedded.count(w.data)) {
@@ -299,14 +315,18 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
       const int64_t row_bytes = int64_t(w.nbytes) / std::max<int64_t>(w.rows(), 1);
       if (pack.chunk && kernels_.isa == Isa::Avx512 && pack_fits(pack, w.rows(), row_bytes))
         cg->w_il[size_t(id)] = weight_copies_->get(w.data, kPacked, w.nbytes, [&](void* dst) {
-          pack_rows(w.data, w.rows(), row_bytes, pack, dst);
+          in_parallel(w.rows(), pack.rows, [&](int64_t b, int64_t e) {
+            pack_rows(static_cast<const uint8_t*>(w.data) + b * row_bytes, e - b, row_bytes, pack,
+                      static_cast<uint8_t*>(dst) + b * row_bytes);
+          });
         });
       else
         w.data = weight_copies_->get(w.data, kVerbatim, w.nbytes,
-                                     [&](void* dst) { std::memcpy(dst, w.data, w.nbytes); });
+                                     [&](void* dst) { copy_in_parallel(dst, w.data, w.nbytes); });
       if (scale_bytes)
-        w.scales = weight_copies_->get(w.scales, kVerbatim, scale_bytes,
-                                       [&](void* dst) { std::memcpy(dst, w.scales, scale_bytes); });
+        w.scales = weight_copies_->get(w.scales, kVerbatim, scale_bytes, [&](void* dst) {
+          copy_in_parallel(dst, w.scales, scale_bytes);
+        });
     }
     cg->weight[size_t(id)] = w;
   };
