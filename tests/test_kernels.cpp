@@ -830,31 +830,27 @@ std::vector<float> run(Backend& be, const Graph& g, int T, std::vector<int32_t>*
   return out;
 }
 
-// Greedy decoding of tokens 0 .. n_x - 1 of g (an Embed of x rows, then an LM head of N rows) on
-// a backend keeping weight copies in `store` (so its head is screened) against the full logits of
-// one without: the screened argmax must be the first index of their maximum, which is returned
-// per token; *saved gets the head bytes the screen did not read.
-std::vector<int32_t> screened_argmax(const Graph& g, int64_t N, int n_x, const std::string& isa,
-                                     int threads, std::shared_ptr<WeightStore> store,
-                                     double* saved) {
-  BackendOptions o;
-  o.cpu.isa = isa;
-  o.threads = threads;
-  auto full = create_backend("cpu", o);
-  o.cpu.weight_copies = std::move(store);
-  auto screened = create_backend("cpu", o);
-  auto cg_full = full->compile(g, 1, 1), cg_screened = screened->compile(g, 1, 1);
-  auto kv = full->alloc_kv({1, 1, 16}, 1, 1);
-  const int32_t block = 0;
-  SeqRows seq;
-  seq.n_rows = 1;
-  seq.blocks = &block;
-  seq.n_blocks = 1;
-  std::vector<int32_t> wants;
-  for (int32_t t = 0; t < n_x; ++t) {
-    CAPTURE(t);
-    int32_t row = 0, arg = -2;
-    std::vector<float> logits(static_cast<size_t>(N));
+// Two CPU backends over one graph g (an Embed of x rows, then an LM head): `full` without weight
+// copies, `screened` keeping them in `store` (so its head is screened); step() runs token t
+// through one of them.
+struct ScreenPair {
+  ScreenPair(const Graph& g, const std::string& isa, int threads,
+             std::shared_ptr<WeightStore> store) {
+    BackendOptions o;
+    o.cpu.isa = isa;
+    o.threads = threads;
+    full = create_backend("cpu", o);
+    o.cpu.weight_copies = std::move(store);
+    screened = create_backend("cpu", o);
+    cg_full = full->compile(g, 1, 1);
+    cg_screened = screened->compile(g, 1, 1);
+    kv = full->alloc_kv({1, 1, 16}, 1, 1);
+    seq.n_rows = 1;
+    seq.blocks = &block;
+    seq.n_blocks = 1;
+  }
+  void step(bool use_screened, int32_t t, float* logits, int32_t* argmax = nullptr,
+            const int32_t* top_k = nullptr) {
     StepInputs in;
     in.tokens = &t;
     in.n_tokens = 1;
@@ -863,18 +859,42 @@ std::vector<int32_t> screened_argmax(const Graph& g, int64_t N, int n_x, const s
     in.out_rows = &row;
     in.n_out = 1;
     in.kv = kv.get();
-    in.logits = logits.data();
-    full->run(*cg_full, in);
-    in.logits = nullptr;
-    in.argmax = &arg;
-    screened->run(*cg_screened, in);
+    in.logits = logits;
+    in.argmax = argmax;
+    in.top_k = top_k;
+    Backend& be = use_screened ? *screened : *full;
+    be.run(use_screened ? *cg_screened : *cg_full, in);
+  }
+
+  std::unique_ptr<Backend> full, screened;
+  std::unique_ptr<CompiledGraph> cg_full, cg_screened;
+  std::unique_ptr<KVStorage> kv;
+  const int32_t block = 0, row = 0;
+  SeqRows seq;
+};
+
+// Greedy decoding of tokens 0 .. n_x - 1 of g (an Embed of x rows, then an LM head of N rows) on
+// a backend keeping weight copies in `store` (so its head is screened) against the full logits of
+// one without: the screened argmax must be the first index of their maximum, which is returned
+// per token; *saved gets the head bytes the screen did not read.
+std::vector<int32_t> screened_argmax(const Graph& g, int64_t N, int n_x, const std::string& isa,
+                                     int threads, std::shared_ptr<WeightStore> store,
+                                     double* saved) {
+  ScreenPair pair(g, isa, threads, std::move(store));
+  std::vector<int32_t> wants;
+  for (int32_t t = 0; t < n_x; ++t) {
+    CAPTURE(t);
+    int32_t arg = -2;
+    std::vector<float> logits(static_cast<size_t>(N));
+    pair.step(false, t, logits.data());
+    pair.step(true, t, nullptr, &arg);
     int32_t want = -1;
     for (int32_t r = 0; r < N; ++r)
       if (logits[size_t(r)] > (want < 0 ? -INFINITY : logits[size_t(want)])) want = r;
     CHECK(arg == want);
     wants.push_back(want);
   }
-  *saved = screened->argmax_bytes_saved();
+  *saved = pair.screened->argmax_bytes_saved();
   return wants;
 }
 
@@ -936,38 +956,14 @@ TestHead::TestHead(int64_t K) {
 // head bytes the screen did not read.
 double check_screened_top_k(const Graph& g, int64_t N, int n_x, const std::string& isa, int threads,
                             std::shared_ptr<WeightStore> store) {
-  BackendOptions o;
-  o.cpu.isa = isa;
-  o.threads = threads;
-  auto full = create_backend("cpu", o);
-  o.cpu.weight_copies = std::move(store);
-  auto screened = create_backend("cpu", o);
-  auto cg_full = full->compile(g, 1, 1), cg_screened = screened->compile(g, 1, 1);
-  auto kv = full->alloc_kv({1, 1, 16}, 1, 1);
-  const int32_t block = 0;
-  SeqRows seq;
-  seq.n_rows = 1;
-  seq.blocks = &block;
-  seq.n_blocks = 1;
+  ScreenPair pair(g, isa, threads, std::move(store));
   for (int32_t t = 0; t < n_x; ++t)
     for (const int32_t k : {1, 3, 20, 64}) {
       CAPTURE(t);
       CAPTURE(k);
-      int32_t row = 0;
       std::vector<float> logits(static_cast<size_t>(N)), kept(static_cast<size_t>(N), NAN);
-      StepInputs in;
-      in.tokens = &t;
-      in.n_tokens = 1;
-      in.seqs = &seq;
-      in.n_seqs = 1;
-      in.out_rows = &row;
-      in.n_out = 1;
-      in.kv = kv.get();
-      in.logits = logits.data();
-      full->run(*cg_full, in);
-      in.logits = kept.data();
-      in.top_k = &k;
-      screened->run(*cg_screened, in);
+      pair.step(false, t, logits.data());
+      pair.step(true, t, kept.data(), nullptr, &k);
       std::vector<float> sorted(logits);
       for (float& v : sorted) v = v == v ? v : -INFINITY;
       std::sort(sorted.begin(), sorted.end(), std::greater<float>());
@@ -993,7 +989,7 @@ double check_screened_top_k(const Graph& g, int64_t N, int n_x, const std::strin
               Sampler(p, int(N)).sample(b.data(), int(N), nullptr, 0));
       }
     }
-  return screened->argmax_bytes_saved();
+  return pair.screened->argmax_bytes_saved();
 }
 
 std::string fixture(const char* name) {

@@ -26,6 +26,48 @@ void prefetch_group(const Tensor& w, const void* w_il, int64_t g0) {
   for (int64_t i = 0; i < 4 * scale_row; i += 64) __builtin_prefetch(scales + i);
 }
 
+// What both screened heads read: the head (as the matmuls read it), its screen, the calling
+// thread's row range [b, e) and scratch, and the token's activations.
+struct ScreenedHead {
+  ScreenedHead(const StepCtx& c, const LinearStep& s, const float* x)
+      : c(c),
+        hs(c.cg.screen),
+        w(c.cg.weight[size_t(s.parts[0].w)]),
+        w_il(c.cg.w_il[size_t(s.parts[0].w)]),
+        x(x),
+        K(w.cols()) {
+    ThreadPool::split(w.rows(), c.tid, c.nth, 16, &b, &e);
+    tmp = c.scratch() + c.cg.off_tmp;
+    hw = tmp + c.cg.tmp_floats;
+    // The screen and the head's kernel each keep what they derive from x in their own scratch.
+    screen_scratch = c.scratch() + c.cg.off_mm + c.cg.screen_scratch;
+    in = hs.hi ? ScreenInput() : screen_input(x, K);
+    cand = reinterpret_cast<ScreenCandidate*>(c.cg.screen_cand.p.get()) + c.tid * c.cg.screen_cap;
+  }
+  // Rows [r, r1) of the screen: estimates into tmp, bounds on their error into hw. reuse: the
+  // screen's previous call had the same x and nothing sharing its scratch ran since.
+  void screen(int64_t r, int64_t r1, bool reuse) const {
+    if (hs.hi) {
+      ScreenQ8Args a{hs.hi, w.scales, w.scale_dtype,  w.group_size, x, K, r, r1,
+                     tmp,   hw,       screen_scratch, reuse};
+      c.kt.screen_q8(a);
+    } else {
+      matmul_rows(c, hs.q8, hs.w_il, x, 1, r, r1, tmp, epilogue_rows(1), e, reuse);
+      for (int64_t i = 0; i < r1 - r; ++i) hw[i] = screen_bound(in, hs, r + i);
+    }
+  }
+
+  const StepCtx& c;
+  const HeadScreen& hs;
+  const Tensor& w;
+  const void* w_il;
+  const float* x;
+  int64_t K, b = 0, e = 0;
+  float *tmp = nullptr, *hw = nullptr, *screen_scratch = nullptr;
+  ScreenInput in;
+  ScreenCandidate* cand = nullptr;
+};
+
 }  // namespace
 
 // The greedy LM head of one token through its screen (head_screen.h). Every thread screens its
@@ -38,20 +80,12 @@ void prefetch_group(const Tensor& w, const void* w_il, int64_t g0) {
 // pass the screen's own lower bounds, ~180 the best logit.)
 void argmax_screened(const StepCtx& c, const LinearStep& s, const float* x) {
   CpuCompiled& cg = c.cg;
-  const HeadScreen& hs = cg.screen;
-  const LinearStep::Part& p = s.parts[0];
-  const Tensor& w = cg.weight[size_t(p.w)];
-  const void* w_il = cg.w_il[size_t(p.w)];
-  const int64_t N = w.rows(), K = w.cols();
-  int64_t b, e;
-  ThreadPool::split(N, c.tid, c.nth, 16, &b, &e);
-  float* tmp = c.scratch() + cg.off_tmp;
-  float* hw = tmp + cg.tmp_floats;
-  // The screen and the head's kernel each keep what they derive from x in their own scratch.
-  float* screen_scratch = c.scratch() + cg.off_mm + cg.screen_scratch;
-  const int64_t br = epilogue_rows(1);
-  const ScreenInput in = hs.hi ? ScreenInput() : screen_input(x, K);
-  auto* cand = reinterpret_cast<ScreenCandidate*>(cg.screen_cand.p.get()) + c.tid * cg.screen_cap;
+  const ScreenedHead h(c, s, x);
+  const Tensor& w = h.w;
+  const void* w_il = h.w_il;
+  const int64_t b = h.b, e = h.e, br = epilogue_rows(1);
+  float *tmp = h.tmp, *hw = h.hw;
+  ScreenCandidate* cand = h.cand;
   float best = -INFINITY, lower = -INFINITY;
   int32_t best_row = -1;
   int64_t exact = 0, exact_seen = 0, m = 0;
@@ -70,17 +104,10 @@ void argmax_screened(const StepCtx& c, const LinearStep& s, const float* x) {
   };
   for (int64_t r = b; r < e; r += br) {
     const int64_t r1 = std::min(e, r + br);
-    if (hs.hi) {
-      ScreenQ8Args a{hs.hi, w.scales, w.scale_dtype,  w.group_size, x, K, r, r1,
-                     tmp,   hw,       screen_scratch, r > b};
-      c.kt.screen_q8(a);
-    } else {
-      // The Q8 copy's activations are reused unless a head group (another kernel, the same
-      // scratch) was computed since.
-      matmul_rows(c, hs.q8, hs.w_il, x, 1, r, r1, tmp, br, e, r > b && exact == exact_seen);
-      exact_seen = exact;
-      for (int64_t i = 0; i < r1 - r; ++i) hw[i] = screen_bound(in, hs, r + i);
-    }
+    // The Q8 copy's activations are reused unless a head group (another kernel, the same
+    // scratch) was computed since.
+    h.screen(r, r1, r > b && (h.hs.hi != nullptr || exact == exact_seen));
+    exact_seen = exact;
     const int64_t m0 = m;
     lower = std::max(lower, cg.screen_best.load(std::memory_order_relaxed));
     m += c.kt.screen_select(tmp, hw, r1 - r, int32_t(r), &lower, cand + m);
@@ -147,32 +174,18 @@ class KthLargest {
 // multiples of 4, so each logit is the one the whole head gives.
 void topk_screened(const StepCtx& c, const LinearStep& s, const float* x, int k, float* out) {
   CpuCompiled& cg = c.cg;
-  const HeadScreen& hs = cg.screen;
-  const LinearStep::Part& p = s.parts[0];
-  const Tensor& w = cg.weight[size_t(p.w)];
-  const void* w_il = cg.w_il[size_t(p.w)];
-  const int64_t N = w.rows(), K = w.cols();
-  int64_t b, e;
-  ThreadPool::split(N, c.tid, c.nth, 16, &b, &e);
+  const ScreenedHead h(c, s, x);
+  const Tensor& w = h.w;
+  const void* w_il = h.w_il;
+  const int64_t b = h.b, e = h.e, br = epilogue_rows(1);
+  float *tmp = h.tmp, *hw = h.hw;
+  ScreenCandidate* cand = h.cand;
   std::fill(out + b, out + e, -INFINITY);
-  float* tmp = c.scratch() + cg.off_tmp;
-  float* hw = tmp + cg.tmp_floats;
-  float* screen_scratch = c.scratch() + cg.off_mm + cg.screen_scratch;
-  const int64_t br = epilogue_rows(1);
-  const ScreenInput in = hs.hi ? ScreenInput() : screen_input(x, K);
-  auto* cand = reinterpret_cast<ScreenCandidate*>(cg.screen_cand.p.get()) + c.tid * cg.screen_cap;
   KthLargest screened(k);
   int64_t m = 0;
   for (int64_t r = b; r < e; r += br) {
     const int64_t r1 = std::min(e, r + br);
-    if (hs.hi) {
-      ScreenQ8Args a{hs.hi, w.scales, w.scale_dtype,  w.group_size, x, K, r, r1,
-                     tmp,   hw,       screen_scratch, r > b};
-      c.kt.screen_q8(a);
-    } else {
-      matmul_rows(c, hs.q8, hs.w_il, x, 1, r, r1, tmp, br, e, r > b);
-      for (int64_t i = 0; i < r1 - r; ++i) hw[i] = screen_bound(in, hs, r + i);
-    }
+    h.screen(r, r1, r > b);
     // (Not screen_select: it raises the bar to the best lower bound, the argmax's.)
     for (int64_t g = 0; g < r1 - r; g += 4) {
       float up = -INFINITY;
