@@ -128,7 +128,12 @@ float dot_i8_loop_avx512(int64_t iters, double* ops) {
       [&](__m512i a) { return _mm512_dpbusd_epi32(a, u, v); },
       [](__m512i a, __m512i b) { return _mm512_add_epi32(a, b); });
   *ops = double(iters) * 16 * 64 * 2;
-  return float(_mm512_reduce_add_epi32(s));
+  // The chains wrap (vpdpbusd does); summed as unsigned, so the reduction wraps too, not UB
+  // (_mm512_reduce_add_epi32 adds in int).
+  uint32_t lanes[16], sum = 0;
+  _mm512_storeu_si512(lanes, s);
+  for (uint32_t l : lanes) sum += l;
+  return float(int32_t(sum));
 }
 
 // The bf16 GEMM's: vdpbf16ps, 32 multiply-adds each; every step adds 0.5 x 0.5 twice per lane.
