@@ -156,6 +156,9 @@ Value f_tojson(Interp&, const Value& v, CallArgs& a) {
     opt.item_sep = ",";
     if (indent.kind == K::String)
       opt.indent = indent.str();
+    else if (indent.is_int() && indent.as_int() > int64_t(Limits{}.max_value))
+      rt_fail("MemoryError: a tojson indent of ", std::to_string(indent.as_int()), " (at most ",
+              std::to_string(Limits{}.max_value), ")");
     else if (indent.is_int())
       opt.indent = std::string(size_t(std::max<int64_t>(0, indent.as_int())), ' ');
     else

@@ -540,7 +540,11 @@ std::string json_key(const Value& k) {
 }  // namespace
 
 void dump_json(const Value& v, std::string& out, const JsonDumpOptions& opt, int depth) {
+  // Each line repeats the indent once per level: bounded like any other string value.
   auto newline = [&](int d) {
+    if (out.size() + 1 + size_t(d) * opt.indent.size() > Limits{}.max_value)
+      rt_fail("MemoryError: tojson's output grew past ", std::to_string(Limits{}.max_value),
+              " bytes");
     out += '\n';
     for (int i = 0; i < d; ++i) out += opt.indent;
   };

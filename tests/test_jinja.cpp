@@ -531,7 +531,11 @@ TEST_SUITE("jinja") {
           "{{ '%99999999999999999999999d' % 2 }}", "{{ '{:>999999999}'.format(1) }}",
           "{{ '{:.99999999999999999999}'.format(1.5) }}", "{{ 'a'.center(999999999) }}",
           "{{ 'a'.rjust(999999999) }}", "{{ '1'.zfill(999999999) }}",
-          "{{ ('a\n' * 1000) | indent(99999) }}"}) {
+          "{{ ('a\n' * 1000) | indent(99999) }}",
+          // tojson's indent (fuzz_jinja, pass 4: indent 299999999999 asked for 300 GB), and one
+          // under the limit repeated on every line of a deep value.
+          "{{ 1 | tojson(indent=299999999999) }}",
+          "{{ ([[[[[1, 2, 3]]]]] * 40) | tojson(indent=9999999) }}"}) {
       const std::string t = tmpl, e = render_error(t);
       CAPTURE(t);
       CAPTURE(e);
