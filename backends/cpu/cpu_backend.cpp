@@ -344,11 +344,8 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
     const void* mem = weight_copies_->get(
         w.data, pk ? kScreenPacked : kScreen, head_screen_bytes(w),
         [&](void* dst) {
-          pool_.run([&](int tid, int nth) {
-            int64_t b, e;
-            ThreadPool::split(w.rows(), tid, nth, kPackQ8.rows, &b, &e);
-            build_head_screen(w, pk, dst, b, e);
-          });
+          in_parallel(w.rows(), kPackQ8.rows,
+                      [&](int64_t b, int64_t e) { build_head_screen(w, pk, dst, b, e); });
           if (embedded.count(w.data)) return;
           WeightStore::hand_back(w.data, w.nbytes);
           if (w.quantized())

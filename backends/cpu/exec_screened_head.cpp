@@ -57,6 +57,14 @@ struct ScreenedHead {
     }
   }
 
+  // The head's own logits of the 4-row group at g0 (clipped to the range) into y.
+  int64_t exact(int64_t g0, float* y, bool reuse) const {
+    const int64_t g1 = std::min(g0 + 4, e);
+    matmul_rows(c, w, w_il, x, 1, g0, g1, y, 4, 0, reuse);
+    return g1;
+  }
+  void prefetch(int64_t g0) const { prefetch_group(w, w_il, g0); }
+
   const StepCtx& c;
   const HeadScreen& hs;
   const Tensor& w;
@@ -81,17 +89,14 @@ struct ScreenedHead {
 void argmax_screened(const StepCtx& c, const LinearStep& s, const float* x) {
   CpuCompiled& cg = c.cg;
   const ScreenedHead h(c, s, x);
-  const Tensor& w = h.w;
-  const void* w_il = h.w_il;
   const int64_t b = h.b, e = h.e, br = epilogue_rows(1);
-  float *tmp = h.tmp, *hw = h.hw;
+  float* tmp = h.tmp;
   ScreenCandidate* cand = h.cand;
   float best = -INFINITY, lower = -INFINITY;
   int32_t best_row = -1;
   int64_t exact = 0, exact_seen = 0, m = 0;
   auto compute = [&](int64_t g0) {
-    const int64_t g1 = std::min(g0 + 4, e);
-    matmul_rows(c, w, w_il, x, 1, g0, g1, tmp, 4, 0, exact > 0);
+    const int64_t g1 = h.exact(g0, tmp, exact > 0);
     for (int64_t r = g0; r < g1; ++r) {
       const float v = tmp[r - g0];  // NaN never wins; ties go to the first row
       if (v > best || (v == best && r < best_row)) best = v, best_row = int32_t(r);
@@ -110,7 +115,7 @@ void argmax_screened(const StepCtx& c, const LinearStep& s, const float* x) {
     exact_seen = exact;
     const int64_t m0 = m;
     lower = std::max(lower, cg.screen_best.load(std::memory_order_relaxed));
-    m += c.kt.screen_select(tmp, hw, r1 - r, int32_t(r), &lower, cand + m);
+    m += c.kt.screen_select(tmp, h.hw, r1 - r, int32_t(r), &lower, cand + m);
     int64_t top = -1;
     for (int64_t i = m0; i < m; ++i)
       if (top < 0 || cand[i].upper > cand[top].upper) top = i;
@@ -127,7 +132,7 @@ void argmax_screened(const StepCtx& c, const LinearStep& s, const float* x) {
   };
   for (int64_t i = find(0); i < m; i = find(next)) {
     next = find(i + 1);
-    if (next < m) prefetch_group(w, w_il, cand[next].row);
+    if (next < m) h.prefetch(cand[next].row);
     compute(cand[i].row);
   }
   if (best_row >= 0) {
@@ -175,10 +180,8 @@ class KthLargest {
 void topk_screened(const StepCtx& c, const LinearStep& s, const float* x, int k, float* out) {
   CpuCompiled& cg = c.cg;
   const ScreenedHead h(c, s, x);
-  const Tensor& w = h.w;
-  const void* w_il = h.w_il;
   const int64_t b = h.b, e = h.e, br = epilogue_rows(1);
-  float *tmp = h.tmp, *hw = h.hw;
+  float* tmp = h.tmp;
   ScreenCandidate* cand = h.cand;
   std::fill(out + b, out + e, -INFINITY);
   KthLargest screened(k);
@@ -190,8 +193,8 @@ void topk_screened(const StepCtx& c, const LinearStep& s, const float* x, int k,
     for (int64_t g = 0; g < r1 - r; g += 4) {
       float up = -INFINITY;
       for (int64_t i = g; i < std::min(r1 - r, g + 4); ++i) {
-        screened.offer(tmp[i] - hw[i]);
-        up = std::max(up, tmp[i] + hw[i]);  // NaN: keeps up
+        screened.offer(tmp[i] - h.hw[i]);
+        up = std::max(up, tmp[i] + h.hw[i]);  // NaN: keeps up
       }
       if (up >= screened.bar()) cand[m++] = {int32_t(r + g), up};
     }
@@ -210,13 +213,12 @@ void topk_screened(const StepCtx& c, const LinearStep& s, const float* x, int k,
   KthLargest exact(k);
   int64_t rows = 0;
   auto compute = [&](int64_t g0) {
-    const int64_t g1 = std::min(g0 + 4, e);
-    matmul_rows(c, w, w_il, x, 1, g0, g1, out + g0, 4, 0, rows > 0);
+    const int64_t g1 = h.exact(g0, out + g0, rows > 0);
     for (int64_t r = g0; r < g1; ++r) exact.offer(out[r]);
     rows += g1 - g0;
   };
   for (int64_t i = 0; i < first; ++i) {
-    if (i + 1 < first) prefetch_group(w, w_il, cand[i + 1].row);
+    if (i + 1 < first) h.prefetch(cand[i + 1].row);
     compute(cand[i].row);
   }
   auto next = [&](int64_t from) {
@@ -226,7 +228,7 @@ void topk_screened(const StepCtx& c, const LinearStep& s, const float* x, int k,
   };
   for (int64_t i = next(first), j; i < kept; i = j) {
     j = next(i + 1);
-    if (j < kept) prefetch_group(w, w_il, cand[j].row);
+    if (j < kept) h.prefetch(cand[j].row);
     compute(cand[i].row);
   }
   cg.screen_stats->exact_rows += rows;

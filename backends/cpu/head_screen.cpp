@@ -73,59 +73,6 @@ void build_hi(const Tensor& w, uint8_t* dst, int64_t r0, int64_t r1) {
       }
 }
 
-// One row's Q8 g32 codes (element order) and F16 scales exactly as quant::quantize_row_rtn makes
-// them, in loops the compiler vectorizes: the quantizer's own, written for clarity, were most of a
-// 0.6B model's load on one core.
-void quantize_q8_row(const float* w, int64_t k, int8_t* q, uint16_t* scales) {
-  constexpr float kMagic = 12582912.f;  // 1.5 * 2^23: (v + kMagic) - kMagic rounds to even
-  for (int64_t g = 0; g < k / kGroup; ++g) {
-    const float* wg = w + g * kGroup;
-    float lane[8] = {};
-    for (int i = 0; i < kGroup; i += 8)
-      for (int l = 0; l < 8; ++l)
-        lane[l] = std::max(lane[l], std::fabs(wg[i + l]));  // NaN: kept out
-    float amax = 0.f;
-    for (float v : lane) amax = std::max(amax, v);
-    scales[g] = quant::scale_from_f32(DType::F16, amax / 127.f);
-    const float d = quant::scale_to_f32(DType::F16, scales[g]);
-    int8_t* qg = q + g * kGroup;
-    if (d == 0.f) {
-      std::fill(qg, qg + kGroup, int8_t(0));
-      continue;
-    }
-    for (int i = 0; i < kGroup; ++i) {
-      float v = wg[i] / d;
-      v = v < -127.f ? -127.f : v > 127.f ? 127.f : v;
-      qg[i] = int8_t((v + kMagic) - kMagic);
-    }
-  }
-}
-
-// Element i of a full 128-element chunk goes to byte at[i] of it (quant::pack_row's
-// placement, FORMAT.md), built once from slot_of.
-struct ChunkSlots {
-  uint8_t at[quant::kChunk];
-  ChunkSlots() {
-    for (int64_t i = 0; i < quant::kChunk; ++i) {
-      bool high;
-      at[i] = uint8_t(quant::code_byte(8, i, quant::kChunk, &high));
-    }
-  }
-};
-
-void pack_q8_row(const int8_t* q, int64_t k, uint8_t* dst) {
-  static const ChunkSlots slots;  // immutable once built (thread-safe static initialisation)
-  const int64_t full = k / quant::kChunk * quant::kChunk;
-  for (int64_t c0 = 0; c0 < full; c0 += quant::kChunk)
-    for (int64_t i = 0; i < quant::kChunk; ++i) dst[c0 + slots.at[i]] = uint8_t(q[c0 + i]);
-  if (full < k) {  // a short last chunk has its own placement
-    for (int64_t i = full; i < k; ++i) {
-      bool high;
-      dst[quant::code_byte(8, i, k, &high)] = uint8_t(q[i]);
-    }
-  }
-}
-
 }  // namespace
 
 void build_head_screen(const Tensor& w, bool packed, void* dst, int64_t r0, int64_t r1) {
@@ -135,6 +82,7 @@ void build_head_screen(const Tensor& w, bool packed, void* dst, int64_t r0, int6
   auto* base = static_cast<uint8_t*>(dst);
   auto* scales = reinterpret_cast<uint16_t*>(base + code_bytes(w));
   auto* bounds = reinterpret_cast<float*>(base + code_bytes(w) + scale_bytes(w));
+  const quant::Scheme scheme{8, kGroup, DType::F16};
   const PackShape pack = kPackQ8;
   if (packed && !pack_fits(pack, w.rows(), k)) fail("head screen: rows cannot be packed");
 
@@ -148,8 +96,8 @@ void build_head_screen(const Tensor& w, bool packed, void* dst, int64_t r0, int6
     for (int64_t i = 0; i < step; ++i) {
       const float* wr = row.data() + i * k;
       uint16_t* sr = scales + (g + i) * ng;
-      quantize_q8_row(wr, k, q.data(), sr);
-      pack_q8_row(q.data(), k, codes.data() + i * k);
+      quant::quantize_row_rtn(wr, k, scheme, q.data(), sr);
+      quant::pack_row(8, q.data(), k, codes.data() + i * k);
       double m = 0, e = 0, n = 0;
       for (int64_t b = 0; b < ng; ++b) {
         const double d = quant::scale_to_f32(DType::F16, sr[b]);
