@@ -39,7 +39,7 @@ struct Q4Codes {
     *h1 = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
   }
   static void tail(const uint8_t* c, const int8_t* x, int m, int32_t* isum) {
-    tail_block_dots(kBits, c, x, m, isum);
+    tail_dots_q4(c, x, m, isum);
   }
   static void gather(const uint8_t* row0, __m512i offs, __mmask16 valid, int64_t chunk_byte, int,
                      int L, __m512i* h0, __m512i* h1) {

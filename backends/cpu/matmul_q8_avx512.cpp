@@ -40,7 +40,7 @@ struct Q8Codes {
     prefetch(c + kPrefetchAhead + 64);
   }
   static void tail(const uint8_t* c, const int8_t* x, int m, int32_t* isum) {
-    tail_block_dots(kBits, c, x, m, isum);
+    tail_dots_q8(c, x, m, isum);
   }
   static void gather(const uint8_t* row0, __m512i offs, __mmask16 valid, int64_t chunk_byte, int m,
                      int L, __m512i* h0, __m512i* h1) {

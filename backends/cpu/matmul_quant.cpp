@@ -50,25 +50,36 @@ void quantize_act_scalar(const float* x, int64_t k, int8_t* q, float* d, float* 
 }
 
 void tail_block_dots(int bits, const uint8_t* w, const int8_t* x, int m, int32_t* isum) {
-  for (int b = 0; b < m; ++b) isum[b] = 0;
+  // Slot p = 4 (m q + b) + e of either half holds block b's element: loops in that order, with
+  // no division per byte, so the compiler can keep the four bytes of a slot in one vector.
   const int half = 16 * m;
-  for (int p = 0; p < half; ++p) {
-    const int b = (p / 4) % m;
-    if (bits == 4) {
-      isum[b] += int32_t(w[p] & 15) * x[p] + int32_t(w[p] >> 4) * x[half + p];
-    } else {
-      isum[b] +=
-          (int32_t(int8_t(w[p])) + 128) * x[p] + (int32_t(int8_t(w[half + p])) + 128) * x[half + p];
-    }
+  for (int b = 0; b < m; ++b) {
+    int32_t sum = 0;
+    for (int q = 0; q < 4; ++q)
+      for (int e = 0; e < 4; ++e) {
+        const int p = 4 * (m * q + b) + e;
+        if (bits == 4)
+          sum += int32_t(w[p] & 15) * x[p] + int32_t(w[p] >> 4) * x[half + p];
+        else
+          sum += (int32_t(int8_t(w[p])) + 128) * x[p] +
+                 (int32_t(int8_t(w[half + p])) + 128) * x[half + p];
+      }
+    isum[b] = sum;
   }
 }
 
 void tail_block_dots_lut(const uint8_t* w, const int8_t* x, int m, const uint8_t* lut,
                          int32_t* isum) {
-  for (int b = 0; b < m; ++b) isum[b] = 0;
   const int half = 16 * m;
-  for (int p = 0; p < half; ++p)
-    isum[(p / 4) % m] += int32_t(lut[w[p] & 15]) * x[p] + int32_t(lut[w[p] >> 4]) * x[half + p];
+  for (int b = 0; b < m; ++b) {
+    int32_t sum = 0;
+    for (int q = 0; q < 4; ++q)
+      for (int e = 0; e < 4; ++e) {
+        const int p = 4 * (m * q + b) + e;
+        sum += int32_t(lut[w[p] & 15]) * x[p] + int32_t(lut[w[p] >> 4]) * x[half + p];
+      }
+    isum[b] = sum;
+  }
 }
 
 void dequant_rows_scalar(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16) {

@@ -60,6 +60,39 @@ inline float hmax(__m512 v) {
   return _mm_cvtss_f32(_mm_max_ss(x, _mm_shuffle_ps(x, x, 1)));
 }
 
+// A short last chunk (m < 4 blocks: tail_block_dots' contract) in one pass: 4-byte lane i of
+// either half's 16 m bytes belongs to block i mod m. Below 128 columns (the tiny fixtures) every
+// row is such a chunk, and the scalar loop made the LM head's screen slower than the head.
+inline void tail_lanes_to_blocks(__m512i lanes, int m, int32_t* isum) {
+  // Lanes from 4 m on are zero (masked loads), so each block's mask may take them too.
+  static constexpr __mmask16 kLanes[4][3] = {
+      {}, {0xFFFF}, {0x5555, 0xAAAA}, {0x9249, 0x2492, 0x4924}};
+  for (int b = 0; b < m; ++b) isum[b] = _mm512_mask_reduce_add_epi32(kLanes[m][b], lanes);
+}
+inline __mmask64 tail_mask(int m) {
+  return _cvtu64_mask64((uint64_t(1) << (16 * m)) - 1);
+}
+// Q8 codes with their sign bits flipped (q + 128), both halves' bytes.
+inline void tail_dots_q8(const uint8_t* c, const int8_t* x, int m, int32_t* isum) {
+  const __mmask64 n = tail_mask(m);
+  const __m512i flip = _mm512_set1_epi8(char(0x80));
+  const __m512i u0 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(n, c), flip);
+  const __m512i u1 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(n, c + 16 * m), flip);
+  const __m512i x0 = _mm512_maskz_loadu_epi8(n, x), x1 = _mm512_maskz_loadu_epi8(n, x + 16 * m);
+  const __m512i z = _mm512_setzero_si512();
+  tail_lanes_to_blocks(_mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, u0, x0), u1, x1), m, isum);
+}
+// Q4 codes: byte p's low nibble against the first half's activations, its high one the second's.
+inline void tail_dots_q4(const uint8_t* c, const int8_t* x, int m, int32_t* isum) {
+  const __mmask64 n = tail_mask(m);
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  const __m512i w = _mm512_maskz_loadu_epi8(n, c);
+  const __m512i lo = _mm512_and_si512(w, nib), hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), nib);
+  const __m512i x0 = _mm512_maskz_loadu_epi8(n, x), x1 = _mm512_maskz_loadu_epi8(n, x + 16 * m);
+  const __m512i z = _mm512_setzero_si512();
+  tail_lanes_to_blocks(_mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, lo, x0), hi, x1), m, isum);
+}
+
 // Same codes as quantize_act_scalar (x * (127 / amax) rounded to nearest even, the MXCSR default),
 // moved into slot order: slot lane 4q + b of half h holds natural dword 8b + 4h + q.
 inline void quantize_act_avx512(const float* x, int64_t k, int8_t* q, float* d, float* s) {

@@ -271,10 +271,14 @@ test('a flood beyond --parallel + --max-queue: 503 with Retry-After, the rest se
         method: 'POST',
         headers: { 'content-type': 'application/json' },
         body: JSON.stringify(validBody({ messages: [{ role: 'user', content: `flood ${i}` }], max_tokens: 32 })),
-      }).then(async (res) => ({ status: res.status, retryAfter: res.headers.get('retry-after'), text: await res.text() })),
+      }).then(async (res) => ({
+        status: res.status,
+        retryAfter: res.headers.get('retry-after'),
+        text: await res.text(),
+        ms: Date.now() - t0,
+      })),
     );
     const results = await Promise.all(flood);
-    const elapsed = Date.now() - t0;
     const statuses = results.map((r) => r.status);
     assert.ok(statuses.every((s) => s === 200 || s === 503), `statuses ${statuses}`);
     assert.ok(statuses.includes(200), 'nothing served');
@@ -289,7 +293,9 @@ test('a flood beyond --parallel + --max-queue: 503 with Retry-After, the rest se
     assert.equal(again.status, 200, again.text);
     // Two requests of 32 tokens run, the rest are refused at once: a refusal that takes seconds
     // (connections waiting for an HTTP worker, or SYNs dropped and retried) defeats Retry-After.
-    assert.ok(elapsed < 2000, `the burst took ${elapsed} ms to answer`);
+    // Only the refusals are timed: how long the two served requests take is the model's speed.
+    const slowest = Math.max(...refused.map((r) => r.ms));
+    assert.ok(slowest < 2000, `a refusal took ${slowest} ms to arrive`);
   } finally {
     const exit = await small.stop();
     if (exit.code !== 0) assert.fail(`SIGTERM exit ${JSON.stringify(exit)}`);
