@@ -239,9 +239,10 @@ TEST_SUITE("kernels") {
     }
   }
 
-  TEST_CASE("BF16 rows packed in groups of 4: the same products, bit for bit, from the copy") {
-    // N = 40 rows (10 groups) against row ranges that start and end inside a group.
-    const int64_t N = 40;
+  TEST_CASE("BF16 rows packed in groups of 16: the products of the copy, against float64") {
+    // N = 48 rows (3 groups) against row ranges that start and end inside a group, and 1-12
+    // tokens (the packed kernel takes 8 at a time, in pairs of groups).
+    const int64_t N = 48;
     for (int64_t K : {32, 96, 1024}) {
       const Stored w = store(DType::BF16, randn(size_t(N * K), 21, 0.1f));
       const auto* rows = static_cast<const uint16_t*>(w.data(DType::BF16));
@@ -250,16 +251,25 @@ TEST_SUITE("kernels") {
       std::vector<uint16_t> twice(rows, rows + N * K), packed2(size_t(N * K));
       for (auto& v : twice) v = f32_to_bf16(2 * bf16_to_f32(v));
       pack_rows(twice.data(), N, 2 * K, kPackBf16, packed2.data());
-      CHECK(std::equal(packed.begin(), packed.begin() + 32, rows));           // row 0, chunk 0
-      CHECK(std::equal(packed.begin() + 32, packed.begin() + 64, rows + K));  // row 1, chunk 0
-      if (K > 32)
-        CHECK(std::equal(packed.begin() + 128, packed.begin() + 160, rows + 32));  // row 0, chunk 1
+      // A line holds 16 rows' pair of columns: row j's columns (2c, 2c + 1) at 2 (16 c + j).
+      CHECK(std::equal(packed.begin(), packed.begin() + 2, rows));            // row 0, pair 0
+      CHECK(std::equal(packed.begin() + 2, packed.begin() + 4, rows + K));    // row 1, pair 0
+      CHECK(std::equal(packed.begin() + 32, packed.begin() + 34, rows + 2));  // row 0, pair 1
+      CHECK(std::equal(packed.begin() + 16 * K, packed.begin() + 16 * K + 2, rows + 16 * K));
       unpack_rows(packed.data(), 3, N - 5, 2 * K, kPackBf16, back.data());
       CHECK(std::equal(back.begin(), back.begin() + (N - 5) * K, rows + 3 * K));
       for (Isa isa : isas_here()) {
         const KernelTable kt = make_kernel_table(isa);
-        for (int T : {1, 2, 3, 5}) {
-          for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, N}, {3, 37}, {5, 7}, {8, 16}}) {
+        if (kt.unpack_bf16)  // whole groups by the transpose; else as unpack_rows
+          for (auto [r0, n] : {std::pair<int64_t, int64_t>{16, 32}, {0, N}, {3, N - 5}}) {
+            CAPTURE(r0);
+            std::vector<uint16_t> un(size_t(n * K), 0);
+            kt.unpack_bf16(packed.data(), r0, n, K, un.data());
+            CHECK(std::equal(un.begin(), un.end(), rows + r0 * K));
+          }
+        for (int T : {1, 2, 3, 5, 8, 9, 12}) {
+          for (auto [r0, r1] :
+               {std::pair<int64_t, int64_t>{0, N}, {3, 45}, {5, 7}, {16, 32}, {0, 32}, {16, 48}}) {
             CAPTURE(isa_name(isa));
             CAPTURE(K);
             CAPTURE(T);
@@ -273,12 +283,22 @@ TEST_SUITE("kernels") {
             a.y = from_copy.data();
             a.w_il = packed.data();
             kt.matmul[type_slot(DType::BF16)](a);
-            bool same = true;
-            for (size_t i = 0; i < plain.size(); ++i)
-              same &= std::memcmp(&plain[i], &from_copy[i], 4) == 0;
-            CHECK(same);
+            // Both against float64 (the packed kernel sums in another order than the plain one).
+            std::vector<double> want;
+            std::vector<float> got_plain, got_copy;
+            for (int t = 0; t < T; ++t)
+              for (int64_t r = r0; r < r1; ++r) {
+                double sum = 0;
+                for (int64_t i = 0; i < K; ++i)
+                  sum += double(x[size_t(t * K + i)]) * bf16_to_f32(rows[r * K + i]);
+                want.push_back(sum);
+                got_plain.push_back(plain[size_t(t * N + (r - r0))]);
+                got_copy.push_back(from_copy[size_t(t * N + (r - r0))]);
+              }
+            CHECK(nerr(got_plain.data(), want) < 1e-6);
+            CHECK(nerr(got_copy.data(), want) < 1e-6);
             // The copy is what the AVX-512 kernel reads for whole groups: with every packed
-            // weight doubled (exact in bf16) those rows double, the others do not.
+            // weight doubled (exact in bf16) those rows double, the others are the plain ones.
             std::vector<float> doubled(size_t(T * N), NAN);
             a.y = doubled.data();
             a.w_il = packed2.data();
@@ -286,11 +306,19 @@ TEST_SUITE("kernels") {
             bool ok = true;
             for (int t = 0; t < T; ++t)
               for (int64_t r = r0; r < r1; ++r) {
-                const bool whole = isa == Isa::Avx512 && r / 4 * 4 >= r0 && r / 4 * 4 + 4 <= r1;
-                const float p = plain[size_t(t * N + (r - r0))];
-                ok &= doubled[size_t(t * N + (r - r0))] == (whole ? 2 * p : p);
+                const bool whole =
+                    isa == Isa::Avx512 && r / 16 * 16 >= r0 && r / 16 * 16 + 16 <= r1;
+                const size_t i = size_t(t * N + (r - r0));
+                ok &= whole ? doubled[i] == 2 * from_copy[i]
+                            : std::memcmp(&doubled[i], &plain[i], 4) == 0 &&
+                                  std::memcmp(&from_copy[i], &plain[i], 4) == 0;
               }
             CHECK(ok);
+            // Nothing outside [r0, r1) is written.
+            bool untouched = true;
+            for (int t = 0; t < T && r1 - r0 < N; ++t)
+              untouched &= std::isnan(from_copy[size_t(t * N + (r1 - r0))]);
+            CHECK(untouched);
           }
         }
       }
@@ -1332,7 +1360,17 @@ TEST_SUITE("kernels") {
         runs.push_back(all);
       }
       CAPTURE(gemm);
-      CHECK(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * 4) == 0);
+      // Not bit for bit: the packed copies' kernel sums each row in column order, the plain one
+      // in 16 lanes; both are f32 sums of the same exact products.
+      size_t bad = 0;
+      double worst = 0;
+      for (size_t i = 0; i < runs[0].size(); ++i) {
+        const double d = std::fabs(double(runs[0][i]) - runs[1][i]);
+        worst = std::max(worst, d);
+        bad += !(d <= 1e-5 + 1e-5 * std::fabs(runs[0][i]));
+      }
+      CAPTURE(worst);
+      CHECK(bad == 0);
     }
     // Every linear weight once (BF16: packed, row for row the same bytes), for both backends,
     // but the tied LM head, read where the model mapped it (the embedding table), and its Q8

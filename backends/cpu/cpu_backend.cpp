@@ -303,7 +303,10 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
                   size_t(e - b));
     });
   };
-  auto use_weight = [&](int id) {
+  // A BF16 LM head is not packed: its screen computes single 4-row groups of it exactly, and
+  // they must round as the whole head's rows do, which the packed kernel's column-order sums
+  // (16-row groups) do not.
+  auto use_weight = [&](int id, bool logits) {
     Tensor w = ts[size_t(id)].weight;
     if (weight_copies_ && cg->weight[size_t(id)].empty() && !embedded.count(w.data)) {
       const size_t scale_bytes =
@@ -313,7 +316,8 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
                              : w.dtype == DType::Q4 ? kPackQ4
                                                     : PackShape{0, 0};
       const int64_t row_bytes = int64_t(w.nbytes) / std::max<int64_t>(w.rows(), 1);
-      if (pack.chunk && kernels_.isa == Isa::Avx512 && pack_fits(pack, w.rows(), row_bytes))
+      if (!(logits && w.dtype == DType::BF16) && pack.chunk && kernels_.isa == Isa::Avx512 &&
+          pack_fits(pack, w.rows(), row_bytes))
         cg->w_il[size_t(id)] = weight_copies_->get(w.data, kPacked, w.nbytes, [&](void* dst) {
           in_parallel(w.rows(), pack.rows, [&](int64_t b, int64_t e) {
             pack_rows(static_cast<const uint8_t*>(w.data) + b * row_bytes, e - b, row_bytes, pack,
@@ -413,7 +417,7 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
       case Step::Kind::Linear:
         widen_norm(s.lin.norm_w);
         for (const auto& p : s.lin.parts) {
-          use_weight(p.w);
+          use_weight(p.w, s.lin.logits);
           const Tensor& w = ts[size_t(p.w)].weight;
           max_k = std::max(max_k, w.cols());
           if (w.quantized())

@@ -41,9 +41,11 @@ struct MatmulArgs {
 struct PackShape {
   int64_t chunk, rows;
 };
-constexpr PackShape kPackBf16{64, 4};  // 32 weights: one vector of the BF16 pairs kernel
-constexpr PackShape kPackQ8{128, 4};   // one 128-element chunk (quant/FORMAT.md), 4 rows per pass
-constexpr PackShape kPackQ4{64, 4};    // the same in nibbles, 4 rows per pass
+// BF16: 16 rows' pairs of columns (2c, 2c + 1) in one 64-byte line, the line the AVX-512 kernel
+// widens to 16 rows' products (matmul_avx512.h, rows_bf16_packed).
+constexpr PackShape kPackBf16{4, 16};
+constexpr PackShape kPackQ8{128, 4};  // one 128-element chunk (quant/FORMAT.md), 4 rows per pass
+constexpr PackShape kPackQ4{64, 4};   // the same in nibbles, 4 rows per pass
 inline bool pack_fits(PackShape p, int64_t rows, int64_t row_bytes) {
   return rows % p.rows == 0 && row_bytes % p.chunk == 0;
 }
@@ -254,6 +256,11 @@ struct KernelTable {
   // Null where no kernel reads the screen faster than the Q8 kernel reads the head (AVX-512 VBMI).
   ScreenQ8Fn screen_q8 = nullptr;
   ScreenSelectFn screen_select = nullptr;
+  // Rows [r0, r0 + n) of a kPackBf16 copy of k columns back to row-major, as unpack_rows; null
+  // where unpack_rows serves (no ISA but AVX-512 reads packed BF16).
+  using UnpackBf16Fn = void (*)(const void* packed, int64_t r0, int64_t n, int64_t k,
+                                uint16_t* out);
+  UnpackBf16Fn unpack_bf16 = nullptr;
 };
 
 // One fill function per kernel file; make_kernel_table calls those of each level up to the ISA.

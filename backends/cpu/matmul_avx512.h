@@ -167,12 +167,9 @@ inline void deinterleave_pairs(const float* x, int64_t ldx, int n_tokens, int64_
     }
 }
 
-// IL: w is a group of 4 packed rows (pack_rows, kPackBf16), whose chunks of 32 columns lie side
-// by side.
-template <int R, int NT, bool IL = false>
+template <int R, int NT>
 inline Prefetcher block_bf16_pairs(const uint16_t* w, int64_t k, const float* xp, float* y,
                                    int64_t ldy, Prefetcher pf) {
-  static_assert(!IL || R == kPackBf16.rows, "packed rows come in groups of 4");
   constexpr size_t kLines = R;  // R rows x 64 bytes per 32-column step
   const __m512i high = _mm512_set1_epi32(int32_t(0xFFFF0000u));
   __m512 acc[R][NT];
@@ -190,7 +187,7 @@ inline Prefetcher block_bf16_pairs(const uint16_t* w, int64_t k, const float* xp
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const __m512i v = _mm512_loadu_si512(IL ? w + 4 * i + 32 * r : w + r * k + i);
+      const __m512i v = _mm512_loadu_si512(w + r * k + i);
       const __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
       const __m512 wo = _mm512_castsi512_ps(_mm512_and_si512(v, high));
 #pragma GCC unroll 4
@@ -207,39 +204,95 @@ inline Prefetcher block_bf16_pairs(const uint16_t* w, int64_t k, const float* xp
   return pf;
 }
 
-// Two packed groups of 4 rows (w[0], w[1]) against one token, each a sequential stream left to the
-// hardware prefetchers, without software prefetch. Each row's sums are formed exactly as in
-// block_bf16_pairs, so a row's result does not depend on which path read it. On Zen 5, one thread,
-// all 0.6B (1.7B) matrices: 98.5% (98.8%) of the read bandwidth against 90% for one stream with
-// prefetch.
-inline void block_bf16_pairs_x2(const uint16_t* const* w, int64_t k, const float* xp,
-                                float* const* y) {
+// Packed rows (kPackBf16): G groups of 16 rows side by side against NT tokens. Each 64-byte line
+// holds 16 rows' weights for columns (c, c + 1); widened like the pairs kernel's, they multiply
+// broadcasts of x[c] and x[c + 1], so a vector accumulates 16 rows' sums in column order and
+// needs no reduction. Each line serves NT tokens from registers, and the x of a token serves 16 G
+// rows. On the Emerald Rapids host, 8 tokens: 96-113 GFLOP/s against 61 for the pairs kernel;
+// one token: the same bandwidth or more. Each group is a stream, prefetched kAhead bytes ahead;
+// past its end the prefetch runs on into the same stream of the next G groups.
+template <int G, int NT>
+inline void block_bf16_packed(const uint16_t* w, int64_t k, const float* x, int64_t ldx, float* y,
+                              int64_t ldy) {
+  constexpr int64_t kAhead = 4096;  // in weights: 8 KiB per stream
   const __m512i high = _mm512_set1_epi32(int32_t(0xFFFF0000u));
-  __m512 acc[2][4];
-#pragma GCC unroll 8
-  for (int s = 0; s < 2; ++s)
-    for (int r = 0; r < 4; ++r) acc[s][r] = _mm512_setzero_ps();
-  for (int64_t i = 0; i < k; i += 32) {
-    const __m512 xe = _mm512_loadu_ps(xp + i), xo = _mm512_loadu_ps(xp + i + 16);
-#pragma GCC unroll 8
-    for (int s = 0; s < 2; ++s)
+  const int64_t gs = 16 * k;  // weights per group
+  __m512 acc[G][NT];
 #pragma GCC unroll 4
-      for (int r = 0; r < 4; ++r) {
-        const __m512i v = _mm512_loadu_si512(w[s] + 4 * i + 32 * r);
-        const __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-        const __m512 wo = _mm512_castsi512_ps(_mm512_and_si512(v, high));
-        acc[s][r] = _mm512_fmadd_ps(we, xe, acc[s][r]);
-        acc[s][r] = _mm512_fmadd_ps(wo, xo, acc[s][r]);
-      }
-  }
+  for (int g = 0; g < G; ++g)
 #pragma GCC unroll 8
-  for (int s = 0; s < 2; ++s)
-    for (int r = 0; r < 4; ++r) y[s][r] = hsum16(acc[s][r]);
+    for (int t = 0; t < NT; ++t) acc[g][t] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < k; c += 2) {
+    const int64_t ahead = 16 * c + kAhead;
+    const uint16_t* pf = ahead < gs ? w + ahead : w + (G - 1) * gs + ahead;
+    __m512 we[G], wo[G];
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) {
+      _mm_prefetch(reinterpret_cast<const char*>(pf + g * gs), _MM_HINT_T0);
+      const __m512i v = _mm512_loadu_si512(w + g * gs + 16 * c);
+      we[g] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+      wo[g] = _mm512_castsi512_ps(_mm512_and_si512(v, high));
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) {
+      const __m512 xe = _mm512_set1_ps(x[t * ldx + c]), xo = _mm512_set1_ps(x[t * ldx + c + 1]);
+#pragma GCC unroll 4
+      for (int g = 0; g < G; ++g) {
+        acc[g][t] = _mm512_fmadd_ps(we[g], xe, acc[g][t]);
+        acc[g][t] = _mm512_fmadd_ps(wo[g], xo, acc[g][t]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int g = 0; g < G; ++g)
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * ldy + 16 * g, acc[g][t]);
 }
 
-template <int R, bool IL = false>
+template <int G>
+inline void block_bf16_packed_any(int nt, const uint16_t* w, int64_t k, const float* x, int64_t ldx,
+                                  float* y, int64_t ldy) {
+  switch (nt) {
+    case 1:
+      return block_bf16_packed<G, 1>(w, k, x, ldx, y, ldy);
+    case 2:
+      return block_bf16_packed<G, 2>(w, k, x, ldx, y, ldy);
+    case 3:
+      return block_bf16_packed<G, 3>(w, k, x, ldx, y, ldy);
+    case 4:
+      return block_bf16_packed<G, 4>(w, k, x, ldx, y, ldy);
+    case 5:
+      return block_bf16_packed<G, 5>(w, k, x, ldx, y, ldy);
+    case 6:
+      return block_bf16_packed<G, 6>(w, k, x, ldx, y, ldy);
+    case 7:
+      return block_bf16_packed<G, 7>(w, k, x, ldx, y, ldy);
+    default:
+      return block_bf16_packed<G, 8>(w, k, x, ldx, y, ldy);
+  }
+}
+
+// Whole packed groups [g0, g1): pairs of groups, eight tokens at a time (the later token groups
+// read the pair from L1).
+inline void rows_bf16_packed(const MatmulArgs& a, int64_t g0, int64_t g1) {
+  const auto* w = static_cast<const uint16_t*>(a.w_il);
+  for (int64_t r = g0; r < g1;) {
+    const bool two = r + 32 <= g1;
+    for (int t = 0; t < a.n_tokens; t += 8) {
+      const int nt = a.n_tokens - t < 8 ? a.n_tokens - t : 8;
+      float* y = a.y + t * a.ldy + (r - a.r0);
+      if (two)
+        block_bf16_packed_any<2>(nt, w + r * a.k, a.k, a.x + t * a.ldx, a.ldx, y, a.ldy);
+      else
+        block_bf16_packed_any<1>(nt, w + r * a.k, a.k, a.x + t * a.ldx, a.ldx, y, a.ldy);
+    }
+    r += two ? 32 : 16;
+  }
+}
+
+template <int R>
 inline Prefetcher rows_bf16_pairs(const MatmulArgs& a, const float* xp, int64_t r, Prefetcher pf) {
-  const uint16_t* w = static_cast<const uint16_t*>(IL ? a.w_il : a.w) + r * a.k;
+  const uint16_t* w = static_cast<const uint16_t*>(a.w) + r * a.k;
   for (int t = 0; t < a.n_tokens; t += 4) {
     const float* x = xp + t * a.k;
     float* y = a.y + t * a.ldy + (r - a.r0);
@@ -247,16 +300,16 @@ inline Prefetcher rows_bf16_pairs(const MatmulArgs& a, const float* xp, int64_t 
     Prefetcher q;
     switch (a.n_tokens - t) {
       case 1:
-        q = block_bf16_pairs<R, 1, IL>(w, a.k, x, y, a.ldy, p);
+        q = block_bf16_pairs<R, 1>(w, a.k, x, y, a.ldy, p);
         break;
       case 2:
-        q = block_bf16_pairs<R, 2, IL>(w, a.k, x, y, a.ldy, p);
+        q = block_bf16_pairs<R, 2>(w, a.k, x, y, a.ldy, p);
         break;
       case 3:
-        q = block_bf16_pairs<R, 3, IL>(w, a.k, x, y, a.ldy, p);
+        q = block_bf16_pairs<R, 3>(w, a.k, x, y, a.ldy, p);
         break;
       default:
-        q = block_bf16_pairs<R, 4, IL>(w, a.k, x, y, a.ldy, p);
+        q = block_bf16_pairs<R, 4>(w, a.k, x, y, a.ldy, p);
         break;
     }
     if (t == 0) pf = q;
@@ -276,34 +329,18 @@ void matmul_avx512(const MatmulArgs& a) {
     // Also for decode: two ALU operations per 32 weights leave the load ports free to keep more
     // lines in flight (measured 1 thread: 10.5 -> 12.5-14 GB/s on a 13 GB/s machine).
     if (a.k % 32 == 0) {
-      deinterleave_pairs(a.x, a.ldx, a.n_tokens, a.k, a.scratch);
       if (a.w_il) {
-        // Packed rows: whole groups from the packed copy (for one token as two streams, else as
-        // one prefetch stream); rows outside whole groups (a thread's range need not start on
-        // one) from w.
+        // Whole groups from the packed copy; rows outside them (a thread's range need not
+        // start on one) from w.
         const auto [g0, g1] = whole_groups(a.r0, a.r1, kPackBf16.rows);
+        if (g0 > a.r0 || g1 < a.r1) deinterleave_pairs(a.x, a.ldx, a.n_tokens, a.k, a.scratch);
         const Prefetcher none{nullptr, nullptr};
         for (; r < g0; ++r) rows_bf16_pairs<1>(a, a.scratch, r, none);
-        if (a.n_tokens == 1) {
-          // Decode: whole groups as two streams, [g0, g0 + half) beside [g0 + half, g0 + 2 half).
-          const int64_t half = (g1 - g0) / 8 * 4;
-          const auto* w = static_cast<const uint16_t*>(a.w_il);
-          for (; r < g0 + half; r += 4) {
-            const uint16_t* ws[2] = {w + r * a.k, w + (r + half) * a.k};
-            float* ys[2] = {a.y + (r - a.r0), a.y + (r + half - a.r0)};
-            block_bf16_pairs_x2(ws, a.k, a.scratch, ys);
-          }
-          r = g0 + 2 * half;
-        }
-        // The groups left (all of them for several tokens), ahead of where they start.
-        const char* il = static_cast<const char*>(a.w_il);
-        const size_t row_bytes = size_t(a.k) * 2;
-        Prefetcher pil{il + size_t(r) * row_bytes + prefetch_ahead(row_bytes),
-                       il + size_t(pf_rows / 4 * 4) * row_bytes};
-        for (; r < g1; r += 4) pil = rows_bf16_pairs<4, true>(a, a.scratch, r, pil);
-        for (; r < a.r1; ++r) rows_bf16_pairs<1>(a, a.scratch, r, none);
+        rows_bf16_packed(a, g0, g1);
+        for (r = g1; r < a.r1; ++r) rows_bf16_pairs<1>(a, a.scratch, r, none);
         return;
       }
+      deinterleave_pairs(a.x, a.ldx, a.n_tokens, a.k, a.scratch);
       for (; r + 4 <= a.r1; r += 4) pf = rows_bf16_pairs<4>(a, a.scratch, r, pf);
       for (; r < a.r1; ++r) pf = rows_bf16_pairs<1>(a, a.scratch, r, pf);
       return;

@@ -1,10 +1,56 @@
-// AVX-512 matmul for BF16 weights: W row-major [rows, k] in BF16, x and y f32; see matmul_avx512.h.
+// AVX-512 matmul for BF16 weights: W row-major [rows, k] in BF16, or its kPackBf16 copy (16 rows'
+// column pairs per 64-byte line), x and y f32; see matmul_avx512.h.
 #include "backends/cpu/matmul_avx512.h"
 
 namespace hearth::cpu {
 
+namespace {
+
+// a[i][j] -> a[j][i] for 16 vectors of 16 dwords: within 128-bit lanes by 32- then 64-bit
+// unpacks, then the 4 x 4 lanes of each set of four by two rounds of lane shuffles.
+void transpose_16x16(__m512i* a) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(a[i], a[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(a[i], a[i + 1]);
+  }
+  for (int q = 0; q < 16; q += 4) {  // u[q + m]: rows q .. q + 3 at column 4 L + m of lane L
+    u[q] = _mm512_unpacklo_epi64(t[q], t[q + 2]);
+    u[q + 1] = _mm512_unpackhi_epi64(t[q], t[q + 2]);
+    u[q + 2] = _mm512_unpacklo_epi64(t[q + 1], t[q + 3]);
+    u[q + 3] = _mm512_unpackhi_epi64(t[q + 1], t[q + 3]);
+  }
+  for (int m = 0; m < 4; ++m) {
+    const __m512i s0 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0x44),
+                  s1 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0xEE),
+                  s2 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0x44),
+                  s3 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0xEE);
+    a[m] = _mm512_shuffle_i32x4(s0, s2, 0x88);       // column m
+    a[4 + m] = _mm512_shuffle_i32x4(s0, s2, 0xDD);   // 4 + m
+    a[8 + m] = _mm512_shuffle_i32x4(s1, s3, 0x88);   // 8 + m
+    a[12 + m] = _mm512_shuffle_i32x4(s1, s3, 0xDD);  // 12 + m
+  }
+}
+
+// The prefill GEMM reads row-major weights: each 16 lines of a group (16 rows x 32 columns) are
+// one transpose of dwords (column pairs).
+void unpack_bf16_avx512(const void* packed, int64_t r0, int64_t n, int64_t k, uint16_t* out) {
+  if (r0 % 16 || n % 16 || k % 32) return unpack_rows(packed, r0, n, 2 * k, kPackBf16, out);
+  const auto* src = static_cast<const uint16_t*>(packed);
+  for (int64_t g = r0; g < r0 + n; g += 16)
+    for (int64_t c = 0; c < k; c += 32) {
+      __m512i a[16];
+      for (int i = 0; i < 16; ++i) a[i] = _mm512_loadu_si512(src + g * k + 16 * c + 32 * i);
+      transpose_16x16(a);
+      for (int j = 0; j < 16; ++j) _mm512_storeu_si512(out + (g - r0 + j) * k + c, a[j]);
+    }
+}
+
+}  // namespace
+
 void fill_matmul_bf16_avx512(KernelTable& k) {
   k.matmul[type_slot(DType::BF16)] = matmul_avx512<DType::BF16>;
+  k.unpack_bf16 = unpack_bf16_avx512;
 }
 
 }  // namespace hearth::cpu
