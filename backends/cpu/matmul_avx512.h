@@ -1,6 +1,7 @@
 // The AVX-512 matmul body shared by matmul_{f32,f16,bf16}_avx512.cpp: W row-major [rows, k] in its
-// stored type, widened 16 lanes at a time to f32 and multiplied with f32 x by FMA (exact f32
-// products; activations are never rounded to a narrower type). Included only by AVX-512 files;
+// stored type (BF16 also as its kPackBf16 copy: 16 rows' column pairs per 64-byte line), widened
+// to f32 and multiplied with f32 x by FMA (exact f32 products; activations are never rounded to a
+// narrower type). Included only by AVX-512 files;
 // everything is in an anonymous namespace so no code compiled with AVX-512 flags can be picked by
 // the linker for a baseline caller.
 #pragma once
@@ -208,9 +209,10 @@ inline Prefetcher block_bf16_pairs(const uint16_t* w, int64_t k, const float* xp
 // holds 16 rows' weights for columns (c, c + 1); widened like the pairs kernel's, they multiply
 // broadcasts of x[c] and x[c + 1], so a vector accumulates 16 rows' sums in column order and
 // needs no reduction. Each line serves NT tokens from registers, and the x of a token serves 16 G
-// rows. On the Emerald Rapids host, 8 tokens: 96-113 GFLOP/s against 61 for the pairs kernel;
-// one token: the same bandwidth or more. Each group is a stream, prefetched kAhead bytes ahead;
-// past its end the prefetch runs on into the same stream of the next G groups.
+// rows, where the pairs kernel reloads x per 4 rows and reduces 16 lanes per row and token (it
+// reached about half this kernel's FLOP rate on 8 tokens, bench/RESULTS.md). Each group is a
+// stream, prefetched kAhead weights ahead; past its end the prefetch runs on into the same stream
+// of the next G groups.
 template <int G, int NT>
 inline void block_bf16_packed(const uint16_t* w, int64_t k, const float* x, int64_t ldx, float* y,
                               int64_t ldy) {
