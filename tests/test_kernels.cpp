@@ -260,6 +260,11 @@ TEST_SUITE("kernels") {
       CHECK(std::equal(back.begin(), back.begin() + (N - 5) * K, rows + 3 * K));
       for (Isa isa : isas_here()) {
         const KernelTable kt = make_kernel_table(isa);
+        if (kt.pack_bf16) {  // the same copy by the transposes
+          std::vector<uint16_t> p2(size_t(N * K), 0);
+          kt.pack_bf16(rows, N, K, p2.data());
+          CHECK(p2 == packed);
+        }
         if (kt.unpack_bf16)  // whole groups by the transpose; else as unpack_rows
           for (auto [r0, n] : {std::pair<int64_t, int64_t>{16, 32}, {0, N}, {3, N - 5}}) {
             CAPTURE(r0);

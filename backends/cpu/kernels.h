@@ -261,6 +261,9 @@ struct KernelTable {
   using UnpackBf16Fn = void (*)(const void* packed, int64_t r0, int64_t n, int64_t k,
                                 uint16_t* out);
   UnpackBf16Fn unpack_bf16 = nullptr;
+  // n rows of k BF16 columns into their kPackBf16 copy, as pack_rows (set with unpack_bf16).
+  using PackBf16Fn = void (*)(const void* rows, int64_t n, int64_t k, void* out);
+  PackBf16Fn pack_bf16 = nullptr;
 };
 
 // One fill function per kernel file; make_kernel_table calls those of each level up to the ISA.
