@@ -251,27 +251,13 @@ inline void block_bf16_packed(const uint16_t* w, int64_t k, const float* x, int6
     for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * ldy + 16 * g, acc[g][t]);
 }
 
-template <int G>
+// block_bf16_packed<G, nt> for nt in 1..NT.
+template <int G, int NT = 8>
 inline void block_bf16_packed_any(int nt, const uint16_t* w, int64_t k, const float* x, int64_t ldx,
                                   float* y, int64_t ldy) {
-  switch (nt) {
-    case 1:
-      return block_bf16_packed<G, 1>(w, k, x, ldx, y, ldy);
-    case 2:
-      return block_bf16_packed<G, 2>(w, k, x, ldx, y, ldy);
-    case 3:
-      return block_bf16_packed<G, 3>(w, k, x, ldx, y, ldy);
-    case 4:
-      return block_bf16_packed<G, 4>(w, k, x, ldx, y, ldy);
-    case 5:
-      return block_bf16_packed<G, 5>(w, k, x, ldx, y, ldy);
-    case 6:
-      return block_bf16_packed<G, 6>(w, k, x, ldx, y, ldy);
-    case 7:
-      return block_bf16_packed<G, 7>(w, k, x, ldx, y, ldy);
-    default:
-      return block_bf16_packed<G, 8>(w, k, x, ldx, y, ldy);
-  }
+  if constexpr (NT > 1)
+    if (nt < NT) return block_bf16_packed_any<G, NT - 1>(nt, w, k, x, ldx, y, ldy);
+  block_bf16_packed<G, NT>(w, k, x, ldx, y, ldy);
 }
 
 // Whole packed groups [g0, g1): pairs of groups, eight tokens at a time (the later token groups
