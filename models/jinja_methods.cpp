@@ -105,6 +105,13 @@ std::string format_spec(const Value& v, const std::string& spec) {
     for (++i; i < u.size() && u[i] >= '0' && u[i] <= '9';) p = width_digit(p, char(u[i++]));
     precision = int(p);
   }
+  if (i < u.size() && (u[i] == ',' || u[i] == '_'))
+    rt_fail("ValueError: format spec '", spec,
+            "': the ',' and '_' grouping options are not supported");
+  // The type is one ASCII letter (or '%') ending the spec: it is spliced into a printf format
+  // below, so nothing else may reach it (fuzz_jinja: '{:t...}'.format(2) made "%.*t").
+  if (i + 1 < u.size() || (i < u.size() && u[i] >= 128))
+    rt_fail("ValueError: Invalid format specifier '", spec, "'");
   char type = i < u.size() ? char(u[i]) : 0;
   std::string body;
   if (v.kind == K::String || (!type && !v.is_number())) {
@@ -113,6 +120,10 @@ std::string format_spec(const Value& v, const std::string& spec) {
     return pad(body, width, fill, align ? align : '<');
   }
   if (!v.is_number()) rt_fail("ValueError: invalid format spec '", spec, "' for ", type_name(v));
+  if (type == 'n') type = 'g';
+  if (type && std::string("dxXob%eEfFgG").find(type) == std::string::npos)
+    rt_fail("ValueError: Unknown format code '", std::string(1, type), "' for object of type '",
+            type_name(v), "'");
   char buf[512];
   std::string flags = sign == "-" ? "" : sign;
   if (type == 'd' || (!type && v.is_int() && precision < 0)) {

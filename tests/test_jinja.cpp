@@ -545,6 +545,18 @@ TEST_SUITE("jinja") {
     CHECK(render("{{ '{:>6}'.format('x') }}{{ 'y'.center(3) }}{{ '7'.zfill(3) }}") ==
           "     x y 007");
     CHECK(render("{{ '%100000d' % 1 }}").size() == 100000);
+    // A format spec's type is spliced into a printf format: only known types, ending the spec
+    // (fuzz_jinja, pass 5: '{:t...}'.format(2) passed "%.*t" to snprintf).
+    for (const char* tmpl : {"{{ '{:t}'.format(2) }}", "{{ '{:s}'.format(2.5) }}",
+                             "{{ '{:f%s}'.format(2) }}", "{{ '{:.3fx}'.format(2) }}",
+                             "{{ '{:,}'.format(1234) }}", "{{ '{:d\u0164}'.format(1) }}"}) {
+      const std::string t = tmpl, e = render_error(t);
+      CAPTURE(t);
+      CAPTURE(e);
+      CHECK(e.find("ValueError") != std::string::npos);
+    }
+    CHECK(render("{{ '{:.2e}|{:x}|{:>5.1f}|{:g}|{:.0%}|{:n}'.format(1234.5, 255, 2.25, 0.5, 0.25, "
+                 "3) }}") == "1.23e+03|ff|  2.2|0.5|25%|3");
     // A conditional key without else (fuzz_jinja: a null child reached by the parser's check of
     // tuple subscripts).
     CHECK(render("{{ 'hello'[0 if 4] }}") == "h");
