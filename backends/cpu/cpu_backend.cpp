@@ -322,7 +322,7 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
           in_parallel(w.rows(), pack.rows, [&](int64_t b, int64_t e) {
             const auto* src = static_cast<const uint8_t*>(w.data) + b * row_bytes;
             auto* out = static_cast<uint8_t*>(dst) + b * row_bytes;
-            if (w.dtype == DType::BF16 && kernels_.pack_bf16)
+            if (w.dtype == DType::BF16)
               kernels_.pack_bf16(src, e - b, w.cols(), out);
             else
               pack_rows(src, e - b, row_bytes, pack, out);

@@ -149,10 +149,7 @@ void gemm_rows(const StepCtx& c, const Tensor& w, const void* w_il, const float*
     const int64_t block = xb ? kUnpackRows : kGemmBlockRows;  // wide holds kGemmBlockRows
     for (int64_t r = r0; r < r1; r += block) {
       const int64_t n = std::min(r1, r + block) - r;
-      if (c.kt.unpack_bf16)
-        c.kt.unpack_bf16(w_il, r, n, K, rows);
-      else
-        unpack_rows(w_il, r, n, K * 2, kPackBf16, rows);
+      c.kt.unpack_bf16(w_il, r, n, K, rows);
       if (xb) {
         c.gemm->bf16(c.tid, int(T), n, K, xb, K, rows, y + (r - r0), ldy);
       } else {

@@ -1,6 +1,5 @@
 #include "backends/cpu/kernels.h"
 
-#include <algorithm>
 #include <cstring>
 
 namespace hearth::cpu {
@@ -11,48 +10,34 @@ int64_t packed_at(int64_t r, int64_t c, int64_t row_bytes, PackShape p) {
 }
 }  // namespace
 
-namespace {
-
-// One group of p.rows rows: chunk c of row j <-> packed chunk (c, j), copied in tiles of 16
-// chunks so that both sides stay in L1 (4-byte chunks would otherwise cost a division each).
-template <bool kPack>
-void transpose_group(uint8_t* packed, uint8_t* rows, int64_t row_bytes, PackShape p) {
-  const int64_t n = row_bytes / p.chunk;
-  const size_t cb = size_t(p.chunk);
-  for (int64_t c0 = 0; c0 < n; c0 += 16)
-    for (int64_t j = 0; j < p.rows; ++j)
-      for (int64_t c = c0; c < std::min(n, c0 + 16); ++c) {
-        uint8_t* a = packed + (c * p.rows + j) * p.chunk;
-        uint8_t* b = rows + j * row_bytes + c * p.chunk;
-        kPack ? std::memcpy(a, b, cb) : std::memcpy(b, a, cb);
-      }
-}
-
-}  // namespace
-
 void pack_rows(const void* w, int64_t rows, int64_t row_bytes, PackShape p, void* out) {
-  auto* src = const_cast<uint8_t*>(static_cast<const uint8_t*>(w));
+  const auto* src = static_cast<const uint8_t*>(w);
   auto* dst = static_cast<uint8_t*>(out);
-  for (int64_t r = 0; r + p.rows <= rows; r += p.rows)
-    transpose_group<true>(dst + r * row_bytes, src + r * row_bytes, row_bytes, p);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < row_bytes / p.chunk; ++c)
+      std::memcpy(dst + packed_at(r, c, row_bytes, p), src + r * row_bytes + c * p.chunk,
+                  size_t(p.chunk));
 }
 
 void unpack_rows(const void* packed, int64_t r0, int64_t n, int64_t row_bytes, PackShape p,
                  void* out) {
-  auto* src = const_cast<uint8_t*>(static_cast<const uint8_t*>(packed));
+  const auto* src = static_cast<const uint8_t*>(packed);
   auto* dst = static_cast<uint8_t*>(out);
-  int64_t r = r0;
-  // Rows before the first whole group, the whole groups, then the rows after the last.
-  auto one = [&](int64_t row) {
+  for (int64_t r = r0; r < r0 + n; ++r)
     for (int64_t c = 0; c < row_bytes / p.chunk; ++c)
-      std::memcpy(dst + (row - r0) * row_bytes + c * p.chunk, src + packed_at(row, c, row_bytes, p),
+      std::memcpy(dst + (r - r0) * row_bytes + c * p.chunk, src + packed_at(r, c, row_bytes, p),
                   size_t(p.chunk));
-  };
-  for (; r < r0 + n && r % p.rows; ++r) one(r);
-  for (; r + p.rows <= r0 + n; r += p.rows)
-    transpose_group<false>(src + r * row_bytes, dst + (r - r0) * row_bytes, row_bytes, p);
-  for (; r < r0 + n; ++r) one(r);
 }
+
+namespace {
+// The table's BF16 (un)packing where no ISA file has a faster one.
+void pack_bf16_rows(const void* rows, int64_t n, int64_t k, void* out) {
+  pack_rows(rows, n, 2 * k, kPackBf16, out);
+}
+void unpack_bf16_rows(const void* packed, int64_t r0, int64_t n, int64_t k, uint16_t* out) {
+  unpack_rows(packed, r0, n, 2 * k, kPackBf16, out);
+}
+}  // namespace
 
 KernelTable make_kernel_table(Isa isa) {
   return make_kernel_table(isa, detect_cpu_features());
@@ -60,6 +45,8 @@ KernelTable make_kernel_table(Isa isa) {
 
 KernelTable make_kernel_table(Isa isa, const CpuFeatures& f) {
   KernelTable k;
+  k.pack_bf16 = pack_bf16_rows;
+  k.unpack_bf16 = unpack_bf16_rows;
   fill_matmul_scalar(k);
   fill_attention_scalar(k);
   fill_vecops_scalar(k);

@@ -256,14 +256,13 @@ struct KernelTable {
   // Null where no kernel reads the screen faster than the Q8 kernel reads the head (AVX-512 VBMI).
   ScreenQ8Fn screen_q8 = nullptr;
   ScreenSelectFn screen_select = nullptr;
-  // Rows [r0, r0 + n) of a kPackBf16 copy of k columns back to row-major, as unpack_rows; null
-  // where unpack_rows serves (no ISA but AVX-512 reads packed BF16).
+  // n rows of k BF16 columns into their kPackBf16 copy, and rows [r0, r0 + n) of it back to
+  // row-major: pack_rows and unpack_rows, by transposes where an ISA has them (AVX-512).
+  using PackBf16Fn = void (*)(const void* rows, int64_t n, int64_t k, void* out);
   using UnpackBf16Fn = void (*)(const void* packed, int64_t r0, int64_t n, int64_t k,
                                 uint16_t* out);
-  UnpackBf16Fn unpack_bf16 = nullptr;
-  // n rows of k BF16 columns into their kPackBf16 copy, as pack_rows (set with unpack_bf16).
-  using PackBf16Fn = void (*)(const void* rows, int64_t n, int64_t k, void* out);
   PackBf16Fn pack_bf16 = nullptr;
+  UnpackBf16Fn unpack_bf16 = nullptr;
 };
 
 // One fill function per kernel file; make_kernel_table calls those of each level up to the ISA.

@@ -72,25 +72,25 @@ inline void tail_lanes_to_blocks(__m512i lanes, int m, int32_t* isum) {
 inline __mmask64 tail_mask(int m) {
   return _cvtu64_mask64((uint64_t(1) << (16 * m)) - 1);
 }
-// Q8 codes with their sign bits flipped (q + 128), both halves' bytes.
-inline void tail_dots_q8(const uint8_t* c, const int8_t* x, int m, int32_t* isum) {
+// The unsigned operands u0 (against the first half's activations) and u1 (the second's).
+inline void tail_dots(__m512i u0, __m512i u1, const int8_t* x, int m, int32_t* isum) {
   const __mmask64 n = tail_mask(m);
-  const __m512i flip = _mm512_set1_epi8(char(0x80));
-  const __m512i u0 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(n, c), flip);
-  const __m512i u1 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(n, c + 16 * m), flip);
   const __m512i x0 = _mm512_maskz_loadu_epi8(n, x), x1 = _mm512_maskz_loadu_epi8(n, x + 16 * m);
   const __m512i z = _mm512_setzero_si512();
   tail_lanes_to_blocks(_mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, u0, x0), u1, x1), m, isum);
 }
+// Q8 codes with their sign bits flipped (q + 128), both halves' bytes.
+inline void tail_dots_q8(const uint8_t* c, const int8_t* x, int m, int32_t* isum) {
+  const __mmask64 n = tail_mask(m);
+  const __m512i flip = _mm512_set1_epi8(char(0x80));
+  tail_dots(_mm512_xor_si512(_mm512_maskz_loadu_epi8(n, c), flip),
+            _mm512_xor_si512(_mm512_maskz_loadu_epi8(n, c + 16 * m), flip), x, m, isum);
+}
 // Q4 codes: byte p's low nibble against the first half's activations, its high one the second's.
 inline void tail_dots_q4(const uint8_t* c, const int8_t* x, int m, int32_t* isum) {
-  const __mmask64 n = tail_mask(m);
   const __m512i nib = _mm512_set1_epi8(0x0F);
-  const __m512i w = _mm512_maskz_loadu_epi8(n, c);
-  const __m512i lo = _mm512_and_si512(w, nib), hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), nib);
-  const __m512i x0 = _mm512_maskz_loadu_epi8(n, x), x1 = _mm512_maskz_loadu_epi8(n, x + 16 * m);
-  const __m512i z = _mm512_setzero_si512();
-  tail_lanes_to_blocks(_mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, lo, x0), hi, x1), m, isum);
+  const __m512i w = _mm512_maskz_loadu_epi8(tail_mask(m), c);
+  tail_dots(_mm512_and_si512(w, nib), _mm512_and_si512(_mm512_srli_epi16(w, 4), nib), x, m, isum);
 }
 
 // Same codes as quantize_act_scalar (x * (127 / amax) rounded to nearest even, the MXCSR default),
