@@ -29,6 +29,11 @@ struct CpuOptions {
   // cache per token, and their 4 KiB pages cost TLB misses. Off unless asked for: each 2 MiB page
   // a request touches is resident at once.
   bool kv_huge_pages = false;
+  // The LM head screen of one-token steps (with weight copies; backends/cpu/head_screen.h): Timed
+  // takes whichever of the screened and the whole head is faster here, timing both in turns (the
+  // logits are the same); Always and Never are for tests and measurements.
+  enum class Screen { Timed, Always, Never };
+  Screen screen = Screen::Timed;
 };
 
 // What the Vulkan backend alone reads.

@@ -874,6 +874,7 @@ struct ScreenPair {
     o.threads = threads;
     full = create_backend("cpu", o);
     o.cpu.weight_copies = std::move(store);
+    o.cpu.screen = CpuOptions::Screen::Always;  // every step through the screen, not the faster
     screened = create_backend("cpu", o);
     cg_full = full->compile(g, 1, 1);
     cg_screened = screened->compile(g, 1, 1);
@@ -1082,6 +1083,38 @@ TEST_SUITE("kernels") {
         }
         CHECK(arg[2] == -1);
       }
+  }
+
+  TEST_CASE("ScreenPolicy: times the screened and the whole head in turns, holds the faster") {
+    using P = ScreenPolicy;
+    // Steps of `mode` for which use() says screened, each recorded as taking `screened_ns`
+    // screened and `whole_ns` whole; returns how many of `n` steps were screened.
+    auto run = [](P& p, int mode, int n, int64_t screened_ns, int64_t whole_ns) {
+      int screened = 0;
+      for (int i = 0; i < n; ++i) {
+        const bool use = p.use(mode);
+        screened += use;
+        p.record(mode, use ? screened_ns : whole_ns);
+      }
+      return screened;
+    };
+    P p;
+    // Whole faster: a window of each, then whole for the hold, then both timed again.
+    CHECK(run(p, 1, P::kWindow, 300, 100) == P::kWindow);
+    CHECK(run(p, 1, P::kWindow, 300, 100) == 0);
+    CHECK(run(p, 1, P::kHold, 300, 100) == 0);
+    CHECK(run(p, 1, P::kWindow, 300, 100) == P::kWindow);
+    // The other mode has its own timing: greedy with a screen that pays stays screened, but for
+    // its window of whole steps.
+    CHECK(run(p, 0, 2 * P::kWindow + P::kHold, 100, 300) == P::kWindow + P::kHold);
+    // Medians: a few outliers (an interrupted step) do not flip the choice.
+    P q;
+    for (int i = 0; i < P::kWindow; ++i) q.record(0, i < 2 ? 10'000 : 100);
+    for (int i = 0; i < P::kWindow; ++i) q.record(0, 200);
+    CHECK(q.use(0));
+    P always(P::Rule::Always), never(P::Rule::Never);
+    CHECK(run(always, 0, 3 * P::kWindow, 300, 100) == 3 * P::kWindow);
+    CHECK(run(never, 1, 3 * P::kWindow, 100, 300) == 0);
   }
 
   TEST_CASE("screened LM head (weight copies): the whole head's first argmax on every ISA") {

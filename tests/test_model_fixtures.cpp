@@ -161,6 +161,7 @@ TEST_SUITE("model_fixtures") {
         o.cpu.isa = isa;
         o.threads = 2;
         if (copies) o.cpu.weight_copies = std::make_shared<WeightStore>();
+        o.cpu.screen = CpuOptions::Screen::Always;  // not only while it is the faster
         RunnerOptions ro;
         ro.max_seqs = 1;
         Runner runner(create_backend("cpu", o), model->graph(), model->config().vocab_size,

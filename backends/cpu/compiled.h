@@ -2,6 +2,7 @@
 // Everything a step touches is allocated by compile(); a step allocates nothing.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <memory>
@@ -105,7 +106,13 @@ struct CpuCompiled : CompiledGraph {
   // The largest head logit any thread has computed this step: no row whose upper bound is below
   // it can be the argmax, whichever thread's range it is in.
   std::atomic<float> screen_best{-INFINITY};
-  ScreenStats* screen_stats = nullptr;
+  ScreenPolicy screen_policy;
+  size_t head_step = SIZE_MAX;  // the index of the screened head's step
+  bool screen_on = false;       // this step's one-token head goes through the screen
+  std::chrono::steady_clock::time_point head_t0;  // when thread 0 began the head's step
+  // What the screened functions did this step: head rows computed exactly, whether they ran.
+  std::atomic<int64_t> screen_rows{0};
+  std::atomic<bool> screen_ran{false};
 
   MoeBuffers moe;
 

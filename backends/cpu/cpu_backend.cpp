@@ -132,7 +132,10 @@ CpuBackend::CpuBackend(const BackendOptions& opt, const CpuFeatures& cpu)
       gemm_min_tokens_(opt.cpu.gemm_min_tokens > 0 ? opt.cpu.gemm_min_tokens
                                                    : kDefaultGemmMinTokens),
       weight_copies_(opt.cpu.weight_copies),
-      kv_huge_pages_(opt.cpu.kv_huge_pages) {
+      kv_huge_pages_(opt.cpu.kv_huge_pages),
+      screen_rule_(opt.cpu.screen == CpuOptions::Screen::Always  ? ScreenPolicy::Rule::Always
+                   : opt.cpu.screen == CpuOptions::Screen::Never ? ScreenPolicy::Rule::Never
+                                                                 : ScreenPolicy::Rule::Timed) {
   if (kv_dtype_ != DType::F32 && kv_dtype_ != DType::F16 && kv_dtype_ != DType::BF16 &&
       kv_dtype_ != DType::I8)
     fail("cpu backend: KV cache type ", dtype_name(kv_dtype_), " is not supported");
@@ -362,6 +365,7 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
         false);
     cg->screen = head_screen_view(w, pk, mem);
     cg->screen_w = id;
+    cg->screen_policy = ScreenPolicy(screen_rule_);
     // Room for every row of the longest range a thread screens (argmax_screened's split).
     for (int t = 0; t < pool_.size(); ++t) {
       int64_t b, e;
@@ -370,7 +374,6 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
     }
     cg->screen_cand.alloc(size_t(pool_.size()) * size_t(cg->screen_cap) * sizeof(ScreenCandidate),
                           "LM head screen candidates");
-    cg->screen_stats = &screen_stats_;
     const double scale_bytes = w.quantized() ? double(w.rows() * (w.cols() / w.group_size)) * 2 : 0;
     screen_stats_.head_bytes = double(w.nbytes) + scale_bytes;
     screen_stats_.screen_bytes = double(head_screen_read_bytes(w));
@@ -429,7 +432,15 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
         }
         if (s.lin.norm_w >= 0) max_norm = std::max(max_norm, ts[size_t(s.lin.x)].cols);
         if (s.lin.logits) cg->argmax_fused = true;
-        if (s.lin.logits && s.lin.parts.size() == 1) use_screen(s.lin.parts[0].w);
+        if (s.lin.logits && s.lin.parts.size() == 1) {
+          use_screen(s.lin.parts[0].w);
+          // Timed only where it is the last step (run() times it to the pool's return).
+          const size_t i = size_t(&s - cg->steps.data());
+          if (cg->screen_w == s.lin.parts[0].w && i + 1 == cg->steps.size()) cg->head_step = i;
+          if (cg->screen_w >= 0 && cg->head_step == SIZE_MAX &&
+              screen_rule_ == ScreenPolicy::Rule::Timed)
+            cg->screen_policy = ScreenPolicy(ScreenPolicy::Rule::Always);
+        }
         break;
       case Step::Kind::Attention: {
         const AttentionStep& a = s.att;
@@ -570,9 +581,10 @@ void CpuBackend::copy_kv_block(KVStorage& base, int from, int to) {
 
 double CpuBackend::argmax_bytes_saved() const {
   const ScreenStats& s = screen_stats_;
-  const int64_t steps = s.steps.load();
-  if (steps == 0) return 0;
-  return s.head_bytes - s.screen_bytes - double(s.exact_rows.load()) / double(steps) * s.row_bytes;
+  const int64_t steps = s.steps.load(), all = steps + s.whole_steps.load();
+  if (all == 0) return 0;
+  return (double(steps) * (s.head_bytes - s.screen_bytes) - double(s.exact_rows) * s.row_bytes) /
+         double(all);
 }
 
 void CpuBackend::run(CompiledGraph& base, const StepInputs& in) {
@@ -615,6 +627,15 @@ void CpuBackend::run(CompiledGraph& base, const StepInputs& in) {
     cg.screen_best.store(-INFINITY, std::memory_order_relaxed);
   }
 
+  // A one-token head step the screen can take: greedy (mode 0) or top-k (mode 1).
+  const int screen_mode = cg.screen_w < 0 || in.n_out != 1 ? -1
+                          : argmax                         ? 0
+                          : in.top_k && in.top_k[0] > 0    ? 1
+                                                           : -1;
+  cg.screen_on = screen_mode >= 0 && cg.screen_policy.use(screen_mode);
+  cg.screen_rows.store(0, std::memory_order_relaxed);
+  cg.screen_ran.store(false, std::memory_order_relaxed);
+
   SpinBarrier barrier(pool_.size());
   StepInputs step_in = in;
   if (!argmax) step_in.argmax = nullptr;
@@ -623,6 +644,7 @@ void CpuBackend::run(CompiledGraph& base, const StepInputs& in) {
                     kv, barrier, tid,      nth};
     for (size_t i = 0; i < cg.steps.size(); ++i) {
       const Step& s = cg.steps[i];
+      if (i == cg.head_step && tid == 0) cg.head_t0 = std::chrono::steady_clock::now();
       switch (s.kind) {
         case Step::Kind::Node:
           run_node_step(c, g.nodes()[size_t(s.node)]);
@@ -637,6 +659,20 @@ void CpuBackend::run(CompiledGraph& base, const StepInputs& in) {
       if (i + 1 < cg.steps.size()) barrier.wait();
     }
   });
+
+  if (screen_mode >= 0) {
+    if (cg.head_step != SIZE_MAX) {  // the last step: it ended when the pool returned
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::steady_clock::now() - cg.head_t0);
+      cg.screen_policy.record(screen_mode, int64_t(ns.count()));
+    }
+    if (cg.screen_ran) {
+      ++screen_stats_.steps;
+      screen_stats_.exact_rows += cg.screen_rows;
+    } else {
+      ++screen_stats_.whole_steps;
+    }
+  }
 
   // Merge the threads' best logits in thread order: their row ranges ascend, so a strict > keeps
   // the first index of the maximum.

@@ -96,7 +96,7 @@ void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_
     }
     return;
   }
-  if (s.logits && T == 1 && s.parts[0].w == c.cg.screen_w) {  // one part
+  if (s.logits && T == 1 && s.parts[0].w == c.cg.screen_w && c.cg.screen_on) {  // one part
     if (c.in.argmax) return argmax_screened(c, s, x);
     const int k = c.in.top_k ? c.in.top_k[0] : 0;
     if (k > 0 && k < weight(c, s.parts[0]).rows())

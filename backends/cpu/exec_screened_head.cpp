@@ -139,8 +139,8 @@ void argmax_screened(const StepCtx& c, const LinearStep& s, const float* x) {
     cg.best_val[size_t(c.tid) * size_t(cg.max_outputs)] = best;
     cg.best_idx[size_t(c.tid) * size_t(cg.max_outputs)] = best_row;
   }
-  cg.screen_stats->exact_rows += exact;
-  if (c.tid == 0) ++cg.screen_stats->steps;
+  cg.screen_rows += exact;
+  if (c.tid == 0) cg.screen_ran = true;
 }
 
 namespace {
@@ -231,8 +231,8 @@ void topk_screened(const StepCtx& c, const LinearStep& s, const float* x, int k,
     if (j < kept) h.prefetch(cand[j].row);
     compute(cand[i].row);
   }
-  cg.screen_stats->exact_rows += rows;
-  if (c.tid == 0) ++cg.screen_stats->steps;
+  cg.screen_rows += rows;
+  if (c.tid == 0) cg.screen_ran = true;
 }
 
 }  // namespace hearth::cpu

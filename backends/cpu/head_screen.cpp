@@ -171,4 +171,21 @@ ScreenInput screen_input(const float* x, int64_t k) {
   return in;
 }
 
+void ScreenPolicy::record(int mode, int64_t ns) {
+  Mode& m = modes_[mode];
+  if (m.phase == 2) {
+    if (++m.n >= kHold) m.phase = 0, m.n = 0;
+    return;
+  }
+  m.ns[m.phase][m.n] = ns;
+  if (++m.n < kWindow) return;
+  m.n = 0;
+  if (++m.phase < 2) return;
+  auto median = [](int64_t* v) {
+    std::nth_element(v, v + kWindow / 2, v + kWindow);
+    return v[kWindow / 2];
+  };
+  m.screen = median(m.ns[0]) <= median(m.ns[1]);
+}
+
 }  // namespace hearth::cpu

@@ -48,13 +48,44 @@ struct HeadScreen {
 constexpr int kScreenBounds = 3;
 constexpr int kScreenQ8Bits = 5;
 
-// What screening saved, for the bench's bytes per token: per greedy step, the head's bytes
-// against the screen's, and the head rows computed exactly.
+// What screening saved, for the bench's bytes per token: the head's bytes against the screen's,
+// the head rows computed exactly over the screened steps, and the steps that could have been
+// screened but read the whole head (ScreenPolicy).
 struct ScreenStats {
-  std::atomic<int64_t> steps{0}, exact_rows{0};
+  std::atomic<int64_t> steps{0}, exact_rows{0}, whole_steps{0};
   double head_bytes = 0, screen_bytes = 0, row_bytes = 0;
 };
 
+// Whether the next one-token head step of a mode (0 greedy, 1 top-k) goes through the screen. How
+// many rows a screen leaves depends on the model, the mode and the text (on a random 30B-A3B
+// slice's Q8 head with top-k 20, a third of the head's bytes, read 4 rows at a time: slower than
+// the whole head), and what a scattered row costs against a streamed one depends on the machine.
+// So the two are timed in turns: kWindow steps screened, kWindow whole, then the faster (by
+// median) for kHold steps, then both again. The logits are the same either way.
+class ScreenPolicy {
+ public:
+  static constexpr int kWindow = 8, kHold = 256;
+  enum class Rule { Timed, Always, Never };
+  explicit ScreenPolicy(Rule rule = Rule::Timed) : rule_(rule) {}
+
+  bool use(int mode) const {
+    const Mode& m = modes_[mode];
+    return rule_ == Rule::Always ||
+           (rule_ == Rule::Timed && (m.phase == 2 ? m.screen : m.phase == 0));
+  }
+  // The head of a step of `mode`, screened or not as use() said, took `ns`.
+  void record(int mode, int64_t ns);
+
+ private:
+  struct Mode {
+    int phase = 0;  // 0: timing screened steps, 1: whole ones, 2: holding the faster
+    int n = 0;
+    int64_t ns[2][kWindow] = {};
+    bool screen = true;
+  };
+  Rule rule_;
+  Mode modes_[2];
+};
 // Whether build_head_screen takes this weight: BF16 (the kernels' 16-bit head) with k a multiple
 // of 32, or Q8 without a codebook with k a multiple of 128 and rows of 4.
 bool screenable(const Tensor& w);
