@@ -6,10 +6,13 @@
 #   SCHEMES  space-separated, from: 0.6b-bf16 1.7b-bf16 0.6b-int8 0.6b-int4 0.6b-int4cb (the
 #            4-bit codebook variant) 0.6b-int4h4 (INT4 with an INT4 LM head, nearer llama.cpp's
 #            Q4_0 file, whose tied head is Q6_K); default: all six
+#            Qwen3-MoE slices: 30b-a3b-L6-bf16, 30b-a3b-L6-int4 (the 30B-A3B shape with its first
+#            6 layers; any -L<N>, and any of the kinds above)
 #   THREADS  space-separated thread counts (default: "1 2")
 #   ROUNDS   alternating rounds per case (default: 2)
 # llama.cpp (optional): set LLAMA_BENCH to a llama-bench binary and LLAMA_CONVERT to its
-# convert_hf_to_gguf.py; the stand-ins are converted once (bf16, then Q8_0 / Q4_0 with
+# convert_hf_to_gguf.py (or GGUF_PY to its gguf-py folder, for bench/st2gguf.py, which needs only
+# numpy); the stand-ins are converted once (bf16, then Q8_0 / Q4_0 with
 # LLAMA_QUANTIZE) and each round runs hearth, then llama-bench, on the same weights. GGUF files
 # already at models-cache/standin-SIZE-bf16.gguf (and -Q8_0.gguf, -Q4_0.gguf) are used as they are,
 # so a converter is only needed to make them.
@@ -32,10 +35,20 @@ mkdir -p "$cache"
 [ -x "$hearth" ] || { cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null && ninja -C build hearth; }
 
 # The checkpoint for a scheme, made on first use.
+# A scheme is SIZE-KIND; SIZE is a preset, or PRESET-L<N> for its first N layers.
+standin_args() {
+  local size=$1
+  case "$size" in
+    *-L*) echo "--preset ${size%-L*} --layers ${size##*-L}" ;;
+    *) echo "--preset $size" ;;
+  esac
+}
+
 model_dir() {
-  local size=${1%%-*} kind=${1#*-}
+  local size=${1%-*} kind=${1##*-}
   local base="$cache/standin-$size-bf16"
-  [ -f "$base/config.json" ] || "$hearth" standin --preset "$size" --out "$base" >&2
+  # shellcheck disable=SC2046
+  [ -f "$base/config.json" ] || "$hearth" standin $(standin_args "$size") --out "$base" >&2
   case "$kind" in
     bf16) echo "$base" ;;
     int8 | int4 | int4cb | int4h4)
@@ -52,11 +65,14 @@ model_dir() {
 # llama.cpp's GGUF of the same weights, or nothing when llama.cpp is not set up.
 gguf_for() {
   [ -n "${LLAMA_BENCH:-}" ] || return 0
-  local size=${1%%-*} kind=${1#*-}
+  local size=${1%-*} kind=${1##*-}
   local base="$cache/standin-$size-bf16" g="$cache/standin-$size-bf16.gguf"
-  [ -f "$g" ] ||
+  if [ ! -f "$g" ] && [ -n "${GGUF_PY:-}" ]; then
+    python3 bench/st2gguf.py "$base" "$g" >&2
+  elif [ ! -f "$g" ]; then
     python3 "${LLAMA_CONVERT:?set LLAMA_CONVERT to convert_hf_to_gguf.py}" "$base" --outtype bf16 \
       --outfile "$g" >&2
+  fi
   case "$kind" in
     bf16) echo "$g" ;;
     int8 | int4 | int4cb | int4h4)

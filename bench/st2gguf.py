@@ -1,5 +1,7 @@
-# Writes a GGUF of a hearth stand-in (or any one-file Qwen3 BF16 safetensors checkpoint) for
-# llama.cpp: BF16 matrices as they are, norms as F32, the vocabulary and merges from tokenizer.json.
+# Writes a GGUF of a hearth stand-in (or any one-file Qwen3 or Qwen3-MoE BF16 safetensors checkpoint)
+# for llama.cpp: BF16 matrices as they are, norms and routers as F32 (as llama.cpp's converter keeps
+# them), each layer's experts stacked into one 3-D tensor per projection, the vocabulary and merges
+# from tokenizer.json.
 # Needs numpy and llama.cpp's gguf-py (GGUF_PY=/path/to/llama.cpp/gguf-py); no torch.
 # Usage: GGUF_PY=... python3 bench/st2gguf.py MODEL_DIR OUT.gguf
 # Quantize with llama.cpp's tool: llama-quantize OUT.gguf OUT-Q4_0.gguf Q4_0
@@ -22,7 +24,8 @@ def raw(name):
     assert h["dtype"] == "BF16"
     return np.frombuffer(mm[base + a: base + b], dtype=np.uint16).reshape(h["shape"])
 
-w = gguf.GGUFWriter(out, "qwen3")
+moe = cfg.get("model_type") == "qwen3_moe"
+w = gguf.GGUFWriter(out, "qwen3moe" if moe else "qwen3")
 L = cfg["num_hidden_layers"]
 w.add_name("hearth standin")
 w.add_context_length(cfg["max_position_embeddings"])
@@ -36,6 +39,10 @@ w.add_value_length(cfg["head_dim"])
 w.add_rope_freq_base(cfg["rope_theta"])
 w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
 w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
+if moe:
+    w.add_expert_count(cfg["num_experts"])
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
 
 tok = json.load(open(f"{src}/tokenizer.json"))
 vocab = tok["model"]["vocab"]
@@ -62,8 +69,22 @@ w.add_add_bos_token(False)
 def mat(gname, hname):
     w.add_tensor(gname, raw(hname), raw_dtype=gguf.GGMLQuantizationType.BF16)
 
+def f32(a):
+    return (a.astype(np.uint32) << 16).view(np.float32)
+
 def norm(gname, hname):
-    w.add_tensor(gname, (raw(hname).astype(np.uint32) << 16).view(np.float32))
+    w.add_tensor(gname, f32(raw(hname)))
+
+def sparse(i):
+    return (moe and cfg["num_experts"] > 0 and i not in cfg.get("mlp_only_layers", []) and
+            (i + 1) % cfg.get("decoder_sparse_step", 1) == 0)
+
+def experts(i, p):
+    w.add_tensor(f"blk.{i}.ffn_gate_inp.weight", f32(raw(p + "mlp.gate.weight")))
+    for g, h in [("ffn_gate_exps", "gate_proj"), ("ffn_up_exps", "up_proj"),
+                 ("ffn_down_exps", "down_proj")]:
+        stacked = np.stack([raw(f"{p}mlp.experts.{e}.{h}.weight") for e in range(cfg["num_experts"])])
+        w.add_tensor(f"blk.{i}.{g}.weight", stacked, raw_dtype=gguf.GGMLQuantizationType.BF16)
 
 mat("token_embd.weight", "model.embed_tokens.weight")
 norm("output_norm.weight", "model.norm.weight")
@@ -76,9 +97,12 @@ for i in range(L):
     norm(f"blk.{i}.attn_q_norm.weight", p + "self_attn.q_norm.weight")
     norm(f"blk.{i}.attn_k_norm.weight", p + "self_attn.k_norm.weight")
     for g, h in [("attn_q", "self_attn.q_proj"), ("attn_k", "self_attn.k_proj"),
-                 ("attn_v", "self_attn.v_proj"), ("attn_output", "self_attn.o_proj"),
-                 ("ffn_gate", "mlp.gate_proj"), ("ffn_up", "mlp.up_proj"),
-                 ("ffn_down", "mlp.down_proj")]:
+                 ("attn_v", "self_attn.v_proj"), ("attn_output", "self_attn.o_proj")]:
+        mat(f"blk.{i}.{g}.weight", p + h + ".weight")
+    if sparse(i):
+        experts(i, p)
+        continue
+    for g, h in [("ffn_gate", "mlp.gate_proj"), ("ffn_up", "mlp.up_proj"), ("ffn_down", "mlp.down_proj")]:
         mat(f"blk.{i}.{g}.weight", p + h + ".weight")
 w.write_header_to_file()
 w.write_kv_data_to_file()
