@@ -410,8 +410,12 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
         if (n.op == Op::Rope) use_rope(n.p.head_dim, n.p.rope_theta);
         if (n.op == Op::MoE) {
           alloc_moe_buffers(*cg, n, max_tokens);
-          // Experts run on the matmul kernels for all of their rows (no GEMM library).
+          // Experts run on the matmul kernels for all of their rows (no GEMM library), from
+          // copies placed as the linear steps' are (decode reads 8 of 128 experts' scattered
+          // matrices: packed rows in huge pages, not the mapping's 4 KiB pages).
           moe_native = true;
+          use_weight(n.in[1], false);
+          for (int e = 0; e < 3 * n.p.n_experts; ++e) use_weight(n.in[2] + e, false);
           for (int id : {n.in[1], n.in[2], n.in[2] + 2}) {
             const Tensor& w = ts[size_t(id)].weight;
             max_k = std::max(max_k, w.cols());

@@ -19,8 +19,15 @@ namespace {
 
 constexpr int kMaxTopK = 256;
 
-const Tensor& expert_weight(const StepCtx& c, const Node& n, int e, int which) {
-  return c.tensor(n.in[2] + 3 * e + which).weight;  // 0 gate, 1 up, 2 down
+// The weights as the backend placed them (CpuCompiled::weight), with their packed copies.
+const Tensor& placed(const StepCtx& c, int id) {
+  return c.cg.weight[size_t(id)];
+}
+const void* packed(const StepCtx& c, int id) {
+  return c.cg.w_il[size_t(id)];
+}
+int expert_id(const Node& n, int e, int which) {
+  return n.in[2] + 3 * e + which;  // 0 gate, 1 up, 2 down
 }
 
 // Token t's top-k experts by router logit (the softmax keeps the order; ties: lower index) and
@@ -107,7 +114,7 @@ void route_rows(const StepCtx& c, const Node& n, MoeBuffers& m, const float* x, 
   const int E = n.p.n_experts, K = n.p.top_k;
   int64_t b, e;
   ThreadPool::split(E, c.tid, c.nth, 1, &b, &e);
-  if (b < e) matmul_rows(c, c.tensor(n.in[1]).weight, nullptr, x, T, b, e, m.logits + b, E);
+  if (b < e) matmul_rows(c, placed(c, n.in[1]), packed(c, n.in[1]), x, T, b, e, m.logits + b, E);
   c.barrier.wait();
   ThreadPool::split(T, c.tid, c.nth, 1, &b, &e);
   for (int64_t t = b; t < e; ++t)
@@ -134,11 +141,12 @@ void route_rows(const StepCtx& c, const Node& n, MoeBuffers& m, const float* x, 
 // down(silu(gate x) * up x) of every active expert over its gathered rows, into m.d.
 void run_experts(const StepCtx& c, const Node& n, MoeBuffers& m, int64_t T, int64_t H) {
   const int E = n.p.n_experts, K = n.p.top_k;
-  const int64_t mi = expert_weight(c, n, 0, 0).rows();
+  const int64_t mi = placed(c, expert_id(n, 0, 0)).rows();
   expert_rows(c, m, E, 2, mi, [&](int ex, int part, int64_t r0, int64_t r1) {
     const int64_t first = m.start[ex], rows = m.start[ex + 1] - first;
     float* y = (part == 0 ? m.g : m.u) + first * mi + r0;
-    matmul_rows(c, expert_weight(c, n, ex, part), nullptr, m.x + first * H, rows, r0, r1, y, mi);
+    const int id = expert_id(n, ex, part);
+    matmul_rows(c, placed(c, id), packed(c, id), m.x + first * H, rows, r0, r1, y, mi);
   });
   c.barrier.wait();
   int64_t b, e;
@@ -147,7 +155,8 @@ void run_experts(const StepCtx& c, const Node& n, MoeBuffers& m, int64_t T, int6
   c.barrier.wait();
   expert_rows(c, m, E, 1, H, [&](int ex, int, int64_t r0, int64_t r1) {
     const int64_t first = m.start[ex], rows = m.start[ex + 1] - first;
-    matmul_rows(c, expert_weight(c, n, ex, 2), nullptr, m.g + first * mi, rows, r0, r1,
+    const int id = expert_id(n, ex, 2);
+    matmul_rows(c, placed(c, id), packed(c, id), m.g + first * mi, rows, r0, r1,
                 m.d + first * H + r0, H);
   });
   c.barrier.wait();
