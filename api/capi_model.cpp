@@ -248,6 +248,7 @@ hearth_status hearth_model_load(const char* path, const hearth_model_params* par
     // in the layouts its kernels read fastest, and KV caches in huge pages.
     if (p.hugepages) {
       core->backend_options.cpu.weight_copies = std::make_shared<WeightStore>();
+      core->model->checkpoint().lend_mappings(*core->backend_options.cpu.weight_copies);
       core->backend_options.cpu.kv_huge_pages = true;
     }
     // Resolving "automatic" here gives every session the same count, which is what lets sessions

@@ -38,14 +38,27 @@ const void* WeightStore::get(const void* src, int layout, size_t bytes,
   return copies_.emplace(std::make_pair(src, layout), dst).first->second;
 }
 
-void WeightStore::hand_back(const void* src, size_t bytes) {
-#ifdef MADV_PAGEOUT
+void WeightStore::add_file_mapping(const void* data, size_t bytes) {
+  std::lock_guard<std::mutex> lock(maps_mu_);
+  file_maps_.emplace_back(uintptr_t(data), uintptr_t(data) + bytes);
+}
+
+void WeightStore::hand_back(const void* src, size_t bytes) const {
   // Only whole pages inside the source: its neighbours may be in use.
   const uintptr_t page = 4096, s0 = (uintptr_t(src) + page - 1) & ~(page - 1),
                   s1 = (uintptr_t(src) + bytes) & ~(page - 1);
-  if (s1 > s0) (void)::madvise(reinterpret_cast<void*>(s0), s1 - s0, MADV_PAGEOUT);  // advice
-#else
-  (void)src, (void)bytes;
+  if (s1 <= s0) return;
+  bool file = false;
+  {
+    std::lock_guard<std::mutex> lock(maps_mu_);  // not mu_: get() calls this holding it
+    for (const auto& [b, e] : file_maps_) file |= s0 >= b && s1 <= e;
+  }
+  if (file) {
+    (void)::madvise(reinterpret_cast<void*>(s0), s1 - s0, MADV_DONTNEED);  // advice
+    return;
+  }
+#ifdef MADV_PAGEOUT
+  (void)::madvise(reinterpret_cast<void*>(s0), s1 - s0, MADV_PAGEOUT);  // advice
 #endif
 }
 

@@ -32,7 +32,12 @@ class WeightStore {
   size_t bytes() const;  // all copies together
   // Hands the whole pages of [src, src + bytes) back to the OS as get(..., release) does: for a
   // source read again after its copy was made (to derive another one from it).
-  static void hand_back(const void* src, size_t bytes);
+  void hand_back(const void* src, size_t bytes) const;
+  // Marks [data, data + bytes) as a shared read-only mapping of a file (a checkpoint mapped in
+  // place). Its pages are handed back with MADV_DONTNEED, which unmaps them and leaves them in the
+  // page cache, so the next load copies from memory; other memory goes with MADV_PAGEOUT, which
+  // keeps anonymous contents but drops a file's clean pages, so each load would read the disk.
+  void add_file_mapping(const void* data, size_t bytes);
 
  private:
   // Copies are carved from arenas of at least kArenaBytes, so that small tensors (scales, norms)
@@ -45,6 +50,8 @@ class WeightStore {
   mutable std::mutex mu_;
   std::vector<Arena> arenas_;
   std::map<std::pair<const void*, int>, const void*> copies_;
+  mutable std::mutex maps_mu_;
+  std::vector<std::pair<uintptr_t, uintptr_t>> file_maps_;  // [begin, end) of add_file_mapping
   size_t bytes_ = 0;
 };
 

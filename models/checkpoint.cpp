@@ -138,4 +138,9 @@ void Checkpoint::advise_hugepages() {
   for (auto& s : shards_) s->file().advise_hugepages();
 }
 
+void Checkpoint::lend_mappings(WeightStore& store) const {
+  for (const auto& shard : shards_)
+    if (shard->file().shared()) store.add_file_mapping(shard->file().data(), shard->file().size());
+}
+
 }  // namespace hearth

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/weight_store.h"
 #include "models/safetensors.h"
 
 namespace hearth {
@@ -26,6 +27,9 @@ class Checkpoint {
   const std::vector<std::shared_ptr<SafetensorsFile>>& shards() const { return shards_; }
   const std::string& dir() const { return dir_; }
   void advise_hugepages();
+  // Tells the store which memory is this checkpoint's shared file mappings (WeightStore::
+  // add_file_mapping), so copies made from them hand their pages back to the page cache.
+  void lend_mappings(WeightStore& store) const;
   size_t total_bytes() const { return total_bytes_; }  // sum of tensor data bytes
 
  private:

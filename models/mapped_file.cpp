@@ -67,6 +67,7 @@ MappedFile::MappedFile(const std::string& path, MapMode mode, size_t line_at) : 
     data_ = static_cast<const uint8_t*>(p);
     map_ = p;
     map_len_ = size_;
+    shared_ = true;
   }
   // The mapping keeps the file referenced; holding the descriptor would only use up fd slots on
   // checkpoints with many shards.
@@ -82,7 +83,8 @@ MappedFile::MappedFile(MappedFile&& o) noexcept
       size_(std::exchange(o.size_, 0)),
       map_(std::exchange(o.map_, nullptr)),
       map_len_(std::exchange(o.map_len_, 0)),
-      path_(std::move(o.path_)) {}
+      path_(std::move(o.path_)),
+      shared_(std::exchange(o.shared_, false)) {}
 
 MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
   if (this != &o) {
@@ -92,6 +94,7 @@ MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
     path_ = std::move(o.path_);
     map_ = std::exchange(o.map_, nullptr);
     map_len_ = std::exchange(o.map_len_, 0);
+    shared_ = std::exchange(o.shared_, false);
   }
   return *this;
 }

@@ -31,6 +31,7 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  bool shared() const { return shared_; }  // MapMode::Shared: the page cache, mapped
 
   // Advice only: failures (old kernels, filesystems without THP support) are ignored, since the
   // mapping works the same without them.
@@ -45,6 +46,7 @@ class MappedFile {
   void* map_ = nullptr;
   size_t map_len_ = 0;
   std::string path_;
+  bool shared_ = false;
 };
 
 }  // namespace hearth

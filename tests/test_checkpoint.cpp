@@ -18,7 +18,9 @@
 
 #include "core/error.h"
 #include "core/json_writer.h"
+#include "core/weight_store.h"
 #include "models/checkpoint.h"
+#include "models/mapped_file.h"
 #include "models/qwen3_config.h"
 #include "models/qwen3_weights.h"
 #include "models/safetensors.h"
@@ -979,5 +981,39 @@ TEST_SUITE("checkpoint") {
       CHECK_ERROR(bind_qwen3_weights(c2, c), "unexpected tensor",
                   "model.layers.0.mlp.experts.8.down_proj.weight");
     }
+  }
+
+  TEST_CASE("weight copies hand a mapped checkpoint's pages back to the page cache, not the disk") {
+    // A copy made with release drops the source pages from the process; for the checkpoint's
+    // shared mapping (lend_mappings) they must stay in the page cache (mincore: resident), so the
+    // next load copies from memory. PAGEOUT, right for other memory, would drop them.
+    TempDir d;
+    const size_t bytes = size_t(8) << 20;
+    std::vector<uint8_t> data(bytes);
+    for (size_t i = 0; i < bytes; ++i) data[i] = uint8_t(i * 2654435761u >> 24);
+    {
+      // Written back (clean pages, as a checkpoint's are: PAGEOUT would skip dirty ones).
+      const int fd = ::open((d / "w.bin").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      REQUIRE(fd >= 0);
+      REQUIRE(::write(fd, data.data(), bytes) == ssize_t(bytes));
+      REQUIRE(::fsync(fd) == 0);
+      ::close(fd);
+    }
+    MappedFile f(d / "w.bin", MapMode::Shared);
+    REQUIRE(f.shared());
+    CHECK(!MappedFile(d / "w.bin", MapMode::HugePageCopy).shared());
+    WeightStore store;
+    store.add_file_mapping(f.data(), f.size());
+    const void* copy = store.get(f.data(), 0, bytes, [&](void* dst) {
+      std::memcpy(dst, f.data(), bytes);  // touches every page of the mapping
+    });
+    CHECK(std::memcmp(copy, data.data(), bytes) == 0);
+    const long page = ::sysconf(_SC_PAGESIZE);
+    std::vector<unsigned char> resident(bytes / size_t(page));
+    REQUIRE(::mincore(const_cast<uint8_t*>(f.data()), bytes, resident.data()) == 0);
+    size_t in_cache = 0;
+    for (unsigned char r : resident) in_cache += r & 1;
+    CHECK(in_cache == resident.size());
+    CHECK(std::memcmp(f.data(), data.data(), bytes) == 0);  // and the mapping still reads right
   }
 }

@@ -428,7 +428,7 @@ int bench_parallel(const Args& args) {
   const Qwen3Config& cfg = model->config();
   if (prompt + gen + 1 > cfg.max_position_embeddings)
     fail("--prompt + --gen must stay below max_position_embeddings");
-  const BackendOptions bo = backend_options(args);
+  const BackendOptions bo = backend_options(args, model.get());
   const SamplingParams sampling = bench_sampling(args, *model);
   RunnerOptions ro;
   ro.prefill_chunk = args.integer("--prefill-chunk", 512);
@@ -824,7 +824,7 @@ int cmd_bench(int argc, char** argv) {
   const auto t_load = Clock::now();
   auto model = load_model(args);
   const Qwen3Config& cfg = model->config();
-  const BackendOptions bo = backend_options(args);
+  const BackendOptions bo = backend_options(args, model.get());
   const SamplingParams sampling = bench_sampling(args, *model);
   // One 512-token chunk, as llama-bench's default ubatch processes pp512.
   const int chunk = args.integer("--prefill-chunk", 512);

@@ -46,7 +46,7 @@ int env_positive(const char* name) {
 
 // Flags win; HEARTH_ISA, HEARTH_GEMM and HEARTH_GEMM_MIN_TOKENS stand in for them when absent, for
 // tests and comparisons that drive the CLI from scripts.
-BackendOptions backend_options(const Args& args) {
+BackendOptions backend_options(const Args& args, const Qwen3Model* model) {
   BackendOptions bo;
   bo.threads = args.integer("--threads", 0);
   // Hundreds of spinning workers on a few cores only thrash; more than 4 per CPU is a typo.
@@ -66,6 +66,7 @@ BackendOptions backend_options(const Args& args) {
   if (!args.has("--mmap")) {
     bo.cpu.weight_copies = std::make_shared<WeightStore>();
     bo.cpu.kv_huge_pages = true;
+    if (model) model->checkpoint().lend_mappings(*bo.cpu.weight_copies);
   }
   const std::string kv = args.str("--kv", "f32");
   if (kv == "f32")
@@ -136,7 +137,7 @@ Loaded load_engine(const Args& args, const RunnerOptions& ro, const SchedulerOpt
   auto t0 = std::chrono::steady_clock::now();
   Loaded l;
   l.model = load_model(args);
-  const BackendOptions bo = backend_options(args);
+  const BackendOptions bo = backend_options(args, l.model.get());
   const auto& c = l.model->config();
   const int ctx = context_length(args, *l.model, bo.kv_dtype);
   l.runner = std::make_unique<Runner>(create_backend(args.str("--backend"), bo), l.model->graph(),

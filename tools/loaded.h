@@ -28,8 +28,10 @@ Loaded load_engine(const Args& args);
 Loaded load_engine(const Args& args, const RunnerOptions& ro, const SchedulerOptions& so);
 // The parts of it: the model (--model, --hugepages) and the backend options (--threads, --isa,
 // --gemm, --kv).
+// With the model, its weight copies' store knows the checkpoint's mappings (their pages go back to
+// the page cache, not to disk: WeightStore::add_file_mapping).
 std::unique_ptr<Qwen3Model> load_model(const Args& args);
-BackendOptions backend_options(const Args& args);
+BackendOptions backend_options(const Args& args, const Qwen3Model* model = nullptr);
 // --ctx, else the model's max_position_embeddings or less where the free memory would not hold its
 // KV cache.
 int context_length(const Args& args, const Qwen3Model& m, DType kv_dtype);

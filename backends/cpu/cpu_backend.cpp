@@ -358,9 +358,9 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
           in_parallel(w.rows(), kPackQ8.rows,
                       [&](int64_t b, int64_t e) { build_head_screen(w, pk, dst, b, e); });
           if (embedded.count(w.data)) return;
-          WeightStore::hand_back(w.data, w.nbytes);
+          weight_copies_->hand_back(w.data, w.nbytes);
           if (w.quantized())
-            WeightStore::hand_back(w.scales, size_t(w.rows() * (w.cols() / w.group_size)) * 2);
+            weight_copies_->hand_back(w.scales, size_t(w.rows() * (w.cols() / w.group_size)) * 2);
         },
         false);
     cg->screen = head_screen_view(w, pk, mem);
