@@ -352,6 +352,15 @@ std::string shard_name(int k, int n) {
 
 }  // namespace
 
+void check_standin_tokenizer(const std::string& tokenizer_dir) {
+  if (tokenizer_dir.empty()) return;
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
+    fs::path src = fs::path(tokenizer_dir) / name;
+    if (!fs::is_regular_file(src))
+      fail(src.string(), ": not found (the stand-in needs the Qwen3 tokenizer files)");
+  }
+}
+
 StandinSpec standin_preset(const std::string& name) {
   StandinSpec s;
   s.preset = name;
@@ -385,11 +394,17 @@ StandinSpec standin_preset(const std::string& name) {
   return s;
 }
 
-void write_standin(const std::string& dir, const StandinSpec& spec,
-                   const std::string& tokenizer_dir, int threads) {
+struct StandinSource::Impl {
+  explicit Impl(const StandinSpec& s);
+  StandinSpec spec;
+  Format f;
+  // Outlier channel scales, which the plan points into.
+  std::vector<std::vector<float>> hid, attn, mid, keys;
+  std::vector<TensorPlan> plan;
+};
+
+StandinSource::Impl::Impl(const StandinSpec& s) : spec(s), f(format_of(s.dtype)) {
   validate(spec);
-  const Format f = format_of(spec.dtype);
-  if (threads <= 0) threads = int(std::max(1u, std::thread::hardware_concurrency()));
 
   const int h = spec.hidden, q = spec.heads * spec.head_dim, kv = spec.kv_heads * spec.head_dim;
   const int inter = spec.intermediate;
@@ -397,7 +412,6 @@ void write_standin(const std::string& dir, const StandinSpec& spec,
   // embedding (= tied lm_head) columns. Were they the same channels, a norm outlier would meet a
   // column outlier and the product (8-20x squared) would dominate every projection, the residual
   // stream and the logits: the random model would put all its probability on one token.
-  std::vector<std::vector<float>> hid, attn, mid;
   const std::vector<float>* s_norm = nullptr;
   const std::vector<float>* s_in = nullptr;
   const std::vector<float>* s_embed = nullptr;
@@ -421,14 +435,12 @@ void write_standin(const std::string& dir, const StandinSpec& spec,
   const float o_std = float(1.0 / std::sqrt(double(q))) * residual;
   const float down_std = float(1.0 / std::sqrt(double(inter))) * residual;
 
-  std::vector<std::vector<float>> keys;
   const std::vector<float>* s_knorm = nullptr;
   if (spec.key_outlier_channels > 0) {
     keys = outlier_scales(spec, "k_norm", spec.head_dim, 1, spec.key_outlier_channels);
     s_knorm = &keys[0];
   }
 
-  std::vector<TensorPlan> plan;
   auto matrix = [&](std::string name, int rows, int cols, float sd,
                     const std::vector<float>* scale) {
     plan.push_back({std::move(name), {rows, cols}, Kind::Matrix, sd, scale});
@@ -465,13 +477,38 @@ void write_standin(const std::string& dir, const StandinSpec& spec,
   }
   norm("model.norm.weight", h, s_norm);
   if (!spec.tied) matrix("lm_head.weight", spec.vocab, h, in_std, s_embed);
+}
 
-  // Checked before the long weight write, not after it.
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
-    fs::path src = fs::path(tokenizer_dir) / name;
-    if (!tokenizer_dir.empty() && !fs::is_regular_file(src))
-      fail(src.string(), ": not found (the stand-in needs the Qwen3 tokenizer files)");
-  }
+StandinSource::StandinSource(const StandinSpec& spec) : impl_(std::make_unique<Impl>(spec)) {}
+StandinSource::~StandinSource() = default;
+
+size_t StandinSource::size() const {
+  return impl_->plan.size();
+}
+const std::string& StandinSource::name(size_t i) const {
+  return impl_->plan.at(i).name;
+}
+const std::vector<int64_t>& StandinSource::shape(size_t i) const {
+  return impl_->plan.at(i).shape;
+}
+const char* StandinSource::dtype() const {
+  return impl_->f.st_name;
+}
+size_t StandinSource::nbytes(size_t i) const {
+  return size_t(impl_->plan.at(i).numel()) * impl_->f.bytes;
+}
+void StandinSource::fill(size_t i, uint8_t* dst, int threads) const {
+  if (threads <= 0) threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  fill_tensor(impl_->plan.at(i), impl_->spec, impl_->f, dst, threads);
+}
+
+void write_standin(const std::string& dir, const StandinSpec& spec,
+                   const std::string& tokenizer_dir, int threads) {
+  const StandinSource src(spec);
+  const std::vector<TensorPlan>& plan = src.impl_->plan;
+  const Format f = src.impl_->f;
+  if (threads <= 0) threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  check_standin_tokenizer(tokenizer_dir);
 
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -526,22 +563,30 @@ void write_standin(const std::string& dir, const StandinSpec& spec,
     idx += "  }\n}\n";
     write_text(d / "model.safetensors.index.json", idx);
   }
-  write_text(d / "config.json", config_json(spec, f));
-  write_text(d / "generation_config.json", kGenerationConfig);
+  write_standin_files(dir, spec, tokenizer_dir);
+}
 
-  if (!tokenizer_dir.empty()) {
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
-      fs::path src = fs::path(tokenizer_dir) / name;
-      // copy_file carries over the source's permissions, and the shared tokenizer is read-only:
-      // without owner-write a second write into this dir could not replace the copy.
-      fs::path dst = d / name;
-      fs::remove(dst, ec);
-      fs::copy_file(src, dst, ec);
-      if (!ec)
-        fs::permissions(dst, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::add,
-                        ec);
-      if (ec) fail(src.string(), ": cannot copy to ", dir, ": ", ec.message());
-    }
+void write_standin_files(const std::string& dir, const StandinSpec& spec,
+                         const std::string& tokenizer_dir) {
+  check_standin_tokenizer(tokenizer_dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) fail(dir, ": cannot create directory: ", ec.message());
+  const fs::path d(dir);
+  write_text(d / "config.json", config_json(spec, format_of(spec.dtype)));
+  write_text(d / "generation_config.json", kGenerationConfig);
+  if (tokenizer_dir.empty()) return;
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
+    fs::path src = fs::path(tokenizer_dir) / name;
+    // copy_file carries over the source's permissions, and the shared tokenizer is read-only:
+    // without owner-write a second write into this dir could not replace the copy.
+    fs::path dst = d / name;
+    fs::remove(dst, ec);
+    fs::copy_file(src, dst, ec);
+    if (!ec)
+      fs::permissions(dst, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::add,
+                      ec);
+    if (ec) fail(src.string(), ": cannot copy to ", dir, ": ", ec.message());
   }
 }
 

@@ -4,7 +4,9 @@
 // outlier_channels imitate the statistics real LLM weights have and quantizers must survive.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace hearth {
 
@@ -45,5 +47,33 @@ StandinSpec standin_preset(const std::string& name);
 // (threads: 0 = one per hardware thread). Holds one tensor in memory at a time.
 void write_standin(const std::string& dir, const StandinSpec& spec,
                    const std::string& tokenizer_dir, int threads = 0);
+
+// The stand-in's tensors one at a time, with the values write_standin writes, for writers that
+// convert them as they come (hearth standin --bits: a quantized stand-in without its 16-bit one).
+class StandinSource {
+ public:
+  explicit StandinSource(const StandinSpec& spec);  // throws on an invalid spec
+  ~StandinSource();
+  size_t size() const;  // tensors, in a fixed order
+  const std::string& name(size_t i) const;
+  const std::vector<int64_t>& shape(size_t i) const;
+  const char* dtype() const;  // safetensors spelling of spec.dtype
+  size_t nbytes(size_t i) const;
+  // Writes tensor i (nbytes(i) bytes) at dst; threads 0: one per hardware thread.
+  void fill(size_t i, uint8_t* dst, int threads = 0) const;
+
+ private:
+  friend void write_standin(const std::string&, const StandinSpec&, const std::string&, int);
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Throws unless tokenizer_dir (when not empty) holds tokenizer.json and tokenizer_config.json.
+void check_standin_tokenizer(const std::string& tokenizer_dir);
+
+// Everything of a stand-in but its weights: config.json, generation_config.json and the tokenizer
+// files (from tokenizer_dir, unless empty). Creates dir if needed.
+void write_standin_files(const std::string& dir, const StandinSpec& spec,
+                         const std::string& tokenizer_dir);
 
 }  // namespace hearth

@@ -16,6 +16,7 @@
 #include "models/quant_config.h"
 #include "models/qwen3_model.h"
 #include "models/safetensors_writer.h"
+#include "models/standin.h"
 #include "quant/calibrate.h"
 
 namespace fs = std::filesystem;
@@ -26,6 +27,8 @@ namespace {
 
 struct Plan {
   const TensorRef* src = nullptr;
+  // Makes src->data valid (a generated stand-in's tensor), or null where it is mapped already.
+  std::function<void()> load;
   Scheme scheme{16, 0, DType::F16};  // bits 16: stored as float
   const std::vector<float>* col_scale = nullptr;
   const std::vector<float>* row_div = nullptr;
@@ -133,82 +136,76 @@ Codebook fit_checkpoint_codebook(const Checkpoint& ck, int group) {
   return c;
 }
 
-}  // namespace
+// What one tensor becomes: the main scheme, the head's for the embedding and LM head, 16 bits for
+// a MoE router and for vectors; with calibration, its scales.
+Plan plan_for(const TensorRef* r, const QuantizeOptions& opt, const Calibration& cal) {
+  Plan p;
+  p.src = r;
+  if (r->shape.size() != 2) {
+    p.norm_div = find_in(cal.norm_div, r->name);
+    return p;
+  }
+  const bool head = r->name == "model.embed_tokens.weight" || r->name == "lm_head.weight";
+  p.scheme = head ? opt.head : opt.main;
+  // A MoE router stays as it is: its top-k must match the original's choice, and it is tiny.
+  if (is_router(r->name)) p.scheme = Scheme{16, opt.main.group, opt.main.scale_dtype};
+  if (p.scheme.quantized()) {
+    if (p.cols() % kBlock != 0 || p.cols() % p.scheme.group != 0)
+      fail(r->file, ": tensor '", r->name, "' has ", p.cols(),
+           " columns, not a multiple of the group size ", p.scheme.group,
+           " (and of 32); choose a smaller --group");
+    p.col_scale = find_in(cal.col_scale, r->name);
+    p.row_div = find_in(cal.row_div, r->name);
+    if (!head) p.importance = find_in(cal.importance, r->name);
+  }
+  return p;
+}
 
-QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string& out_dir,
-                                   const QuantizeOptions& opt) {
+void check_options(const QuantizeOptions& opt) {
   if (!opt.main.quantized()) fail("quantize: --bits must be 4 or 8");
   for (const Scheme* s : {&opt.main, &opt.head})
     if (s->quantized() && !valid_group(s->group))
       fail("quantize: group size ", s->group, " is not one of 32, 64, 128");
+}
 
+// The output folder, checked: absolute, and not there yet unless opt.force.
+fs::path output_folder(const std::string& out_dir, const QuantizeOptions& opt) {
   std::error_code ec;
-  const fs::path in = fs::absolute(in_dir).lexically_normal();
   const fs::path out = fs::absolute(out_dir).lexically_normal();
   if (out.filename().empty()) fail(out_dir, ": not a valid output folder name");
-  if (fs::equivalent(in, out, ec) || in == out)
-    fail(out_dir, ": the output folder must differ from the input");
   if (fs::exists(out, ec) && !opt.force)
     fail(out_dir, ": already exists; pass --force to replace it");
+  return out;
+}
 
-  // Loading validates every tensor's name, shape and type before any work is done.
-  auto model = Qwen3Model::load(in_dir);
-  const Qwen3Config& cfg = model->config();
-  if (cfg.has_quantization_config)
-    fail(cfg.source, ": this checkpoint is already quantized (quantization_config is set)");
-  const Checkpoint& ck = model->checkpoint();
+int thread_count(const QuantizeOptions& opt) {
+  return opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+}
 
-  const int threads =
-      opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency()));
-  QuantizeReport rep;
-  if (opt.codebook) {
-    if (opt.main.bits != 4) fail("quantize: a codebook needs 4-bit weights (--bits 4)");
-    const Codebook c = fit_checkpoint_codebook(ck, opt.main.group);
-    rep.has_codebook = true;
-    std::copy(c.begin(), c.end(), rep.codebook.begin());
+// Tokenizer, generation config, chat template, license: the small files of `in` the runtime or
+// the user needs. Other weight formats of the same model would only bloat the output.
+void copy_side_files(const fs::path& in, const fs::path& out) {
+  static const char* const kWeights[] = {".safetensors", ".bin", ".pt",   ".pth",    ".ckpt",
+                                         ".gguf",        ".h5",  ".onnx", ".msgpack"};
+  for (const auto& e : fs::directory_iterator(in)) {
+    const std::string name = e.path().filename().string();
+    bool weights = false;
+    for (const char* ext : kWeights) weights |= e.path().extension() == ext;
+    if (!e.is_regular_file() || weights || name == "config.json" ||
+        name == "model.safetensors.index.json")
+      continue;
+    fs::copy_file(e.path(), out / name, fs::copy_options::overwrite_existing);
   }
+}
+
+// Writes the plans' tensors as a quantized checkpoint at out (through a hidden sibling folder,
+// renamed into place only when complete); side_files(tmp, quantization_config_json) writes
+// config.json and the other small files. rep comes with its calibration fields set.
+QuantizeReport write_quantized(
+    const std::vector<Plan>& plans, const QuantizeOptions& opt, QuantizeReport rep, Method method,
+    int threads, const fs::path& out,
+    const std::function<void(const fs::path&, const std::string&)>& side_files) {
   const int8_t* codebook = rep.has_codebook ? rep.codebook.data() : nullptr;
-  Calibration cal;
-  const bool calibrated = !opt.calibration_ids.empty();
-  if (calibrated) {
-    CalibrationOptions co;
-    co.scheme = opt.main;
-    co.codebook = codebook;
-    co.ctx = opt.calibration_ctx;
-    co.threads = threads;
-    co.log = opt.log;
-    cal = calibrate(*model, opt.calibration_ids, co);
-    rep.calibration_error_ratio = cal.err_plain > 0 ? cal.err_scaled / cal.err_plain : 1.0;
-  }
-  rep.calibration = calibrated ? "awq+clip" : opt.method == Method::Rtn ? "rtn" : "mse-clip";
-
-  // What each tensor becomes.
-  std::vector<Plan> plans;
-  for (const TensorRef* r : ck.all()) {
-    // A tied model's duplicate head carries no information; the quantized embedding serves both.
-    if (cfg.tie_word_embeddings && r->name == "lm_head.weight") continue;
-    Plan p;
-    p.src = r;
-    if (r->shape.size() == 2) {
-      const bool head = r->name == "model.embed_tokens.weight" || r->name == "lm_head.weight";
-      p.scheme = head ? opt.head : opt.main;
-      // A MoE router stays as it is: its top-k must match the original's choice, and it is tiny.
-      if (is_router(r->name)) p.scheme = Scheme{16, opt.main.group, opt.main.scale_dtype};
-      if (p.scheme.quantized()) {
-        if (p.cols() % kBlock != 0 || p.cols() % p.scheme.group != 0)
-          fail(r->file, ": tensor '", r->name, "' has ", p.cols(),
-               " columns, not a multiple of the group size ", p.scheme.group,
-               " (and of 32); choose a smaller --group");
-        p.col_scale = find_in(cal.col_scale, r->name);
-        p.row_div = find_in(cal.row_div, r->name);
-        if (!head) p.importance = find_in(cal.importance, r->name);
-      }
-    } else {
-      p.norm_div = find_in(cal.norm_div, r->name);
-    }
-    plans.push_back(p);
-  }
-
   // Sizes, bits per weight and the config, all known before writing.
   QuantConfig qc;
   qc.main = opt.main;
@@ -235,7 +232,6 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
   qc.bits_per_weight = rep.bits_per_weight;
 
   ThreadPool pool(threads);
-  const Method method = calibrated ? Method::Search : opt.method;
   std::vector<uint16_t> pending;  // scales of the tensor just quantized, written right after it
   size_t done_bytes = 0;
   std::vector<TensorToWrite> tw;
@@ -249,6 +245,7 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
       codes.shape = {rows, code_cols(p.scheme.bits, k)};
       codes.nbytes = size_t(rows * row_code_bytes(p.scheme.bits, k));
       codes.fill = [&, p, rows](uint8_t* dst) {
+        if (p.load) p.load();
         const size_t before = done_bytes;
         auto on_rows = [&](int64_t n) {
           if (opt.progress)
@@ -277,6 +274,7 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
         t.dtype = "F32";
         t.nbytes = r.nbytes / dtype_size(r.dtype) * 4;
         t.fill = [&, p](uint8_t* dst) {
+          if (p.load) p.load();
           const size_t n = p.src->nbytes / dtype_size(p.src->dtype);
           std::vector<float> v(n);
           to_f32(p.src->dtype, p.src->data, v.data(), n);
@@ -288,6 +286,7 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
         t.dtype = r.dtype_str;
         t.nbytes = r.nbytes;
         t.fill = [&, p](uint8_t* dst) {
+          if (p.load) p.load();
           std::memcpy(dst, p.src->data, p.src->nbytes);
           done_bytes += p.src->nbytes;
           if (opt.progress) opt.progress(done_bytes, total_src, p.src->name);
@@ -303,28 +302,14 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
   if (qc.has_codebook) meta["hearth.codebook"] = codebook_json(qc.codebook);
 
   // Everything goes to a hidden sibling folder first, renamed into place only when complete.
+  std::error_code ec;
   const fs::path tmp = out.parent_path() / ("." + out.filename().string() + ".partial");
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp, ec);
   if (ec) fail(tmp.string(), ": cannot create: ", ec.message());
   try {
     write_safetensors((tmp / "model.safetensors").string(), tw, meta);
-    const fs::path cfg_path = in / "config.json";
-    spit(tmp / "config.json",
-         config_with_quant(slurp(cfg_path), quant_config_json(qc), cfg_path.string()));
-    for (const auto& e : fs::directory_iterator(in)) {
-      const std::string name = e.path().filename().string();
-      // Tokenizer, generation config, chat template, license: small files the runtime or the
-      // user needs. Other weight formats of the same model would only bloat the output.
-      static const char* const kWeights[] = {".safetensors", ".bin", ".pt",   ".pth",    ".ckpt",
-                                             ".gguf",        ".h5",  ".onnx", ".msgpack"};
-      bool weights = false;
-      for (const char* ext : kWeights) weights |= e.path().extension() == ext;
-      if (!e.is_regular_file() || weights || name == "config.json" ||
-          name == "model.safetensors.index.json")
-        continue;
-      fs::copy_file(e.path(), tmp / name, fs::copy_options::overwrite_existing);
-    }
+    side_files(tmp, quant_config_json(qc));
     if (fs::exists(out)) fs::remove_all(out);
     fs::rename(tmp, out);
   } catch (...) {
@@ -332,6 +317,109 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
     throw;
   }
   return rep;
+}
+
+}  // namespace
+
+QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string& out_dir,
+                                   const QuantizeOptions& opt) {
+  check_options(opt);
+  std::error_code ec;
+  const fs::path in = fs::absolute(in_dir).lexically_normal();
+  const fs::path out = output_folder(out_dir, opt);
+  if (fs::equivalent(in, out, ec) || in == out)
+    fail(out_dir, ": the output folder must differ from the input");
+
+  // Loading validates every tensor's name, shape and type before any work is done.
+  auto model = Qwen3Model::load(in_dir);
+  const Qwen3Config& cfg = model->config();
+  if (cfg.has_quantization_config)
+    fail(cfg.source, ": this checkpoint is already quantized (quantization_config is set)");
+  const Checkpoint& ck = model->checkpoint();
+
+  const int threads = thread_count(opt);
+  QuantizeReport rep;
+  if (opt.codebook) {
+    if (opt.main.bits != 4) fail("quantize: a codebook needs 4-bit weights (--bits 4)");
+    const Codebook c = fit_checkpoint_codebook(ck, opt.main.group);
+    rep.has_codebook = true;
+    std::copy(c.begin(), c.end(), rep.codebook.begin());
+  }
+  const int8_t* codebook = rep.has_codebook ? rep.codebook.data() : nullptr;  // for calibration
+  Calibration cal;
+  const bool calibrated = !opt.calibration_ids.empty();
+  if (calibrated) {
+    CalibrationOptions co;
+    co.scheme = opt.main;
+    co.codebook = codebook;
+    co.ctx = opt.calibration_ctx;
+    co.threads = threads;
+    co.log = opt.log;
+    cal = calibrate(*model, opt.calibration_ids, co);
+    rep.calibration_error_ratio = cal.err_plain > 0 ? cal.err_scaled / cal.err_plain : 1.0;
+  }
+  rep.calibration = calibrated ? "awq+clip" : opt.method == Method::Rtn ? "rtn" : "mse-clip";
+
+  std::vector<Plan> plans;
+  for (const TensorRef* r : ck.all())
+    // A tied model's duplicate head carries no information; the quantized embedding serves both.
+    if (!(cfg.tie_word_embeddings && r->name == "lm_head.weight"))
+      plans.push_back(plan_for(r, opt, cal));
+  const Method method = calibrated ? Method::Search : opt.method;
+  return write_quantized(
+      plans, opt, rep, method, threads, out, [&](const fs::path& tmp, const std::string& qc_json) {
+        const fs::path cfg_path = in / "config.json";
+        spit(tmp / "config.json", config_with_quant(slurp(cfg_path), qc_json, cfg_path.string()));
+        copy_side_files(in, tmp);
+      });
+}
+
+QuantizeReport quantize_standin(const StandinSpec& spec, const std::string& tokenizer_dir,
+                                const std::string& out_dir, const QuantizeOptions& opt) {
+  check_options(opt);
+  if (opt.codebook || !opt.calibration_ids.empty())
+    fail(
+        "quantize: a stand-in is written with plain or searched scales; a codebook or "
+        "calibration needs the 16-bit stand-in first (hearth standin, then hearth quantize)");
+  const fs::path out = output_folder(out_dir, opt);
+  check_standin_tokenizer(tokenizer_dir);  // before the long write, not after it
+  const StandinSource source(spec);
+  const int threads = thread_count(opt);
+  // One generated tensor in memory at a time, loaded when the writer reaches it.
+  std::vector<TensorRef> refs(source.size());
+  std::vector<uint8_t> buf;
+  std::vector<Plan> plans;
+  const Calibration none;
+  // In name order, as write_standin lays them out, so the output is quantize_checkpoint's.
+  std::vector<size_t> order(source.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return source.name(a) < source.name(b); });
+  for (const size_t i : order) {
+    TensorRef& r = refs[i];
+    r.name = source.name(i);
+    r.dtype_str = source.dtype();
+    r.plain_dtype = dtype_from_safetensors(r.dtype_str, &r.dtype);
+    r.shape = source.shape(i);
+    r.nbytes = source.nbytes(i);
+    r.file = "stand-in";
+    Plan p = plan_for(&r, opt, none);
+    p.load = [&, i] {
+      buf.resize(refs[i].nbytes);
+      source.fill(i, buf.data(), threads);
+      refs[i].data = buf.data();
+    };
+    plans.push_back(std::move(p));
+  }
+  QuantizeReport rep;
+  rep.calibration = opt.method == Method::Rtn ? "rtn" : "mse-clip";
+  return write_quantized(plans, opt, rep, opt.method, threads, out,
+                         [&](const fs::path& tmp, const std::string& qc_json) {
+                           write_standin_files(tmp.string(), spec, tokenizer_dir);
+                           const fs::path cfg_path = tmp / "config.json";
+                           spit(cfg_path,
+                                config_with_quant(slurp(cfg_path), qc_json, cfg_path.string()));
+                         });
 }
 
 }  // namespace hearth::quant

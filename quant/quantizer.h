@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "models/standin.h"
 #include "quant/quantize.h"
 
 namespace hearth::quant {
@@ -41,5 +42,12 @@ struct QuantizeReport {
 
 QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string& out_dir,
                                    const QuantizeOptions& opt);
+
+// Writes the quantized checkpoint of the stand-in spec describes, generating each tensor as the
+// writer reaches it (peak memory: the largest tensor), so a stand-in too large for the disk or the
+// memory at 16 bits can still be had at 4 or 8. The same bytes as write_standin, then
+// quantize_checkpoint, with the same options (no codebook or calibration: those need the model).
+QuantizeReport quantize_standin(const StandinSpec& spec, const std::string& tokenizer_dir,
+                                const std::string& out_dir, const QuantizeOptions& opt);
 
 }  // namespace hearth::quant

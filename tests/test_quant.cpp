@@ -236,6 +236,8 @@ std::vector<int32_t> some_ids(int n, int vocab, uint32_t seed) {
   return v;
 }
 
+const std::string kTokenizerDir = std::string(HEARTH_SHARED_DIR) + "/qwen3-tokenizer";
+
 quant::QuantizeOptions qopts(int bits, int threads = 1) {
   quant::QuantizeOptions o;
   o.main = {bits, 32, DType::F16};
@@ -538,6 +540,45 @@ TEST_SUITE("quant") {
       CHECK(slurp(d.path / "a" / "config.json") == slurp(d.path / "b" / "config.json"));
       fs::remove_all(d.path / "a");
       fs::remove_all(d.path / "b");
+    }
+  }
+
+  TEST_CASE("a stand-in quantized as it is generated is the stand-in, then quantized") {
+    // hearth standin --bits writes no 16-bit checkpoint; its output must be byte for byte what
+    // quantizing the written stand-in gives (tensor order, config, side files), dense and MoE,
+    // untied, every scheme and method.
+    StandinSpec moe = standin_preset("moe-tiny");
+    moe.tied = false;
+    moe.outlier_channels = 2;
+    for (const StandinSpec& spec : {small_spec(true), moe}) {
+      TempDir d;
+      write_standin(d.str("f"), spec, kTokenizerDir, 2);
+      for (int bits : {4, 8})
+        for (int head : {16, 4})
+          for (auto method : {quant::Method::Rtn, quant::Method::Search}) {
+            CAPTURE(spec.experts);
+            CAPTURE(bits);
+            CAPTURE(head);
+            auto o = qopts(bits, 2);
+            o.head.bits = head;
+            o.method = method;
+            o.force = true;
+            const auto a = quant::quantize_checkpoint(d.str("f"), d.str("a"), o);
+            const auto b = quant::quantize_standin(spec, kTokenizerDir, d.str("b"), o);
+            CHECK(a.output_bytes == b.output_bytes);
+            CHECK(a.params == b.params);
+            for (const char* f : {"model.safetensors", "config.json", "generation_config.json",
+                                  "tokenizer.json", "tokenizer_config.json"}) {
+              CAPTURE(f);
+              CHECK(slurp(d.path / "a" / f) == slurp(d.path / "b" / f));
+            }
+          }
+      auto o = qopts(4);
+      o.codebook = true;
+      CHECK_THROWS_CONTAINING(quant::quantize_standin(spec, "", d.str("c"), o), "codebook");
+      CHECK(!fs::exists(d.path / "c"));
+      CHECK_THROWS_CONTAINING(quant::quantize_standin(spec, "", d.str("b"), qopts(4)),
+                              "already exists");
     }
   }
 

@@ -1,7 +1,5 @@
 // hearth quantize: a float Qwen3 checkpoint in, a hearth INT8/INT4 checkpoint out
 // (quant/FORMAT.md), optionally calibrated on sample text.
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -14,6 +12,7 @@
 #include "quant/quantizer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/progress_bar.h"
 
 namespace hearth::cli {
 
@@ -40,34 +39,24 @@ quant::Scheme head_scheme(const std::string& s, const quant::Scheme& main) {
   return h;
 }
 
-// A one-line progress bar with ETA, redrawn at most ten times a second, on a terminal only.
-class ProgressBar {
- public:
-  ProgressBar() : tty_(isatty(2)), t0_(std::chrono::steady_clock::now()) {}
-  void update(size_t done, size_t total, const std::string& what) {
-    if (!tty_ || total == 0) return;
-    const auto now = std::chrono::steady_clock::now();
-    if (done < total && now - last_ < std::chrono::milliseconds(100)) return;
-    last_ = now;
-    const double f = double(done) / double(total);
-    const double el = std::chrono::duration<double>(now - t0_).count();
-    const double eta = f > 0.01 ? el * (1 - f) / f : 0;
-    const int w = 30, fill = int(f * w + 0.5);
-    std::fprintf(stderr, "\r[%.*s%*s] %5.1f%%  ETA %4.0fs  %-48.48s", fill,
-                 "##############################", w - fill, "", 100 * f, eta, what.c_str());
-    std::fflush(stderr);
-    drawn_ = true;
-  }
-  void done() {
-    if (drawn_) std::fprintf(stderr, "\n");
-  }
-
- private:
-  bool tty_, drawn_ = false;
-  std::chrono::steady_clock::time_point t0_, last_{};
-};
-
 }  // namespace
+
+void parse_quant_scheme(const Args& args, quant::QuantizeOptions* o) {
+  o->main.bits = args.integer("--bits", 4);
+  if (o->main.bits != 4 && o->main.bits != 8) fail("--bits must be 4 or 8");
+  o->main.group = args.integer("--group", 32);
+  if (o->main.group != 32 && o->main.group != 64 && o->main.group != 128)
+    fail("--group must be 32, 64 or 128");
+  const std::string sd = args.str("--scale-dtype", "f16");
+  if (sd == "f16")
+    o->main.scale_dtype = DType::F16;
+  else if (sd == "bf16")
+    o->main.scale_dtype = DType::BF16;
+  else
+    fail("--scale-dtype must be f16 or bf16");
+  o->head = head_scheme(args.str("--head", "int8"), o->main);
+  o->method = args.has("--rtn") ? quant::Method::Rtn : quant::Method::Search;
+}
 
 int cmd_quantize(int argc, char** argv) {
   Args args(argc, argv,
@@ -76,20 +65,7 @@ int cmd_quantize(int argc, char** argv) {
              "--force", "--threads=", "--json"});
   const std::string in = args.required("--model"), out = args.required("--out");
   quant::QuantizeOptions o;
-  o.main.bits = args.integer("--bits", 4);
-  if (o.main.bits != 4 && o.main.bits != 8) fail("--bits must be 4 or 8");
-  o.main.group = args.integer("--group", 32);
-  if (o.main.group != 32 && o.main.group != 64 && o.main.group != 128)
-    fail("--group must be 32, 64 or 128");
-  const std::string sd = args.str("--scale-dtype", "f16");
-  if (sd == "f16")
-    o.main.scale_dtype = DType::F16;
-  else if (sd == "bf16")
-    o.main.scale_dtype = DType::BF16;
-  else
-    fail("--scale-dtype must be f16 or bf16");
-  o.head = head_scheme(args.str("--head", "int8"), o.main);
-  o.method = args.has("--rtn") ? quant::Method::Rtn : quant::Method::Search;
+  parse_quant_scheme(args, &o);
   o.codebook = args.has("--codebook");
   if (o.codebook && o.main.bits != 4) fail("--codebook needs --bits 4");
   o.force = args.has("--force");

@@ -4,19 +4,42 @@
 
 #include "core/error.h"
 #include "models/standin.h"
+#include "quant/quantizer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/progress_bar.h"
 
 namespace hearth::cli {
 
 int cmd_standin(int argc, char** argv) {
-  Args args(argc, argv, {"--out=",          "--preset=",          "--dtype=",
-                         "--seed=",         "--heavy-tailed",     "--outliers=",
-                         "--key-outliers=", "--shards=",          "--tokenizer=",
-                         "--hidden=",       "--intermediate=",    "--layers=",
-                         "--heads=",        "--kv-heads=",        "--head-dim=",
-                         "--vocab=",        "--untied",           "--rope-theta=",
-                         "--experts=",      "--experts-per-tok=", "--moe-intermediate="});
+  Args args(argc, argv,
+            {"--out=",
+             "--preset=",
+             "--dtype=",
+             "--seed=",
+             "--heavy-tailed",
+             "--outliers=",
+             "--key-outliers=",
+             "--shards=",
+             "--tokenizer=",
+             "--hidden=",
+             "--intermediate=",
+             "--layers=",
+             "--heads=",
+             "--kv-heads=",
+             "--head-dim=",
+             "--vocab=",
+             "--untied",
+             "--rope-theta=",
+             "--experts=",
+             "--experts-per-tok=",
+             "--moe-intermediate=",
+             "--bits=",
+             "--group=",
+             "--head=",
+             "--scale-dtype=",
+             "--rtn",
+             "--force"});
   StandinSpec s = standin_preset(args.str("--preset", "0.6b"));
   s.hidden = args.integer("--hidden", s.hidden);
   s.intermediate = args.integer("--intermediate", s.intermediate);
@@ -40,6 +63,27 @@ int cmd_standin(int argc, char** argv) {
   s.shards = args.integer("--shards", 1);
   const std::string tok = args.str("--tokenizer", HEARTH_SOURCE_DIR "/../shared/qwen3-tokenizer");
   const std::string out = args.required("--out");
+  if (args.has("--bits")) {
+    // Quantized as it is generated: the 16-bit stand-in is never written (30B-A3B: 61 GB).
+    if (s.shards != 1) fail("--shards: a quantized stand-in is one file");
+    quant::QuantizeOptions o;
+    parse_quant_scheme(args, &o);
+    o.force = args.has("--force");
+    ProgressBar bar;
+    o.progress = [&](size_t done, size_t total, const std::string& t) {
+      bar.update(done, total, t);
+    };
+    const quant::QuantizeReport r = quant::quantize_standin(s, tok, out, o);
+    bar.done();
+    std::fprintf(stderr,
+                 "wrote a random-weight stand-in checkpoint (not a trained model) to %s: %s, "
+                 "head %s, %.3f bits/weight, %.1f MB\n",
+                 out.c_str(), quant::scheme_str(o.main).c_str(), quant::scheme_str(o.head).c_str(),
+                 r.bits_per_weight, double(r.output_bytes) / 1e6);
+    return 0;
+  }
+  for (const char* flag : {"--group", "--head", "--scale-dtype", "--rtn", "--force"})
+    if (args.has(flag)) fail(flag, " is for a quantized stand-in (--bits 4 or 8)");
   write_standin(out, s, tok);
   std::fprintf(stderr, "wrote a random-weight stand-in checkpoint (not a trained model) to %s\n",
                out.c_str());

@@ -218,10 +218,14 @@ const char* kStandinPage =
     "  --hidden, --intermediate, --layers, --heads, --kv-heads, --head-dim, --vocab N,\n"
     "  --untied, --rope-theta X, --experts, --experts-per-tok, --moe-intermediate N\n"
     "                       override the preset's shape (--layers 6: a 30b-a3b slice that fits\n"
-    "                       in memory; then `hearth quantize` for an INT4 one)\n"
+    "                       in memory)\n"
+    "  --bits 4|8           write it quantized as it is generated, never at 16 bits (the whole\n"
+    "                       30b-a3b: 17.5 GB at 4 bits against 61 GB); with --group, --head,\n"
+    "                       --scale-dtype, --rtn, --force as for hearth quantize\n"
     "\n"
     "example:\n"
-    "  hearth standin --out /tmp/qwen3-0.6b-random --preset 0.6b\n";
+    "  hearth standin --out /tmp/qwen3-0.6b-random --preset 0.6b\n"
+    "  hearth standin --out /tmp/qwen3-30b-a3b-int4 --preset 30b-a3b --bits 4 --rtn\n";
 
 const char* kGeneratePage =
     "usage: hearth generate --model DIR --ids 1,2,3 [options]\n"
