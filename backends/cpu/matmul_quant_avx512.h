@@ -288,21 +288,23 @@ struct HasOperands : std::false_type {};
 template <class C>
 struct HasOperands<C, std::void_t<decltype(C::kHasOperands)>> : std::true_type {};
 
-// rows_dot for TB tokens at once (a small batch of decoding sequences): NR row-major rows, each
-// chunk loaded and unpacked once and multiplied with every token's activations (token t's codes at
-// xq + t k, scales at xd + t nb, offset lanes at off + t 16 nc), its results to out[t][0..NR). The
-// same operations per token and row as rows_dot, so the same floats.
+// rows_dot for TB tokens at once (a small batch of decoding sequences): NR rows (row r's chunk j
+// at w[r] + j chunk_stride: row-major or packed), each chunk loaded and unpacked once and
+// multiplied with every token's activations (token t's codes at xq + t k, scales at xd + t nb,
+// offset lanes at off + t 16 nc), its results to out[t][0..NR). The same operations per token and
+// row as rows_dot, so the same floats.
 template <class Codes, int G, DType ST, int NR, int TB>
-inline void rows_dot_tokens(const Codes& cd, const uint8_t* const* w, const uint16_t* const* sw,
-                            int64_t ng, const int8_t* xq, int64_t k, const float* xd, int64_t nb,
-                            const int32_t* off, int64_t nc, float* const* out) {
+inline void rows_dot_tokens(const Codes& cd, const uint8_t* const* w, int64_t chunk_stride,
+                            const uint16_t* const* sw, int64_t ng, const int8_t* xq, int64_t k,
+                            const float* xd, int64_t nb, const int32_t* off, int64_t nc,
+                            float* const* out) {
   __m512 acc[TB][NR];
   for (int t = 0; t < TB; ++t)
     for (int r = 0; r < NR; ++r) acc[t][r] = _mm512_setzero_ps();
   for (int64_t j = 0; j < nc; ++j)
     for (int r = 0; r < NR; ++r) {
       __m512i h0, h1;
-      cd.operands(w[r] + j * Codes::kChunkBytes, &h0, &h1);
+      cd.operands(w[r] + j * chunk_stride, &h0, &h1);
       const __m512 ws = chunk_scales<G, ST>(sw[r], j);
       for (int t = 0; t < TB; ++t) {
         const int8_t* x = xq + t * k + j * kChunk;
@@ -343,8 +345,8 @@ void decode_quant_st(const QuantMatmulArgs& a, const Codes& cd) {
   const bool use_packed = packed && kc == k;
   // Tokens of a small batch four at a time over whole chunks of NR row-major rows (a shorter last
   // chunk and the remaining tokens go through rows_dot); returns the tokens done.
-  auto rows_tokens = [&](auto nr, const uint8_t* const* w, const uint16_t* const* sw,
-                         int64_t r) -> int {
+  auto rows_tokens = [&](auto nr, const uint8_t* const* w, int64_t chunk_stride,
+                         const uint16_t* const* sw, int64_t r) -> int {
     constexpr int NR = decltype(nr)::value;
     if (kc < k) return 0;
     // Four rows by up to four tokens: sixteen accumulators.
@@ -353,8 +355,8 @@ void decode_quant_st(const QuantMatmulArgs& a, const Codes& cd) {
       for (int g = 0; g < NR; g += 4) {
         float* out[TB];
         for (int i = 0; i < TB; ++i) out[i] = a.y + (t + i) * a.ldy + (r + g - a.r0);
-        rows_dot_tokens<Codes, G, ST, 4, TB>(cd, w + g, sw + g, ng, at.q + t * k, k, at.d + t * nb,
-                                             nb, off + t * 16 * nc, nc, out);
+        rows_dot_tokens<Codes, G, ST, 4, TB>(cd, w + g, chunk_stride, sw + g, ng, at.q + t * k, k,
+                                             at.d + t * nb, nb, off + t * 16 * nc, nc, out);
       }
     };
     int t = 0;
@@ -377,7 +379,7 @@ void decode_quant_st(const QuantMatmulArgs& a, const Codes& cd) {
     }
     int t = 0;
     if constexpr (HasOperands<Codes>::value && NR % 4 == 0)
-      if (!from_packed && n_tok > 1) t = rows_tokens(std::integral_constant<int, NR>(), w, sw, r);
+      if (n_tok > 1) t = rows_tokens(std::integral_constant<int, NR>(), w, chunk_stride, sw, r);
     for (; t < n_tok; ++t) {
       const int8_t* xq = at.q + t * k;
       float dot[NR];
@@ -408,8 +410,11 @@ void decode_quant_st(const QuantMatmulArgs& a, const Codes& cd) {
   if (use_packed) {
     const auto [g0, g1] = whole_groups(a.r0, a.r1, kPackRows);
     for (; r < g0; ++r) run(std::integral_constant<int, 1>(), r);
-    // Whole groups as two streams: [g0, g0 + half) beside [g0 + half, g0 + 2 half).
-    const int64_t half = (g1 - g0) / (2 * kPackRows) * kPackRows;
+    // Whole groups as two streams: [g0, g0 + half) beside [g0 + half, g0 + 2 half), for one token;
+    // several tokens (a batch of decoding sequences) share each group's unpacked chunks instead,
+    // so the matrix is read once per step, not once per token.
+    const bool one_token = n_tok == 1 || !HasOperands<Codes>::value;
+    const int64_t half = one_token ? (g1 - g0) / (2 * kPackRows) * kPackRows : 0;
     for (; r < g0 + half; r += kPackRows) {
       const uint8_t* w[2] = {packed + r * row_bytes, packed + (r + half) * row_bytes};
       const uint16_t* sw[2] = {scales + r * ng, scales + (r + half) * ng};
