@@ -133,9 +133,7 @@ CpuBackend::CpuBackend(const BackendOptions& opt, const CpuFeatures& cpu)
                                                    : kDefaultGemmMinTokens),
       weight_copies_(opt.cpu.weight_copies),
       kv_huge_pages_(opt.cpu.kv_huge_pages),
-      screen_rule_(opt.cpu.screen == CpuOptions::Screen::Always  ? ScreenPolicy::Rule::Always
-                   : opt.cpu.screen == CpuOptions::Screen::Never ? ScreenPolicy::Rule::Never
-                                                                 : ScreenPolicy::Rule::Timed) {
+      screen_rule_(opt.cpu.screen) {
   if (kv_dtype_ != DType::F32 && kv_dtype_ != DType::F16 && kv_dtype_ != DType::BF16 &&
       kv_dtype_ != DType::I8)
     fail("cpu backend: KV cache type ", dtype_name(kv_dtype_), " is not supported");

@@ -33,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/backend.h"
 #include "core/tensor.h"
 
 namespace hearth::cpu {
@@ -65,7 +66,7 @@ struct ScreenStats {
 class ScreenPolicy {
  public:
   static constexpr int kWindow = 8, kHold = 256;
-  enum class Rule { Timed, Always, Never };
+  using Rule = CpuOptions::Screen;
   explicit ScreenPolicy(Rule rule = Rule::Timed) : rule_(rule) {}
 
   bool use(int mode) const {
