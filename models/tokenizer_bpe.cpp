@@ -142,16 +142,16 @@ struct PieceCache::Shard {
   }
 };
 
-PieceCache::PieceCache() : shards_(new Shard[kShards]) {
-  for (size_t i = 0; i < kShards; ++i) shards_[i].slots.resize(kSlotsPerShard);
-}
+// A shard's slots (192 KiB) are allocated by its first insert: a tokenizer that encodes little
+// (a C API client that only detokenizes, a tokenizer loaded to be checked) never pays the 3 MiB.
+PieceCache::PieceCache() : shards_(new Shard[kShards]) {}
 PieceCache::~PieceCache() = default;
 
 bool PieceCache::lookup(uint64_t h, std::string_view key, std::vector<int32_t>& out) {
   if (key.size() > kMaxKeyLen) return false;
   Shard& sh = shards_[h % kShards];
   std::unique_lock<std::mutex> lock(sh.mu, std::try_to_lock);
-  if (!lock.owns_lock()) return false;
+  if (!lock.owns_lock() || sh.slots.empty()) return false;
   size_t i = (h >> 8) & (kSlotsPerShard - 1);
   for (;;) {
     const Shard::Slot& s = sh.slots[i];
@@ -170,6 +170,7 @@ void PieceCache::insert(uint64_t h, std::string_view key, const int32_t* ids, si
   Shard& sh = shards_[h % kShards];
   std::unique_lock<std::mutex> lock(sh.mu, std::try_to_lock);
   if (!lock.owns_lock()) return;
+  if (sh.slots.empty()) sh.slots.resize(kSlotsPerShard);
   // When full, start over: cheaper than LRU bookkeeping, and hot pieces come back at once.
   if (sh.used >= kMaxEntries || sh.keys.size() + key.size() > kMaxKeyBytes) sh.clear();
   size_t i = (h >> 8) & (kSlotsPerShard - 1);

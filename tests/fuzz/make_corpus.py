@@ -126,15 +126,18 @@ def main():
     tj = json.loads(read(os.path.join(tokdir, "tokenizer.json")))
     small_cfg = compact({k: v for k, v in tok_cfg.items() if k != "added_tokens_decoder"})
     text = "Hello, world! It's 2024 <|im_start|>user\n héllo 世界<think>\n</think>"
-    put("tokenizer_load", trimmed_tokenizer(tj, 300) + "\0" + small_cfg + "\0" + text, "vocab300-config")
-    put("tokenizer_load", trimmed_tokenizer(tj, 300, merges_as_strings=True) + "\0\0" + text,
-        "vocab300-string-merges")
-    put("tokenizer_load", trimmed_tokenizer(tj, 300, renumber_added=True) + "\0\0" + text,
-        "vocab300-added-renumbered")
-    put("tokenizer_load", trimmed_tokenizer(tj, 256) + "\0\0" + "abc  def\r\n\t123", "bytes-only")
+    # The added tokens are renumbered after the kept ids: at their real ids (151643 on) every input
+    # builds id-indexed tables of 151 k entries, 1-5 ms under the sanitizers, which held the target
+    # to 150-400 runs/s. Real ids are fuzz_tokenizer_encode's and _decode's (the whole tokenizer).
+    def cut(keep, **kw):
+        return trimmed_tokenizer(tj, keep, renumber_added=True, **kw)
+    put("tokenizer_load", cut(300) + "\0" + small_cfg + "\0" + text, "vocab300-config")
+    put("tokenizer_load", cut(300, merges_as_strings=True) + "\0\0" + text, "vocab300-string-merges")
+    put("tokenizer_load", cut(300) + "\0\0" + text, "vocab300-no-config")
+    put("tokenizer_load", cut(256) + "\0\0" + "abc  def\r\n\t123", "bytes-only")
     eos_obj = compact({"eos_token": {"content": "<|im_end|>"}, "bos_token": None,
                        "chat_template": [{"name": "default", "template": "{{ messages }}"}]})
-    put("tokenizer_load", trimmed_tokenizer(tj, 280) + "\0" + eos_obj + "\0x", "template-list")
+    put("tokenizer_load", cut(280) + "\0" + eos_obj + "\0x", "template-list")
 
     # encode: the fixture texts, one of each of the 30 largest categories
     cases = [json.loads(l) for l in
