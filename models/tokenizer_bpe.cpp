@@ -118,6 +118,7 @@ int32_t TokenTable::find(std::string_view text) const {
 namespace {
 constexpr size_t kShards = 16;
 constexpr size_t kSlotsPerShard = 8192;  // power of two
+constexpr size_t kFirstSlots = 64;       // a shard's table starts this small and doubles
 constexpr size_t kMaxEntries = kSlotsPerShard / 2;
 constexpr size_t kMaxKeyLen = 255;  // longer pieces are rare and cheap to redo relative to size
 constexpr size_t kMaxKeyBytes = kMaxEntries * 24;
@@ -134,6 +135,18 @@ struct PieceCache::Shard {
   std::string keys;
   std::vector<int32_t> ids;
   size_t used = 0;
+  size_t mask() const { return slots.size() - 1; }
+  // Doubles the table (slots kept at most half full), placing each entry again by its hash.
+  void grow() {
+    std::vector<Slot> old = std::move(slots);
+    slots.assign(old.empty() ? kFirstSlots : old.size() * 2, Slot{});
+    for (const Slot& o : old) {
+      if (o.key_len == 0) continue;
+      size_t i = (o.hash >> 8) & mask();
+      while (slots[i].key_len != 0) i = (i + 1) & mask();
+      slots[i] = o;
+    }
+  }
   void clear() {
     std::fill(slots.begin(), slots.end(), Slot{});
     keys.clear();
@@ -142,8 +155,9 @@ struct PieceCache::Shard {
   }
 };
 
-// A shard's slots (192 KiB) are allocated by its first insert: a tokenizer that encodes little
-// (a C API client that only detokenizes, a tokenizer loaded to be checked) never pays the 3 MiB.
+// A shard's slots grow with its entries, from none to kSlotsPerShard (192 KiB): a tokenizer that
+// encodes little (a C API client that only detokenizes, a tokenizer loaded to be checked) never
+// pays the 3 MiB of the full tables.
 PieceCache::PieceCache() : shards_(new Shard[kShards]) {}
 PieceCache::~PieceCache() = default;
 
@@ -152,7 +166,7 @@ bool PieceCache::lookup(uint64_t h, std::string_view key, std::vector<int32_t>& 
   Shard& sh = shards_[h % kShards];
   std::unique_lock<std::mutex> lock(sh.mu, std::try_to_lock);
   if (!lock.owns_lock() || sh.slots.empty()) return false;
-  size_t i = (h >> 8) & (kSlotsPerShard - 1);
+  size_t i = (h >> 8) & sh.mask();
   for (;;) {
     const Shard::Slot& s = sh.slots[i];
     if (s.key_len == 0) return false;
@@ -161,7 +175,7 @@ bool PieceCache::lookup(uint64_t h, std::string_view key, std::vector<int32_t>& 
       out.insert(out.end(), sh.ids.begin() + s.ids_off, sh.ids.begin() + s.ids_off + s.n_ids);
       return true;
     }
-    i = (i + 1) & (kSlotsPerShard - 1);
+    i = (i + 1) & sh.mask();
   }
 }
 
@@ -170,10 +184,10 @@ void PieceCache::insert(uint64_t h, std::string_view key, const int32_t* ids, si
   Shard& sh = shards_[h % kShards];
   std::unique_lock<std::mutex> lock(sh.mu, std::try_to_lock);
   if (!lock.owns_lock()) return;
-  if (sh.slots.empty()) sh.slots.resize(kSlotsPerShard);
   // When full, start over: cheaper than LRU bookkeeping, and hot pieces come back at once.
   if (sh.used >= kMaxEntries || sh.keys.size() + key.size() > kMaxKeyBytes) sh.clear();
-  size_t i = (h >> 8) & (kSlotsPerShard - 1);
+  if ((sh.used + 1) * 2 > sh.slots.size()) sh.grow();
+  size_t i = (h >> 8) & sh.mask();
   for (;;) {
     Shard::Slot& s = sh.slots[i];
     if (s.key_len == 0) break;
@@ -181,7 +195,7 @@ void PieceCache::insert(uint64_t h, std::string_view key, const int32_t* ids, si
         std::memcmp(sh.keys.data() + s.key_off, key.data(), key.size()) == 0) {
       return;  // another thread got here first
     }
-    i = (i + 1) & (kSlotsPerShard - 1);
+    i = (i + 1) & sh.mask();
   }
   Shard::Slot& s = sh.slots[i];
   s.hash = h;
