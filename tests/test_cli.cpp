@@ -122,6 +122,9 @@ TEST_SUITE("cli") {
     const std::string m = kModels + "tiny-tied-bf16";
     expect_error("generate --model /nonexistent/model --ids 1,2", "/nonexistent/model");
     expect_error("generate --model " + m + " --ids 1,x,3", "'x' is not an integer");
+    // 2^32 + 1 would wrap to id 1 if narrowed.
+    expect_error("generate --model " + m + " --ids 1,4294967297", "4294967297 is out of range");
+    expect_error("generate --model " + m + " --ids 1 --max-new-tokens 99999999999", "out of range");
     expect_error("generate --model " + m + " --ids 1,999999", "token id 999999");
     expect_error("generate --model " + m + " --ids 1 --max-new-tokens 50000",
                  "max_position_embeddings");

@@ -119,15 +119,25 @@ std::vector<std::string> Args::all(const std::string& name) const {
   return it == values_.end() ? std::vector<std::string>{} : it->second;
 }
 
+namespace {
+
+// A 32-bit integer option value; a wider one is refused as out of range, never wrapped.
+int32_t parse_int32(const std::string& name, const std::string& s) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || *end) fail("option ", name, ": '", s, "' is not an integer");
+  if (errno == ERANGE || v < INT32_MIN || v > INT32_MAX)
+    fail("option ", name, ": ", s, " is out of range [", INT32_MIN, ", ", INT32_MAX, "]");
+  return int32_t(v);
+}
+
+}  // namespace
+
 std::optional<int> Args::opt_integer(const std::string& name) const {
   if (!has(name)) return std::nullopt;
   const std::string s = str(name);
-  errno = 0;
-  char* end = nullptr;
-  long long v = std::strtoll(s.c_str(), &end, 10);
-  if (s.empty() || *end || errno || v < INT32_MIN || v > INT32_MAX)
-    fail("option ", name, ": '", s, "' is not an integer");
-  return int(v);
+  return parse_int32(name, s);
 }
 
 int Args::integer(const std::string& name, int def) const {
@@ -157,13 +167,7 @@ std::vector<int32_t> Args::int_list(const std::string& name) const {
   while (i <= s.size()) {
     size_t j = s.find(',', i);
     if (j == std::string::npos) j = s.size();
-    std::string item = s.substr(i, j - i);
-    char* end = nullptr;
-    errno = 0;
-    long long v = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end || errno || v < INT32_MIN || v > INT32_MAX)
-      fail("option ", name, ": '", item, "' is not an integer");
-    out.push_back(int32_t(v));
+    out.push_back(parse_int32(name, s.substr(i, j - i)));
     i = j + 1;
   }
   return out;
