@@ -117,8 +117,8 @@ int32_t TokenTable::find(std::string_view text) const {
 
 namespace {
 constexpr size_t kShards = 16;
-constexpr size_t kSlotsPerShard = 8192;  // power of two
-constexpr size_t kFirstSlots = 64;       // a shard's table starts this small and doubles
+constexpr size_t kSlotsPerShard = 8192;  // the most a shard's table grows to; power of two
+constexpr size_t kFirstSlots = 64;       // its size at the first insert, doubling from there
 constexpr size_t kMaxEntries = kSlotsPerShard / 2;
 constexpr size_t kMaxKeyLen = 255;  // longer pieces are rare and cheap to redo relative to size
 constexpr size_t kMaxKeyBytes = kMaxEntries * 24;

@@ -81,8 +81,8 @@ class CpuBackend : public Backend {
   int gemm_min_tokens_;
   std::shared_ptr<WeightStore> weight_copies_;  // BackendOptions::weight_copies
   bool kv_huge_pages_;                          // BackendOptions::kv_huge_pages
-  CpuOptions::Screen screen_rule_;
-  ScreenStats screen_stats_;  // of every compiled graph's screened LM head
+  CpuOptions::Screen screen_rule_;              // CpuOptions::screen
+  ScreenStats screen_stats_;                    // of every compiled graph's screened LM head
 
   // The kinds of linear step in the graphs given so far, for describe() and step_arithmetic().
   struct LinearKind {

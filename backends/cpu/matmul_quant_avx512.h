@@ -343,8 +343,8 @@ void decode_quant_st(const QuantMatmulArgs& a, const Codes& cd) {
                 "a packed group is whole chunks of the rows of one pass");
   const auto* packed = static_cast<const uint8_t*>(a.w_il);
   const bool use_packed = packed && kc == k;
-  // Tokens of a small batch four at a time over whole chunks of NR row-major rows (a shorter last
-  // chunk and the remaining tokens go through rows_dot); returns the tokens done.
+  // Tokens of a small batch four at a time over whole chunks of NR rows, row-major or packed
+  // (a shorter last chunk and the remaining tokens go through rows_dot); returns the tokens done.
   auto rows_tokens = [&](auto nr, const uint8_t* const* w, int64_t chunk_stride,
                          const uint16_t* const* sw, int64_t r) -> int {
     constexpr int NR = decltype(nr)::value;
