@@ -330,6 +330,34 @@ TEST_SUITE("kernels") {
     }
   }
 
+  // Causal GQA attention in float64 over the values the kernel sees (k, v: [position][hd]): token
+  // t's query heads j (rows of q, q_stride apart) see positions [0, pos0 + t]; out [t][j][hd].
+  std::vector<double> attention_f64(const std::vector<float>& q, int64_t q_stride, int n_tok,
+                                    int group, int pos0, const std::vector<float>& k,
+                                    const std::vector<float>& v, int hd) {
+    std::vector<double> want;
+    for (int t = 0; t < n_tok; ++t)
+      for (int j = 0; j < group; ++j) {
+        const float* qr = q.data() + t * q_stride + j * hd;
+        const int n = pos0 + t + 1;
+        std::vector<double> s(static_cast<size_t>(n));
+        double mx = -1e300, sum = 0;
+        for (int p = 0; p < n; ++p) {
+          double d = 0;
+          for (int i = 0; i < hd; ++i) d += double(qr[i]) * k[size_t(p * hd + i)];
+          s[size_t(p)] = d / std::sqrt(double(hd));
+          mx = std::max(mx, s[size_t(p)]);
+        }
+        for (auto& e : s) sum += (e = std::exp(e - mx));
+        for (int i = 0; i < hd; ++i) {
+          double acc = 0;
+          for (int p = 0; p < n; ++p) acc += s[size_t(p)] / sum * v[size_t(p * hd + i)];
+          want.push_back(acc);
+        }
+      }
+    return want;
+  }
+
   TEST_CASE("attention: causal GQA over the cache, tiles and row blocks, every KV type") {
     for (Isa isa : isas_here()) {
       const KernelTable kt = make_kernel_table(isa);
@@ -371,30 +399,86 @@ TEST_SUITE("kernels") {
                 a.k_factor = k.factor.data();
               }
               kt.attention[type_slot(kvt)](a);
-              std::vector<double> want;
+              const auto want = attention_f64(q, q_stride, n_tok, group, pos0, k.f, v.f, hd);
               std::vector<float> got;
               for (int t = 0; t < n_tok; ++t)
-                for (int j = 0; j < group; ++j) {
-                  const float* qr = q.data() + t * q_stride + j * hd;
-                  const int n = pos0 + t + 1;
-                  std::vector<double> s(static_cast<size_t>(n));
-                  double mx = -1e300, sum = 0;
-                  for (int p = 0; p < n; ++p) {
-                    double d = 0;
-                    for (int i = 0; i < hd; ++i) d += double(qr[i]) * k.f[size_t(p * hd + i)];
-                    s[size_t(p)] = d / std::sqrt(double(hd));
-                    mx = std::max(mx, s[size_t(p)]);
-                  }
-                  for (auto& e : s) sum += (e = std::exp(e - mx));
-                  for (int i = 0; i < hd; ++i) {
-                    double acc = 0;
-                    for (int p = 0; p < n; ++p) acc += s[size_t(p)] / sum * v.f[size_t(p * hd + i)];
-                    want.push_back(acc);
+                for (int j = 0; j < group; ++j)
+                  for (int i = 0; i < hd; ++i)
                     got.push_back(out[size_t(t * q_stride + j * hd + i)]);
-                  }
-                }
               CHECK(nerr(got.data(), want) < 1e-5);
             }
+    }
+  }
+
+  TEST_CASE("attention over a paged cache: blocks in any order, every KV type") {
+    // Blocks laid out as CpuKVStorage's: each holds a head's key rows, its value rows and (I8)
+    // their scales, block_stride bytes apart, the sequence's blocks in a shuffled order; decode
+    // rows read them in place and prefetch the next call's rows (next_k, next_v).
+    const int hd = 128, group = 2;
+    for (Isa isa : isas_here()) {
+      const KernelTable kt = make_kernel_table(isa);
+      for (DType kvt : {DType::F32, DType::F16, DType::BF16, DType::I8})
+        for (int bs : {16, 32})
+          for (auto [n_tok, pos0] : {std::pair{1, 0}, {1, 31}, {1, 150}, {5, 70}, {20, 40}}) {
+            CAPTURE(isa_name(isa));
+            CAPTURE(dtype_name(kvt));
+            CAPTURE(bs);
+            CAPTURE(n_tok);
+            CAPTURE(pos0);
+            const bool i8 = kvt == DType::I8;
+            const int n_pos = pos0 + n_tok, nb = (n_pos + bs - 1) / bs, cap = nb * bs;
+            const Stored k = i8 ? store_i8(randn(size_t(cap * hd), 31), hd, true)
+                                : store(kvt, randn(size_t(cap * hd), 31));
+            const Stored v = i8 ? store_i8(randn(size_t(cap * hd), 32), hd, false)
+                                : store(kvt, randn(size_t(cap * hd), 32));
+            const size_t esz = dtype_size(kvt), rows = size_t(bs) * hd * esz;
+            const size_t stride = (2 * rows + 2 * size_t(bs) * 4 + 63) / 64 * 64;
+            std::vector<int32_t> table(static_cast<size_t>(nb));
+            for (int b = 0; b < nb; ++b)
+              table[size_t(b)] = 2 * (nb - b) - 1;  // backwards, with gaps
+            std::vector<uint8_t> mem((2 * size_t(nb) + 1) * stride, 0xFF);
+            for (int p = 0; p < cap; ++p) {
+              uint8_t* blk = mem.data() + size_t(table[size_t(p / bs)]) * stride;
+              const size_t at = size_t(p % bs);
+              std::memcpy(blk + at * hd * esz,
+                          static_cast<const uint8_t*>(k.data(kvt)) + size_t(p) * hd * esz,
+                          hd * esz);
+              std::memcpy(blk + rows + at * hd * esz,
+                          static_cast<const uint8_t*>(v.data(kvt)) + size_t(p) * hd * esz,
+                          hd * esz);
+              if (i8) {
+                std::memcpy(blk + 2 * rows + at * 4, &k.scale[size_t(p)], 4);
+                std::memcpy(blk + 2 * rows + size_t(bs) * 4 + at * 4, &v.scale[size_t(p)], 4);
+              }
+            }
+            const int64_t q_stride = int64_t(group) * hd;
+            const auto q = randn(size_t(n_tok * q_stride), 33, 0.5f);
+            std::vector<float> out(size_t(n_tok * q_stride), NAN);
+            std::vector<float> scratch(size_t(attention_scratch_floats(hd)));
+            AttentionArgs a{q.data(),
+                            q_stride,
+                            out.data(),
+                            q_stride,
+                            n_tok,
+                            group,
+                            pos0,
+                            mem.data(),
+                            mem.data() + rows,
+                            hd,
+                            1.f / std::sqrt(float(hd)),
+                            scratch.data()};
+            a.paging = {table.data(), bs, int64_t(stride)};
+            a.next_k = mem.data() + stride;
+            a.next_v = mem.data() + stride + rows;
+            if (i8) {
+              a.k_scale = reinterpret_cast<const float*>(mem.data() + 2 * rows);
+              a.v_scale = reinterpret_cast<const float*>(mem.data() + 2 * rows + size_t(bs) * 4);
+              a.k_factor = k.factor.data();
+            }
+            kt.attention[type_slot(kvt)](a);
+            const auto want = attention_f64(q, q_stride, n_tok, group, pos0, k.f, v.f, hd);
+            CHECK(nerr(out.data(), want) < 1e-5);
+          }
     }
   }
 

@@ -38,9 +38,10 @@ inline __m256 reduce8(const __m256* v) {
 }
 
 template <DType T>
-void widen_tile(const void* src, int p0, int n, int hd, float* dst) {
+void widen_tile(const void* src, int p0, int n, int hd, float* dst, const void* pf) {
   const uint16_t* s = static_cast<const uint16_t*>(src) + int64_t(p0) * hd;
   for (int64_t i = 0; i < int64_t(n) * hd; i += 8) {
+    if (pf && i % 32 == 0) prefetch_l2(static_cast<const uint16_t*>(pf) + int64_t(p0) * hd + i);
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
     __m256 f;
     if constexpr (T == DType::F16)
@@ -53,10 +54,12 @@ void widen_tile(const void* src, int p0, int n, int hd, float* dst) {
 
 // Dequantizes rows [p0, p0 + n) of an I8 cache: code * scale[p] * factor[d] (factor null: ones).
 void widen_tile_i8(const void* src, const float* scale, const float* factor, int p0, int n, int hd,
-                   float* dst) {
+                   float* dst, const void* pf) {
   const int8_t* s = static_cast<const int8_t*>(src) + int64_t(p0) * hd;
   for (int j = 0; j < n; ++j)
     for (int d = 0; d < hd; d += 8) {
+      if (pf && d % 64 == 0)
+        prefetch_l2(static_cast<const int8_t*>(pf) + (int64_t(p0) + j) * hd + d);
       const __m128i c = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + int64_t(j) * hd + d));
       __m256 f =
           _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c)), _mm256_set1_ps(scale[p0 + j]));
@@ -65,8 +68,10 @@ void widen_tile_i8(const void* src, const float* scale, const float* factor, int
     }
 }
 
-// Scaled scores of one query row against n keys into s (whole vectors; lanes past n are -inf).
-inline void scores(const float* q, const float* kt, int n, int hd, float scale, float* s) {
+// Scaled scores of one query row against n keys into s (whole vectors; lanes past n are -inf);
+// the same rows of pf (or null) are prefetched meanwhile.
+inline void scores(const float* q, const float* kt, const void* pf, int n, int hd, float scale,
+                   float* s) {
   for (int j0 = 0; j0 < n; j0 += 8) {
     __m256 acc[8];
     const float* rows[8];
@@ -78,15 +83,18 @@ inline void scores(const float* q, const float* kt, int n, int hd, float scale, 
     for (int c = 0; c < hd; c += 8) {
       const __m256 qc = _mm256_loadu_ps(q + c);
 #pragma GCC unroll 8
-      for (int j = 0; j < 8; ++j)
+      for (int j = 0; j < 8; ++j) {
+        if (pf && c % 16 == 0) prefetch_l2(static_cast<const float*>(pf) + (rows[j] - kt) + c);
         acc[j] = _mm256_fmadd_ps(qc, _mm256_loadu_ps(rows[j] + c), acc[j]);
+      }
     }
     _mm256_storeu_ps(s + j0, _mm256_mul_ps(reduce8(acc), _mm256_set1_ps(scale)));
     for (int j = n - j0; j < 8; ++j) s[j0 + j] = -INFINITY;
   }
 }
 
-inline void accumulate_v(const float* e, const float* vt, int n, int hd, float* o) {
+// o += sum_j e[j] v_j over n value rows; the same rows of pf (or null) are prefetched meanwhile.
+inline void accumulate_v(const float* e, const float* vt, const void* pf, int n, int hd, float* o) {
   int d0 = 0;
   for (; d0 + 64 <= hd; d0 += 64) {
     __m256 ov[8];
@@ -94,9 +102,12 @@ inline void accumulate_v(const float* e, const float* vt, int n, int hd, float* 
     for (int c = 0; c < 8; ++c) ov[c] = _mm256_loadu_ps(o + d0 + c * 8);
     for (int j = 0; j < n; ++j) {
       const __m256 ej = _mm256_set1_ps(e[j]);
-      const float* vr = vt + int64_t(j) * hd + d0;
+      const int64_t vr = int64_t(j) * hd + d0;
 #pragma GCC unroll 8
-      for (int c = 0; c < 8; ++c) ov[c] = _mm256_fmadd_ps(ej, _mm256_loadu_ps(vr + c * 8), ov[c]);
+      for (int c = 0; c < 8; ++c) {
+        if (pf && c % 2 == 0) prefetch_l2(static_cast<const float*>(pf) + vr + c * 8);
+        ov[c] = _mm256_fmadd_ps(ej, _mm256_loadu_ps(vt + vr + c * 8), ov[c]);
+      }
     }
 #pragma GCC unroll 8
     for (int c = 0; c < 8; ++c) _mm256_storeu_ps(o + d0 + c * 8, ov[c]);
@@ -290,14 +301,20 @@ void attention_avx2(const AttentionArgs& a) {
     const int n_pos = visible(nr - 1);
     for (int p0 = a.kv_begin, tile_n; p0 < n_pos; p0 += tile_n) {
       tile_n = std::min({n_pos - p0, kTile, a.paging.run(p0)});
+      // The rows after this tile's are prefetched meanwhile (next_rows): by the widening of a
+      // 16-bit or I8 tile, by the first row's products over an f32 one.
+      const int64_t row_bytes = int64_t(hd) * int64_t(dtype_size(T));
+      const NextRows next = next_rows(a, p0 + tile_n, n_pos, row_bytes);
       const float* kt;
       const float* vt;
-      tile(p0, tile_n, &kt, &vt);
+      kv_tile<T>(a, sc, p0, tile_n, widen_tile<T>, widen_tile_i8, &kt, &vt, next);
       for (int i = 0; i < nr; ++i) {
         const int n = visible(i) - p0 < tile_n ? visible(i) - p0 : tile_n;
         if (n <= 0) continue;
         const int r = r0 + i;
-        scores(a.q + (r / a.group) * a.q_stride + (r % a.group) * hd, kt, n, hd, a.scale, s);
+        const bool pf = T == DType::F32 && i == 0;
+        scores(a.q + (r / a.group) * a.q_stride + (r % a.group) * hd, kt, pf ? next.k : nullptr, n,
+               hd, a.scale, s);
         __m256 mx = _mm256_set1_ps(-INFINITY);
         for (int j = 0; j < n; j += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + j));
         const float tile_max = hmax256(mx);
@@ -317,7 +334,7 @@ void attention_avx2(const AttentionArgs& a) {
           _mm256_storeu_ps(s + j, e);
         }
         l[i] += hsum256(sum);
-        accumulate_v(s, vt, n, hd, o);
+        accumulate_v(s, vt, pf ? next.v : nullptr, n, hd, o);
       }
     }
     for (int i = 0; i < nr; ++i) {

@@ -1,8 +1,9 @@
 // AVX-512 attention: q/out rows f32 [n_tok][group][head_dim] (strided per token), one KV head's
 // cache rows [position][head_dim] in F32/F16/BF16/I8; key tiles of 64 positions shared by up to 16
-// query rows, online softmax per row, f32 throughout (16-bit and I8 caches are widened tile by
-// tile, I8 codes times their position's scale and, for keys, the channel factors). Whole blocks of
-// 16 rows (prefill) are transposed into lanes: queries, scores and outputs [element][16 rows].
+// query rows, online softmax per row, f32 arithmetic. Single rows (decode) read the cache in its
+// own type; whole blocks of 16 rows (prefill) widen 16-bit and I8 tiles to f32 (I8 codes times
+// their position's scale and, for keys, the channel factors) and are transposed into lanes:
+// queries, scores and outputs [element][16 rows].
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -43,9 +44,10 @@ inline __m512 reduce16(__m512* v) {
 
 // Widens rows [p0, p0 + n) of a 16-bit cache into a dense f32 tile.
 template <DType T>
-void widen_tile(const void* src, int p0, int n, int hd, float* dst) {
+void widen_tile(const void* src, int p0, int n, int hd, float* dst, const void* pf) {
   const uint16_t* s = static_cast<const uint16_t*>(src) + int64_t(p0) * hd;
   for (int64_t i = 0; i < int64_t(n) * hd; i += 16) {
+    if (pf && i % 32 == 0) prefetch_l2(static_cast<const uint16_t*>(pf) + int64_t(p0) * hd + i);
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
     __m512 f;
     if constexpr (T == DType::F16)
@@ -58,10 +60,12 @@ void widen_tile(const void* src, int p0, int n, int hd, float* dst) {
 
 // Dequantizes rows [p0, p0 + n) of an I8 cache: code * scale[p] * factor[d] (factor null: ones).
 void widen_tile_i8(const void* src, const float* scale, const float* factor, int p0, int n, int hd,
-                   float* dst) {
+                   float* dst, const void* pf) {
   const int8_t* s = static_cast<const int8_t*>(src) + int64_t(p0) * hd;
   for (int j = 0; j < n; ++j)
     for (int d = 0; d < hd; d += 16) {
+      if (pf && d % 64 == 0)
+        prefetch_l2(static_cast<const int8_t*>(pf) + (int64_t(p0) + j) * hd + d);
       const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + int64_t(j) * hd + d));
       __m512 f =
           _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(c)), _mm512_set1_ps(scale[p0 + j]));
@@ -70,13 +74,19 @@ void widen_tile_i8(const void* src, const float* scale, const float* factor, int
     }
 }
 
-// The per-row kernels below read the cache in its own type L (F32, F16 or BF16: decode reads each
-// cache row once, so widening a tile into scratch first only added a write and a read; an I8
-// cache's tiles are widened, to f32). Element i of p as f32, 16 at a time:
+// The per-row kernels below read the cache in its own type L (F32, F16, BF16 or I8 codes): decode
+// reads each cache row once, so widening a tile into scratch first only added a write and a read.
+// An I8 cache's scales are applied outside the dot products: the key channel factors to the query
+// once per call, each position's key scale to its score and its value scale to its weight.
+// Element i of p as f32, 16 at a time:
 template <DType L>
 inline __m512 load16(const void* p, int64_t i) {
   if constexpr (L == DType::F32) {
     return _mm512_loadu_ps(static_cast<const float*>(p) + i);
+  } else if constexpr (L == DType::I8) {
+    const __m128i c =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(p) + i));
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(c));
   } else {
     const __m256i h =
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(p) + i));
@@ -85,14 +95,27 @@ inline __m512 load16(const void* p, int64_t i) {
   }
 }
 template <DType L>
+constexpr int kElemBytes = L == DType::F32  ? 4
+                           : L == DType::I8 ? 1
+                                            : 2;
+template <DType L>
 inline const char* at(const void* p, int64_t i) {
-  return static_cast<const char*>(p) + i * (L == DType::F32 ? 4 : 2);
+  return static_cast<const char*>(p) + i * kElemBytes<L>;
+}
+// Whether the 16 elements at c start a cache line of a row (rows are whole lines: hd % 64 == 0 for
+// I8, hd % 32 for 16-bit types; other head sizes prefetch some lines twice, harmlessly).
+template <DType L>
+constexpr bool line_start(int c) {
+  return c * kElemBytes<L> % 64 == 0;
 }
 
-// Scores of one query row against `n` keys (rows of kt, head_dim hd), scaled, into s[0..16*ceil);
-// lanes past n are -inf. Keys past n are read from row n-1 so no load leaves the tile.
+// Scores of one query row against `n` keys (rows of kt, head_dim hd), scaled (and times ks[j],
+// an I8 cache's key scales, when given), into s[0..16*ceil); lanes past n are -inf. Keys past n
+// are read from row n-1 so no load leaves the tile. The same rows of pf (the next tile's keys, or
+// null) are prefetched meanwhile.
 template <DType L>
-inline void scores(const float* q, const void* kt, int n, int hd, float scale, float* s) {
+inline void scores(const float* q, const void* kt, const void* pf, int n, int hd, float scale,
+                   const float* ks, float* s) {
   for (int j0 = 0; j0 < n; j0 += 16) {
     __m512 acc[16];
     int64_t rows[16];
@@ -104,23 +127,24 @@ inline void scores(const float* q, const void* kt, int n, int hd, float scale, f
     for (int c = 0; c < hd; c += 16) {
       const __m512 qc = _mm512_loadu_ps(q + c);
 #pragma GCC unroll 16
-      for (int j = 0; j < 16; ++j) acc[j] = _mm512_fmadd_ps(qc, load16<L>(kt, rows[j] + c), acc[j]);
+      for (int j = 0; j < 16; ++j) {
+        if (pf && line_start<L>(c)) prefetch_l2(at<L>(pf, rows[j] + c));
+        acc[j] = _mm512_fmadd_ps(qc, load16<L>(kt, rows[j] + c), acc[j]);
+      }
     }
-    __m512 r = _mm512_mul_ps(reduce16(acc), _mm512_set1_ps(scale));
     const int valid = n - j0 < 16 ? n - j0 : 16;
+    __m512 r = _mm512_mul_ps(reduce16(acc), _mm512_set1_ps(scale));
+    if (ks) r = _mm512_mul_ps(r, _mm512_maskz_loadu_ps(tail_mask16(valid), ks + j0));
     r = _mm512_mask_blend_ps(tail_mask16(valid), _mm512_set1_ps(-INFINITY), r);
     _mm512_storeu_ps(s + j0, r);
   }
 }
 
 // The same for two query rows that see the same keys: each key vector loaded once feeds both
-// rows, halving the loads per FMA. Lanes 0-7 of each reduction are row 0's, 8-15 row 1's. The
-// value rows of the same keys (vt) are prefetched meanwhile: decode reads a cache head once, and
-// without it accumulate_v2 waited on each value row (0.6B, 64 positions, one Zen 5 thread: 0.65 ->
-// 0.56 ms of attention per token; 200 positions 1.60 -> 1.55).
+// rows, halving the loads per FMA. Lanes 0-7 of each reduction are row 0's, 8-15 row 1's.
 template <DType L>
-inline void scores2(const float* q0, const float* q1, const void* kt, const void* vt, int n, int hd,
-                    float scale, float* s0, float* s1) {
+inline void scores2(const float* q0, const float* q1, const void* kt, const void* pf, int n, int hd,
+                    float scale, const float* ks, float* s0, float* s1) {
   for (int j0 = 0; j0 < n; j0 += 8) {
     __m512 acc[16];
     int64_t rows[8];
@@ -134,13 +158,17 @@ inline void scores2(const float* q0, const float* q1, const void* kt, const void
 #pragma GCC unroll 8
       for (int j = 0; j < 8; ++j) {
         const __m512 k = load16<L>(kt, rows[j] + c);
-        if (L == DType::F32 || c % 32 == 0) _mm_prefetch(at<L>(vt, rows[j] + c), _MM_HINT_T0);
+        if (pf && line_start<L>(c)) prefetch_l2(at<L>(pf, rows[j] + c));
         acc[j] = _mm512_fmadd_ps(a, k, acc[j]);
         acc[j + 8] = _mm512_fmadd_ps(b, k, acc[j + 8]);
       }
     }
-    __m512 r = _mm512_mul_ps(reduce16(acc), _mm512_set1_ps(scale));
     const int valid = n - j0 < 8 ? n - j0 : 8;
+    __m512 r = _mm512_mul_ps(reduce16(acc), _mm512_set1_ps(scale));
+    if (ks) {
+      const __m256 f = _mm256_maskz_loadu_ps(__mmask8((1u << valid) - 1u), ks + j0);
+      r = _mm512_mul_ps(r, _mm512_insertf32x8(_mm512_castps256_ps512(f), f, 1));
+    }
     const __mmask16 m = __mmask16(((1u << valid) - 1u) * 0x101u);
     r = _mm512_mask_blend_ps(m, _mm512_set1_ps(-INFINITY), r);
     _mm256_storeu_ps(s0 + j0, _mm512_castps512_ps256(r));
@@ -198,8 +226,7 @@ inline void accumulate_v(const float* e, const void* vt, int n, int hd, float* o
 }
 
 // The same for two rows: each value vector loaded once feeds both. The same rows of `next` (the
-// next head's keys, or null) are prefetched meanwhile, so two streams run at once (0.6B, 80
-// positions, one Zen 5 thread: 0.68 -> 0.63 ms of attention per token).
+// next tile's values, or null) are prefetched meanwhile.
 template <DType L>
 inline void accumulate_v2(const float* e0, const float* e1, const void* vt, int n, int hd,
                           float* o0, float* o1, const void* next = nullptr) {
@@ -217,8 +244,7 @@ inline void accumulate_v2(const float* e0, const float* e1, const void* vt, int 
 #pragma GCC unroll 8
       for (int c = 0; c < 8; ++c) {
         const __m512 v = load16<L>(vt, vr + c * 16);
-        if (next && (L == DType::F32 || c % 2 == 0))
-          _mm_prefetch(at<L>(next, vr + c * 16), _MM_HINT_T0);
+        if (next && line_start<L>(c * 16)) prefetch_l2(at<L>(next, vr + c * 16));
         a[c] = _mm512_fmadd_ps(x, v, a[c]);
         b[c] = _mm512_fmadd_ps(y, v, b[c]);
       }
@@ -232,6 +258,17 @@ inline void accumulate_v2(const float* e0, const float* e1, const void* vt, int 
   if (d0 < hd) {
     accumulate_v<L>(e0, at<L>(vt, d0), n, hd, o0 + d0);
     accumulate_v<L>(e1, at<L>(vt, d0), n, hd, o1 + d0);
+  }
+}
+
+// An I8 cache's value scales into one or two rows' softmax weights e[0..n) (after the softmax has
+// summed them).
+inline void value_scales(const float* vs, int n, float* e0, float* e1) {
+  for (int j = 0; j < n; j += 16) {
+    const __mmask16 m = tail_mask16(n - j < 16 ? n - j : 16);
+    const __m512 f = _mm512_maskz_loadu_ps(m, vs + j);
+    _mm512_mask_storeu_ps(e0 + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, e0 + j), f));
+    if (e1) _mm512_mask_storeu_ps(e1 + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, e1 + j), f));
   }
 }
 
@@ -418,18 +455,28 @@ void attention_avx512(const AttentionArgs& a) {
       std::memset(acc + i * hd, 0, size_t(hd) * 4);
     }
     const int n_pos = visible(nr - 1);
-    constexpr DType L = T == DType::I8 ? DType::F32 : T;  // what kt and vt hold
+    const int64_t row_bytes = int64_t(hd) * kElemBytes<T>;
+    constexpr bool kI8 = T == DType::I8;
+    // An I8 cache's key factors go into the queries once (scratch qt holds the scaled rows).
+    auto query = [&](int i) -> const float* {
+      if (!kI8) return q_row(i);
+      return sc.qt + int64_t(i) * hd;
+    };
+    if (kI8)
+      for (int i = 0; i < nr; ++i)
+        for (int d = 0; d < hd; ++d)
+          sc.qt[int64_t(i) * hd + d] = q_row(i)[d] * (a.k_factor ? a.k_factor[d] : 1.f);
     for (int p0 = a.kv_begin, tile_n; p0 < n_pos; p0 += tile_n) {
       tile_n = std::min({n_pos - p0, kTile, a.paging.run(p0)});
-      const void* kt;
-      const void* vt;
-      if constexpr (T == DType::I8) {
-        const float *kw, *vw;
-        tile(p0, tile_n, &kw, &vw);
-        kt = kw, vt = vw;
-      } else {
-        kt = a.paging.row(a.k, p0, int64_t(hd) * (L == DType::F32 ? 4 : 2));
-        vt = a.paging.row(a.v, p0, int64_t(hd) * (L == DType::F32 ? 4 : 2));
+      const void* kt = a.paging.row(a.k, p0, row_bytes);
+      const void* vt = a.paging.row(a.v, p0, row_bytes);
+      const float* ks = kI8 ? static_cast<const float*>(a.paging.row(a.k_scale, p0, 4)) : nullptr;
+      const float* vs = kI8 ? static_cast<const float*>(a.paging.row(a.v_scale, p0, 4)) : nullptr;
+      const int p1 = p0 + tile_n;
+      const NextRows next = next_rows(a, p1, n_pos, row_bytes);
+      if (kI8 && p1 < n_pos) {
+        prefetch_l2(a.paging.row(a.k_scale, p1, 4));
+        prefetch_l2(a.paging.row(a.v_scale, p1, 4));
       }
       for (int i = 0; i < nr;) {
         const int n = visible(i) - p0 < tile_n ? visible(i) - p0 : tile_n;
@@ -439,21 +486,23 @@ void attention_avx512(const AttentionArgs& a) {
         }
         float* s0 = s;
         float* s1 = s + kTile;
+        // The first rows' products prefetch the next rows; the others find them there.
+        const void* pk = i == 0 ? next.k : nullptr;
+        const void* pv = i == 0 ? next.v : nullptr;
         if (i + 1 < nr && visible(i + 1) == visible(i)) {
           // Two heads of one token (GQA) see the same keys: share the K and V loads.
-          scores2<L>(q_row(i), q_row(i + 1), kt, vt, n, hd, a.scale, s0, s1);
+          scores2<T>(query(i), query(i + 1), kt, pk, n, hd, a.scale, ks, s0, s1);
           for (int j = n; j < (n + 15) / 16 * 16; ++j) s0[j] = s1[j] = -INFINITY;
           softmax_tile(s0, n, hd, m + i, l + i, acc + i * hd);
           softmax_tile(s1, n, hd, m + i + 1, l + i + 1, acc + (i + 1) * hd);
-          accumulate_v2<L>(s0, s1, vt, n, hd, acc + i * hd, acc + (i + 1) * hd,
-                           T != DType::I8 && a.next_k
-                               ? a.paging.row(a.next_k, p0, int64_t(hd) * (L == DType::F32 ? 4 : 2))
-                               : nullptr);
+          if (kI8) value_scales(vs, n, s0, s1);
+          accumulate_v2<T>(s0, s1, vt, n, hd, acc + i * hd, acc + (i + 1) * hd, pv);
           i += 2;
         } else {
-          scores<L>(q_row(i), kt, n, hd, a.scale, s0);
+          scores<T>(query(i), kt, pk, n, hd, a.scale, ks, s0);
           softmax_tile(s0, n, hd, m + i, l + i, acc + i * hd);
-          accumulate_v<L>(s0, vt, n, hd, acc + i * hd);
+          if (kI8) value_scales(vs, n, s0, nullptr);
+          accumulate_v<T>(s0, vt, n, hd, acc + i * hd);
           ++i;
         }
       }

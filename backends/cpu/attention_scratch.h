@@ -2,6 +2,8 @@
 // fetched as f32 rows, for attention_avx2.cpp and attention_avx512.cpp; include only from those
 // (anonymous namespace: each gets its own copy, compiled with its own flags).
 #pragma once
+#include <immintrin.h>
+
 #include "backends/cpu/kernels.h"
 
 namespace hearth::cpu {
@@ -31,17 +33,34 @@ struct AttnScratch {
   }
 };
 
-using WidenTileFn = void (*)(const void* src, int p0, int n, int hd, float* dst);
+// The key and value rows a decode row reads after tile [p0, p1): the next tile's or, after the
+// last (p1 == n_pos), the next call's first (AttentionArgs::next_k, next_v; null for none).
+// Prefetching them while the tile is read keeps several short runs of a paged head in flight,
+// which hardware prefetchers do not (decode attention waited on memory). Into L2: L1 prefetches
+// took the line-fill buffers the tile's own loads need.
+struct NextRows {
+  const void* k;
+  const void* v;
+};
+inline NextRows next_rows(const AttentionArgs& a, int p1, int n_pos, int64_t row_bytes) {
+  if (p1 >= n_pos) return {a.next_k, a.next_v};
+  return {a.paging.row(a.k, p1, row_bytes), a.paging.row(a.v, p1, row_bytes)};
+}
+inline void prefetch_l2(const void* p) {
+  _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1);
+}
+// pf: rows to prefetch meanwhile, as many bytes as the source (next_rows), or null.
+using WidenTileFn = void (*)(const void* src, int p0, int n, int hd, float* dst, const void* pf);
 using WidenTileI8Fn = void (*)(const void* src, const float* scale, const float* factor, int p0,
-                               int n, int hd, float* dst);
+                               int n, int hd, float* dst, const void* pf);
 
 // Key and value rows of positions [p0, p0 + n) (within one block of a paged cache) as f32: in place
 // for an f32 cache, else widened into the scratch's tiles by the ISA's widen16 (F16/BF16) or
 // widen_i8 (I8 codes times their position's scale and, for keys, the channel factors).
 template <DType T>
 inline void kv_tile(const AttentionArgs& a, const AttnScratch& sc, int p0, int n,
-                    WidenTileFn widen16, WidenTileI8Fn widen_i8, const float** kt,
-                    const float** vt) {
+                    WidenTileFn widen16, WidenTileI8Fn widen_i8, const float** kt, const float** vt,
+                    NextRows pf = {}) {
   const int hd = a.head_dim;
   const int64_t row = int64_t(hd) * int64_t(T == DType::F32 ? 4 : T == DType::I8 ? 1 : 2);
   const void* k = a.paging.row(a.k, p0, row);
@@ -52,12 +71,12 @@ inline void kv_tile(const AttentionArgs& a, const AttnScratch& sc, int p0, int n
     return;
   } else if constexpr (T == DType::I8) {
     widen_i8(k, static_cast<const float*>(a.paging.row(a.k_scale, p0, 4)), a.k_factor, 0, n, hd,
-             sc.ktile);
+             sc.ktile, pf.k);
     widen_i8(v, static_cast<const float*>(a.paging.row(a.v_scale, p0, 4)), nullptr, 0, n, hd,
-             sc.vtile);
+             sc.vtile, pf.v);
   } else {
-    widen16(k, 0, n, hd, sc.ktile);
-    widen16(v, 0, n, hd, sc.vtile);
+    widen16(k, 0, n, hd, sc.ktile, pf.k);
+    widen16(v, 0, n, hd, sc.vtile, pf.v);
   }
   *kt = sc.ktile;
   *vt = sc.vtile;

@@ -102,10 +102,19 @@ struct Heads {
     }
   }
 
+  // The first rows of KV head g of sequence sq, where a decode call prefetches them
+  // (AttentionArgs::next_k, next_v).
+  void set_next(AttentionArgs& a, const SeqRows& sq, int g) const {
+    const KVPaging pg = kv.paging(sq);
+    const int64_t row = int64_t(hd) * int64_t(esz);
+    a.next_k = pg.row(kv.k(0, s.p.layer, g), 0, row);
+    a.next_v = pg.row(kv.v(0, s.p.layer, g), 0, row);
+  }
+
   // Rows [t0, t1) of sequence sq (counted from its first row) for the query heads sharing KV head
-  // g; next: the KV head this thread attends next in the same sequence, or -1
-  // (AttentionArgs::next_k).
-  void attend(const SeqRows& sq, int g, int t0, int t1, int next = -1) const {
+  // g; next: the (sequence, KV head) this thread attends next, or none.
+  void attend(const SeqRows& sq, int g, int t0, int t1, const SeqRows* next_seq = nullptr,
+              int next = -1) const {
     const int64_t row = sq.row0 + t0;
     AttentionArgs a;
     a.q = q + (row * nh + int64_t(g) * group) * hd;
@@ -119,7 +128,7 @@ struct Heads {
     a.head_dim = hd;
     a.scale = 1.f / std::sqrt(float(hd));
     a.scratch = c.scratch() + c.cg.off_attn;
-    if (next >= 0) a.next_k = kv.k(0, s.p.layer, next);
+    if (next_seq) set_next(a, *next_seq, next);
     c.kt.attention[type_slot(kv.dtype)](a);
   }
 
@@ -235,7 +244,8 @@ void run_attention_step(const StepCtx& c, const AttentionStep& s) {
       const SeqRows& sq = in.seqs[q];
       for (int g = int(b); g < int(e); ++g) {
         h.prepare(sq, g);
-        h.attend(sq, g, 0, sq.n_rows, sq.n_rows == 1 && g + 1 < int(e) ? g + 1 : -1);
+        const bool next = sq.n_rows == 1 && g + 1 < int(e);
+        h.attend(sq, g, 0, sq.n_rows, next ? &sq : nullptr, g + 1);
       }
     }
     return;
@@ -248,8 +258,9 @@ void run_attention_step(const StepCtx& c, const AttentionStep& s) {
       const SeqRows& sq = in.seqs[it / h.nkv];
       const int g = int(it % h.nkv);
       h.prepare(sq, g);
-      const bool next = sq.n_rows == 1 && it + 1 < e && (it + 1) / h.nkv == it / h.nkv;
-      h.attend(sq, g, 0, sq.n_rows, next ? g + 1 : -1);
+      const bool next = sq.n_rows == 1 && it + 1 < e;
+      h.attend(sq, g, 0, sq.n_rows, next ? &in.seqs[(it + 1) / h.nkv] : nullptr,
+               int((it + 1) % h.nkv));
     }
     return;
   }

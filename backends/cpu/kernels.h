@@ -152,14 +152,15 @@ struct AttentionArgs {
   int kv_begin = 0;
   int kv_end = 1 << 30;
   float* ml = nullptr;
-  // Decode: the K rows of the KV head the caller attends next (same capacity layout), prefetched
-  // during this head's value pass so that two streams run at once; null for none.
+  // Decode: the first K and V rows the caller attends next (the next KV head's, already through
+  // its own paging), prefetched during this call's last tile; null for none.
   const void* next_k = nullptr;
+  const void* next_v = nullptr;
   // I8 caches: element d of position p is code * scale[p], times k_factor[d] for keys (kv_quant.h).
   const float* k_scale = nullptr;
   const float* v_scale = nullptr;
   const float* k_factor = nullptr;
-  // k, v, next_k, k_scale and v_scale are the head's rows in block 0 of a paged cache.
+  // k, v, k_scale and v_scale are the head's rows in block 0 of a paged cache.
   KVPaging paging = {};
 };
 using AttentionFn = void (*)(const AttentionArgs&);
