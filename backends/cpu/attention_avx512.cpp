@@ -328,9 +328,9 @@ inline void accumulate_rows(const float* st, const float* vt, int n, float* ot) 
   }
 }
 
-// Rows q(0..16 NV - 1) seeing positions [kv_begin, end(i)); tile(p0, n, &kt, &vt) yields f32 key
-// and value rows for positions [p0, p0 + n), read in place when kDirect (an f32 cache) and from a
-// tile buffer of kTile rows otherwise. Row i's result goes to out(i), as row r0 + i of the
+// Rows q(0..16 NV - 1) seeing positions [kv_begin, end(i)); tile(p0, n, n_pos, &kt, &vt) yields f32
+// key and value rows for positions [p0, p0 + n), read in place when kDirect (an f32 cache) and from
+// a tile buffer of kTile rows otherwise. Row i's result goes to out(i), as row r0 + i of the
 // kernel's (store_block_row).
 template <int NV, bool kDirect, class Q, class End, class Tile, class Out>
 void attend_rows(const AttentionArgs& a, const AttnScratch& b, Q q, End end, Tile tile, Out out,
@@ -356,7 +356,7 @@ void attend_rows(const AttentionArgs& a, const AttnScratch& b, Q q, End end, Til
     tile_n = std::min({n_pos - p0, kTile, a.paging.run(p0)});
     const float* kt;
     const float* vt;
-    tile(p0, tile_n, &kt, &vt);
+    tile(p0, tile_n, n_pos, &kt, &vt);
     __m512 tmax[NV];
     for (int v = 0; v < NV; ++v) tmax[v] = ninf;
     for (int j0 = 0; j0 < tile_n; j0 += W) {
@@ -422,8 +422,11 @@ void attention_avx512(const AttentionArgs& a) {
   float *acc = sc.acc, *m = sc.m, *l = sc.l, *s = sc.s;
   static_assert(kRows == 16, "a block is one or two vectors of rows");
   const int n_rows = a.n_tok * a.group;
-  auto tile = [&](int p0, int tile_n, const float** kt, const float** vt) {
-    kv_tile<T>(a, sc, p0, tile_n, widen_tile<T>, widen_tile_i8, kt, vt);
+  // A block's widening prefetches the rows after its tile (next_rows) as a decode row's reading
+  // does.
+  auto tile = [&](int p0, int tile_n, int n_pos, const float** kt, const float** vt) {
+    const NextRows next = next_rows(a, p0 + tile_n, n_pos, int64_t(hd) * int64_t(dtype_size(T)));
+    kv_tile<T>(a, sc, p0, tile_n, widen_tile<T>, widen_tile_i8, kt, vt, next);
   };
   for (int r0 = 0; r0 < n_rows; r0 += kRows) {
     const int nr = n_rows - r0 < kRows ? n_rows - r0 : kRows;
