@@ -330,6 +330,14 @@ TEST_SUITE("kernels") {
     }
   }
 
+  // A kernel call over n_tok tokens' query rows (q and out alike q_stride apart) and one KV head.
+  AttentionArgs attention_args(const float* q, int64_t q_stride, float* out, int n_tok, int group,
+                               int pos0, const void* k, const void* v, int hd, float* scratch) {
+    return {
+        q,      q_stride, out, q_stride, n_tok, group, pos0, k, v, hd, 1.f / std::sqrt(float(hd)),
+        scratch};
+  }
+
   // Causal GQA attention in float64 over the values the kernel sees (k, v: [position][hd]): token
   // t's query heads j (rows of q, q_stride apart) see positions [0, pos0 + t]; out [t][j][hd].
   std::vector<double> attention_f64(const std::vector<float>& q, int64_t q_stride, int n_tok,
@@ -381,18 +389,8 @@ TEST_SUITE("kernels") {
               const auto q = randn(size_t(n_tok * q_stride), 23, 0.5f);
               std::vector<float> out(size_t(n_tok * q_stride), NAN);
               std::vector<float> scratch(size_t(attention_scratch_floats(hd)));
-              AttentionArgs a{q.data(),
-                              q_stride,
-                              out.data(),
-                              q_stride,
-                              n_tok,
-                              group,
-                              pos0,
-                              k.data(kvt),
-                              v.data(kvt),
-                              hd,
-                              1.f / std::sqrt(float(hd)),
-                              scratch.data()};
+              AttentionArgs a = attention_args(q.data(), q_stride, out.data(), n_tok, group, pos0,
+                                               k.data(kvt), v.data(kvt), hd, scratch.data());
               if (i8) {
                 a.k_scale = k.scale.data();
                 a.v_scale = v.scale.data();
@@ -455,18 +453,8 @@ TEST_SUITE("kernels") {
             const auto q = randn(size_t(n_tok * q_stride), 33, 0.5f);
             std::vector<float> out(size_t(n_tok * q_stride), NAN);
             std::vector<float> scratch(size_t(attention_scratch_floats(hd)));
-            AttentionArgs a{q.data(),
-                            q_stride,
-                            out.data(),
-                            q_stride,
-                            n_tok,
-                            group,
-                            pos0,
-                            mem.data(),
-                            mem.data() + rows,
-                            hd,
-                            1.f / std::sqrt(float(hd)),
-                            scratch.data()};
+            AttentionArgs a = attention_args(q.data(), q_stride, out.data(), n_tok, group, pos0,
+                                             mem.data(), mem.data() + rows, hd, scratch.data());
             a.paging = {table.data(), bs, int64_t(stride)};
             a.next_k = mem.data() + stride;
             a.next_v = mem.data() + stride + rows;
@@ -535,18 +523,9 @@ TEST_SUITE("kernels") {
           const Stored v = store(kvt, randn(size_t(n_pos * hd), 62));
           const auto q = randn(size_t(rows * hd), 63);
           std::vector<float> scratch(size_t(attention_scratch_floats(hd)));
-          AttentionArgs a{q.data(),
-                          group * hd,
-                          nullptr,
-                          group * hd,
-                          n_tok,
-                          group,
-                          n_pos - n_tok,
-                          k.data(kvt),
-                          v.data(kvt),
-                          hd,
-                          1.f / std::sqrt(float(hd)),
-                          scratch.data()};
+          AttentionArgs a =
+              attention_args(q.data(), group * hd, nullptr, n_tok, group, n_pos - n_tok,
+                             k.data(kvt), v.data(kvt), hd, scratch.data());
           std::vector<float> whole(size_t(rows * hd));
           a.out = whole.data();
           kt.attention[type_slot(kvt)](a);
