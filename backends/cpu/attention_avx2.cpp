@@ -274,7 +274,7 @@ void attention_avx2(const AttentionArgs& a) {
   // A block's widening prefetches the rows after its tile (next_rows) as a decode row's reading
   // does.
   auto tile = [&](int p0, int tile_n, int n_pos, const float** kt, const float** vt) {
-    const NextRows next = next_rows(a, p0 + tile_n, n_pos, int64_t(hd) * int64_t(dtype_size(T)));
+    const NextRows next = next_rows(a, p0 + tile_n, n_pos, hd * kKVElemBytes<T>);
     kv_tile<T>(a, sc, p0, tile_n, widen_tile<T>, widen_tile_i8, kt, vt, next);
   };
   for (int r0 = 0; r0 < n_rows; r0 += kRows) {
@@ -306,7 +306,7 @@ void attention_avx2(const AttentionArgs& a) {
       tile_n = std::min({n_pos - p0, kTile, a.paging.run(p0)});
       // The rows after this tile's are prefetched meanwhile (next_rows): by the widening of a
       // 16-bit or I8 tile, by the first row's products over an f32 one.
-      const int64_t row_bytes = int64_t(hd) * int64_t(dtype_size(T));
+      const int64_t row_bytes = hd * kKVElemBytes<T>;
       const NextRows next = next_rows(a, p0 + tile_n, n_pos, row_bytes);
       const float* kt;
       const float* vt;

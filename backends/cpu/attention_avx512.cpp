@@ -95,18 +95,14 @@ inline __m512 load16(const void* p, int64_t i) {
   }
 }
 template <DType L>
-constexpr int kElemBytes = L == DType::F32  ? 4
-                           : L == DType::I8 ? 1
-                                            : 2;
-template <DType L>
 inline const char* at(const void* p, int64_t i) {
-  return static_cast<const char*>(p) + i * kElemBytes<L>;
+  return static_cast<const char*>(p) + i * kKVElemBytes<L>;
 }
 // Whether the 16 elements at c start a cache line of a row (rows are whole lines: hd % 64 == 0 for
 // I8, hd % 32 for 16-bit types; other head sizes prefetch some lines twice, harmlessly).
 template <DType L>
 constexpr bool line_start(int c) {
-  return c * kElemBytes<L> % 64 == 0;
+  return c * kKVElemBytes<L> % 64 == 0;
 }
 
 // Scores of one query row against `n` keys (rows of kt, head_dim hd), scaled (and times ks[j],
@@ -425,7 +421,7 @@ void attention_avx512(const AttentionArgs& a) {
   // A block's widening prefetches the rows after its tile (next_rows) as a decode row's reading
   // does.
   auto tile = [&](int p0, int tile_n, int n_pos, const float** kt, const float** vt) {
-    const NextRows next = next_rows(a, p0 + tile_n, n_pos, int64_t(hd) * int64_t(dtype_size(T)));
+    const NextRows next = next_rows(a, p0 + tile_n, n_pos, hd * kKVElemBytes<T>);
     kv_tile<T>(a, sc, p0, tile_n, widen_tile<T>, widen_tile_i8, kt, vt, next);
   };
   for (int r0 = 0; r0 < n_rows; r0 += kRows) {
@@ -458,7 +454,7 @@ void attention_avx512(const AttentionArgs& a) {
       std::memset(acc + i * hd, 0, size_t(hd) * 4);
     }
     const int n_pos = visible(nr - 1);
-    const int64_t row_bytes = int64_t(hd) * kElemBytes<T>;
+    const int64_t row_bytes = int64_t(hd) * kKVElemBytes<T>;
     constexpr bool kI8 = T == DType::I8;
     // An I8 cache's key factors go into the queries once (scratch qt holds the scaled rows).
     auto query = [&](int i) -> const float* {

@@ -33,6 +33,12 @@ struct AttnScratch {
   }
 };
 
+// Bytes per element of a KV cache of type T.
+template <DType T>
+constexpr int64_t kKVElemBytes = T == DType::F32  ? 4
+                                 : T == DType::I8 ? 1
+                                                  : 2;
+
 // The key and value rows a decode row reads after tile [p0, p1): the next tile's or, after the
 // last (p1 == n_pos), the next call's first (AttentionArgs::next_k, next_v; null for none).
 // Prefetching them while the tile is read keeps several short runs of a paged head in flight,
@@ -62,7 +68,7 @@ inline void kv_tile(const AttentionArgs& a, const AttnScratch& sc, int p0, int n
                     WidenTileFn widen16, WidenTileI8Fn widen_i8, const float** kt, const float** vt,
                     NextRows pf = {}) {
   const int hd = a.head_dim;
-  const int64_t row = int64_t(hd) * int64_t(T == DType::F32 ? 4 : T == DType::I8 ? 1 : 2);
+  const int64_t row = hd * kKVElemBytes<T>;
   const void* k = a.paging.row(a.k, p0, row);
   const void* v = a.paging.row(a.v, p0, row);
   if constexpr (T == DType::F32) {
