@@ -49,6 +49,17 @@ struct VulkanOptions {
   bool subgroups = true;
 };
 
+// What the CUDA backend alone reads.
+struct CudaOptions {
+  // Capture each step shape's kernel launches once in a CUDA graph and re-launch it; off: launch
+  // every kernel every step (to measure what the graphs save).
+  bool graphs = true;
+  // Steps of more than 8 rows multiply through cuBLAS: F32 weights in f32, F16/BF16 ones in their
+  // own type and quantized ones widened to bf16, with the activations rounded to that type; off:
+  // the mat-vec once per 8 rows, f32 throughout (the tests run both).
+  bool cublas = true;
+};
+
 // Options for creating a model's backend: the generic ones, then one set per backend kind. The
 // memory budget of the KV cache and the step sizes are the runner's (RunnerOptions).
 struct BackendOptions {
@@ -57,6 +68,7 @@ struct BackendOptions {
   int device = 0;  // GPU backends: which device
   CpuOptions cpu;
   VulkanOptions vulkan;
+  CudaOptions cuda;
 };
 
 // A model's KV memory, owned by the backend: n_blocks blocks of block_size positions, each with
@@ -180,6 +192,11 @@ struct BackendFactory {
 // Every backend this build has, one entry each (core/backend_list.cpp).
 const std::vector<BackendFactory>& backend_list();
 std::vector<std::string> backend_names();
+// Throws, naming the first node of g that `be` does not support: a mixture of experts, a weight
+// type it cannot read (`weights_it_reads` says which it can), or the op.
+void check_supported(const Backend& be, const Graph& g, const std::string& display_name,
+                     const std::string& weights_it_reads);
+
 // name empty: the available backend with the highest priority.
 std::unique_ptr<Backend> create_backend(const std::string& name, const BackendOptions& opt);
 

@@ -5,6 +5,9 @@
 #ifdef HEARTH_HAVE_VULKAN
 #include "backends/vulkan/vulkan_factory.h"
 #endif
+#ifdef HEARTH_HAVE_CUDA
+#include "backends/cuda/cuda_factory.h"
+#endif
 
 namespace hearth {
 
@@ -14,6 +17,10 @@ const std::vector<BackendFactory>& backend_list() {
 #ifdef HEARTH_HAVE_VULKAN
       // Below the CPU: a GPU is used only when asked for (--backend vulkan).
       {"vulkan", 5, vulkan::vulkan_available, vulkan::make_vulkan_backend, vulkan::vulkan_devices},
+#endif
+#ifdef HEARTH_HAVE_CUDA
+      // Also only when asked for (--backend cuda).
+      {"cuda", 5, cuda::cuda_available, cuda::make_cuda_backend, cuda::cuda_devices},
 #endif
   };
   return list;

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 jobs=$(nproc)
 
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DHEARTH_WERROR=ON -DHEARTH_VULKAN=ON >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DHEARTH_WERROR=ON -DHEARTH_VULKAN=ON -DHEARTH_CUDA=ON >/dev/null
 ninja -C build
 # The Vulkan backend's tests run on lavapipe (ctest pins it); here a missing device is a failure.
 (cd build && HEARTH_REQUIRE_VULKAN=1 ctest --output-on-failure -j "$jobs" --timeout 1500)

@@ -33,7 +33,7 @@ inline bool vulkan_device_here() {
 #endif
   static bool said = false;
   if (!here && vulkan_required()) FAIL_CHECK("HEARTH_REQUIRE_VULKAN=1 but ", why);
-  if (!here && !said) MESSAGE("Vulkan checks skipped: ", why);
+  if (!here && !said) MESSAGE("Vulkan checks skipped: ", std::string(why));
   said = true;
   return here;
 }

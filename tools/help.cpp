@@ -12,7 +12,7 @@ namespace {
 #define ENGINE_OPTIONS                                                                           \
   "engine options:\n"                                                                            \
   "  --threads N        compute threads (default: the physical cores; at most 4x the CPUs)\n"    \
-  "  --backend NAME     cpu (default) or vulkan (hearth devices lists them)\n"                   \
+  "  --backend NAME     cpu (default), vulkan or cuda (hearth devices lists them)\n"             \
   "  --device N         the GPU backend's device (default 0)\n"                                  \
   "  --isa NAME         avx512, avx2, neon or scalar: force a lower ISA than the CPU's best\n"   \
   "  --kv TYPE          KV cache type: f32 (default), f16, bf16 or int8\n"                       \
@@ -192,7 +192,7 @@ const char* kBenchPage =
     "  --isa, --kv, --gemm, --mmap        as for every model command\n"
     "  --greedy, --temperature, --top-k, ...   decode's sampling (default: the checkpoint's,\n"
     "                       as hearth run samples; seed 1234 unless --seed)\n"
-    "  --backend NAME, --device N          cpu (default) or vulkan, and its device\n"
+    "  --backend NAME, --device N          cpu (default), vulkan or cuda, and its device\n"
     "  --json               one JSON record on stdout\n"
     "\n"
     "example:\n"
@@ -276,7 +276,8 @@ const char* kDevicesPage =
     "\n"
     "The backends this build has and the devices each can run on: for the CPU its best ISA and\n"
     "cores; for Vulkan each device's name, type, driver, memory and the limits that bound the\n"
-    "model sizes it takes (largest storage buffer, shared memory). Choose one with\n"
+    "model sizes it takes (largest storage buffer, shared memory); for CUDA each GPU's name,\n"
+    "compute capability, SMs and memory. Choose one with\n"
     "--backend NAME --device N.\n"
     "\n"
     "example:\n"

@@ -45,7 +45,9 @@ int env_positive(const char* name) {
 }  // namespace
 
 // Flags win; HEARTH_ISA, HEARTH_GEMM and HEARTH_GEMM_MIN_TOKENS stand in for them when absent, for
-// tests and comparisons that drive the CLI from scripts.
+// tests and comparisons that drive the CLI from scripts; HEARTH_CUDA_GRAPHS=0 and
+// HEARTH_CUDA_CUBLAS=0 turn off the CUDA backend's graphs and cuBLAS prefill (bench/cuda_device.sh
+// measures what each buys).
 BackendOptions backend_options(const Args& args, const Qwen3Model* model) {
   BackendOptions bo;
   bo.threads = args.integer("--threads", 0);
@@ -59,6 +61,8 @@ BackendOptions backend_options(const Args& args, const Qwen3Model* model) {
   bo.cpu.isa = args.has("--isa") ? args.str("--isa") : env_str("HEARTH_ISA");
   bo.cpu.gemm = args.has("--gemm") ? args.str("--gemm") : env_str("HEARTH_GEMM");
   bo.cpu.gemm_min_tokens = env_positive("HEARTH_GEMM_MIN_TOKENS");
+  bo.cuda.graphs = env_str("HEARTH_CUDA_GRAPHS") != "0";
+  bo.cuda.cublas = env_str("HEARTH_CUDA_CUBLAS") != "0";
   if (args.has("--mmap") && args.has("--hugepages"))
     fail(
         "--mmap and --hugepages contradict each other; give one (huge-page copies are the "

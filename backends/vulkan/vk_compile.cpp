@@ -6,6 +6,7 @@
 
 #include "backends/vulkan/vulkan_backend.h"
 #include "core/error.h"
+#include "core/step_rows.h"
 
 namespace hearth::vulkan {
 
@@ -141,21 +142,6 @@ void node_dispatches(const Graph& g, const Node& n, uint64_t range, std::vector<
       fail("Vulkan: no dispatch for ", op_name(n.op));
   }
   push_parts(g, n, d, range, out);
-}
-
-// The one RoPE every Rope node of the graph shares: theta^(-2i / head_dim).
-std::vector<double> rope_frequencies(const Graph& g) {
-  std::vector<double> f;
-  for (const Node& n : g.nodes()) {
-    if (n.op != Op::Rope) continue;
-    std::vector<double> mine(size_t(n.p.head_dim / 2));
-    for (size_t i = 0; i < mine.size(); ++i)
-      mine[i] = std::pow(n.p.rope_theta, -2.0 * double(i) / n.p.head_dim);
-    if (!f.empty() && f != mine)
-      fail("Vulkan: the graph's Rope nodes differ in head_dim or theta (one RoPE per graph)");
-    f = mine;
-  }
-  return f;
 }
 
 // Output rows whose logits fit one binding (all of them when they do), in whole steps that keep

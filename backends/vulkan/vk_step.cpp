@@ -7,6 +7,7 @@
 
 #include "backends/vulkan/vulkan_backend.h"
 #include "core/error.h"
+#include "core/step_rows.h"
 
 namespace hearth::vulkan {
 
@@ -68,10 +69,7 @@ void VulkanBackend::bind_kv(VkCompiled& c, const VkKVStorage& kv) const {
 }
 
 void VulkanBackend::fill_step(VkCompiled& c, const StepInputs& in) const {
-  const int T = c.max_tokens;
-  auto* u = static_cast<uint32_t*>(c.step.mapped());
-  size_t n_blocks = 0;
-  for (int s = 0; s < in.n_seqs; ++s) n_blocks += size_t(in.seqs[s].n_blocks);
+  const size_t n_blocks = step_block_entries(in);
   if (n_blocks > c.blocks_capacity) {  // grows rarely: by doubling, then the sets are rewritten
     c.drop_recorded();
     while (c.blocks_capacity < n_blocks) c.blocks_capacity *= 2;
@@ -79,27 +77,8 @@ void VulkanBackend::fill_step(VkCompiled& c, const StepInputs& in) const {
     for (const Dispatch& d : c.dispatches)
       if (d.binds[kBlocks].kind == Bind::Blocks) write_set(c, d);
   }
-  auto* blocks = static_cast<uint32_t*>(c.blocks.mapped());
-  auto* rope = static_cast<float*>(c.rope.mapped());
-  const size_t half = c.inv_freq.size();
-  uint32_t table = 0;
-  for (int s = 0; s < in.n_seqs; ++s) {
-    const SeqRows& q = in.seqs[s];
-    for (int b = 0; b < q.n_blocks; ++b) blocks[table + uint32_t(b)] = uint32_t(q.blocks[b]);
-    for (int i = 0; i < q.n_rows; ++i) {
-      const int r = q.row0 + i, pos = q.pos0 + i;
-      u[r] = uint32_t(in.tokens[r]);
-      u[T + r] = uint32_t(pos);
-      u[2 * T + r] = table;
-      for (size_t k = 0; k < half; ++k) {
-        const double a = double(pos) * c.inv_freq[k];
-        rope[(size_t(r) * half + k) * 2] = float(std::cos(a));
-        rope[(size_t(r) * half + k) * 2 + 1] = float(std::sin(a));
-      }
-    }
-    table += uint32_t(q.n_blocks);
-  }
-  for (int i = 0; i < in.n_out; ++i) u[3 * T + i] = uint32_t(in.out_rows[i]);
+  fill_step_rows(in, c.max_tokens, c.inv_freq, static_cast<uint32_t*>(c.step.mapped()),
+                 static_cast<float*>(c.rope.mapped()), static_cast<uint32_t*>(c.blocks.mapped()));
 }
 
 void VulkanBackend::record(VkCompiled& c, VkCommandBuffer cmd, int n_tokens, int n_out,

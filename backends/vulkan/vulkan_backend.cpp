@@ -72,20 +72,8 @@ bool VulkanBackend::supports_op(const Graph& g, const Node& n) const {
 
 std::unique_ptr<CompiledGraph> VulkanBackend::compile(const Graph& g, int max_tokens,
                                                       int max_outputs) {
-  for (const Node& n : g.nodes())
-    if (!supports_op(g, n)) {
-      if (n.op == Op::MoE)
-        fail("the Vulkan backend does not run Qwen3-MoE's mixture-of-experts layers yet (",
-             g.tensor(n.out).name, "); use --backend cpu");
-      for (int id : n.in)
-        if (id >= 0 && g.tensor(id).kind == TensorKind::Weight)
-          fail("the Vulkan backend does not support ", dtype_name(g.tensor(id).weight.dtype),
-               " weights in a ", op_name(n.op), " (", g.tensor(id).name,
-               "; it runs F32, F16, BF16 and, in matmuls and embeddings, hearth's INT8/INT4); use "
-               "--backend cpu");
-      fail("the Vulkan backend does not support this ", op_name(n.op), " node (",
-           g.tensor(n.out).name, ")");
-    }
+  check_supported(*this, g, "Vulkan",
+                  "F32, F16, BF16 and, in matmuls and embeddings, hearth's INT8/INT4");
   if (max_tokens < 1 || max_tokens > 65535 || max_outputs < 1 || max_outputs > 65535)
     fail("Vulkan: steps of 1 to 65535 tokens and outputs, asked for ", max_tokens, " and ",
          max_outputs);

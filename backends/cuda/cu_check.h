@@ -1,0 +1,27 @@
+// CUDA runtime and cuBLAS errors as hearth::Error, naming what was being done.
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "core/error.h"
+
+namespace hearth::cuda {
+
+inline void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("CUDA: ", what, ": ", cudaGetErrorString(e));
+}
+
+inline void check_cublas(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) fail("cuBLAS: ", what, ": ", cublasGetStatusString(s));
+}
+
+// After a kernel launch: a bad configuration shows here, a fault at the next synchronization.
+inline void launched(const char* kernel) {
+  check(cudaPeekAtLastError(), kernel);
+}
+
+inline unsigned blocks_for(int64_t n, int per_block) {
+  return unsigned((n + per_block - 1) / per_block);
+}
+
+}  // namespace hearth::cuda

@@ -1,0 +1,216 @@
+// One step: the step's integers, RoPE angles and block tables copied to the device, the graph's
+// nodes as launches on the backend's stream (captured once per step shape in a CUDA graph and
+// re-launched), then the logits or the argmax copied back.
+#include <cmath>
+#include <cstring>
+
+#include "backends/cuda/cuda_backend.h"
+#include "core/error.h"
+#include "core/step_rows.h"
+
+namespace hearth::cuda {
+
+namespace {
+
+// At most this many captured step shapes per compiled graph (a scheduler's steps, prompt chunks
+// beside decode rows, come in many); then they are captured again as they come.
+constexpr size_t kMaxGraphs = 64;
+// Steps of more rows than this multiply through cuBLAS (CudaOptions::cublas).
+constexpr int kMatvecRows = 8;
+
+StepDev step_dev(const CuCompiled& c) {
+  const int T = c.max_tokens;
+  const auto* u = c.step.as<const int32_t>();
+  StepDev s;
+  s.tokens = u;
+  s.pos = u + T;
+  s.table = u + 2 * T;
+  s.out_rows = u + 3 * T;
+  s.blocks = c.blocks.as<const int32_t>();
+  return s;
+}
+
+}  // namespace
+
+float* CudaBackend::act(const CuCompiled& c, int id) const {
+  if (id == c.graph->output) return c.logits.as<float>();
+  return reinterpret_cast<float*>(c.acts.as<char>() + c.act_offset[size_t(id)]);
+}
+
+void CudaBackend::fill_step(CuCompiled& c, const StepInputs& in) const {
+  const size_t entries = step_block_entries(in);
+  if (entries > c.blocks_capacity) {  // grows rarely, by doubling; the captured graphs name it
+    c.drop_graphs();
+    while (c.blocks_capacity < entries) c.blocks_capacity *= 2;
+    c.blocks = DeviceBuffer(c.blocks_capacity * 4, "block tables");
+    c.host_blocks = PinnedBuffer(c.blocks_capacity * 4, "block tables");
+  }
+  fill_step_rows(in, c.max_tokens, c.inv_freq, c.host_step.as<uint32_t>(), c.host_rope.as<float>(),
+                 c.host_blocks.as<uint32_t>());
+  const size_t rope_bytes = size_t(in.n_tokens) * c.inv_freq.size() * 8;
+  check(cudaMemcpyAsync(c.step.get(), c.host_step.as<void>(), c.step.bytes(),
+                        cudaMemcpyHostToDevice, stream_),
+        "copying the step's inputs");
+  if (rope_bytes)
+    check(cudaMemcpyAsync(c.rope.get(), c.host_rope.as<void>(), rope_bytes, cudaMemcpyHostToDevice,
+                          stream_),
+          "copying the step's inputs");
+  if (entries)
+    check(cudaMemcpyAsync(c.blocks.get(), c.host_blocks.as<void>(), entries * 4,
+                          cudaMemcpyHostToDevice, stream_),
+          "copying the step's inputs");
+}
+
+void CudaBackend::gemm(CuCompiled& c, const WeightView& w, int64_t n_rows, const float* x, int rows,
+                       float* out) const {
+  const int K = int(w.cols), N = int(n_rows);
+  const float one = 1.f, zero = 0.f;
+  // Row-major out [rows, N] = x [rows, K] W^T is column-major out^T = W^T^T x^T: A = W (K x N
+  // column-major, transposed), B = x (K x rows).
+  if (w.type == kF32) {
+    check_cublas(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, N, rows, K, &one,
+                             reinterpret_cast<const float*>(w.codes), K, x, K, &zero, out, N),
+                 "an f32 matmul");
+    return;
+  }
+  const bool f16 = w.type == kF16;
+  const cudaDataType_t type = f16 ? CUDA_R_16F : CUDA_R_16BF;
+  auto* xh = c.half_acts.as<uint16_t>();
+  to_half(x, int64_t(rows) * K, f16, xh, stream_);
+  auto run = [&](const void* a, int m, float* o) {
+    check_cublas(
+        cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m, rows, K, &one, a, type, K, xh, type, K,
+                     &zero, o, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        "a 16-bit matmul");
+  };
+  if (w.type <= kBF16) return run(w.codes, N, out);
+  const int64_t per = int64_t(c.half_weight_rows);
+  for (int64_t r0 = 0; r0 < n_rows; r0 += per) {
+    const int m = int(std::min(per, n_rows - r0));
+    dequant_rows(w, r0, m, false, c.half_weights.as<uint16_t>(), stream_);
+    run(c.half_weights.get(), m, out + r0);
+  }
+}
+
+void CudaBackend::matmul(CuCompiled& c, const Node& n, int rows) const {
+  const GraphTensor& wt = c.graph->tensor(n.in[1]);
+  const WeightView w = weight(wt.weight, wt.name);
+  const int64_t n_rows = wt.weight.rows();
+  if (rows <= kMatvecRows || !opt_.cublas)
+    matvec(w, n_rows, act(c, n.in[0]), rows, act(c, n.out), n_rows, stream_);
+  else
+    gemm(c, w, n_rows, act(c, n.in[0]), rows, act(c, n.out));
+}
+
+void CudaBackend::enqueue_node(CuCompiled& c, const Node& n, int n_tokens, int n_out) const {
+  const Graph& g = *c.graph;
+  const GraphTensor& o = g.tensor(n.out);
+  const int rows = o.rows == Rows::Tokens ? n_tokens : n_out;
+  const StepDev step = step_dev(c);
+  switch (n.op) {
+    case Op::Embed: {
+      const GraphTensor& t = g.tensor(n.in[0]);
+      embed(weight(t.weight, t.name), t.weight.rows(), step.tokens, rows, act(c, n.out), stream_);
+      return;
+    }
+    case Op::RmsNorm:
+    case Op::HeadRmsNorm: {
+      const GraphTensor& t = g.tensor(n.in[1]);
+      const bool heads = n.op == Op::HeadRmsNorm;
+      rms_norm(act(c, n.in[0]), weight(t.weight, t.name), n.p.eps,
+               heads ? rows * n.p.n_heads : rows, heads ? n.p.head_dim : int(o.cols), act(c, n.out),
+               stream_);
+      return;
+    }
+    case Op::MatMul:
+      return matmul(c, n, rows);
+    case Op::Rope:
+      rope(act(c, n.in[0]), c.rope.as<float>(), rows, n.p.n_heads, n.p.head_dim / 2, act(c, n.out),
+           stream_);
+      return;
+    case Op::Attention: {
+      KVLayer kv;
+      kv.k = c.kv->k.at(size_t(n.p.layer)).get();
+      kv.v = c.kv->v.at(size_t(n.p.layer)).get();
+      kv.type = c.kv->dtype == DType::F32 ? kF32 : c.kv->dtype == DType::F16 ? kF16 : kBF16;
+      kv.n_kv_heads = n.p.n_kv_heads;
+      kv.head_dim = n.p.head_dim;
+      kv.block_size = c.kv->block_size;
+      kv_store(act(c, n.in[1]), act(c, n.in[2]), step, rows, kv, stream_);
+      attention(act(c, n.in[0]), step, rows, n.p.n_heads, kv,
+                float(1.0 / std::sqrt(double(n.p.head_dim))), attention_splits(rows, n.p.n_heads),
+                c.partials.as<float>(), act(c, n.out), stream_);
+      return;
+    }
+    case Op::SiluMul:
+    case Op::Add:
+      binary(act(c, n.in[0]), act(c, n.in[1]), n.op == Op::SiluMul, int64_t(rows) * o.cols,
+             act(c, n.out), stream_);
+      return;
+    case Op::GatherRows:
+      gather_rows(act(c, n.in[0]), step.out_rows, rows, int(o.cols), act(c, n.out), stream_);
+      return;
+    case Op::MoE:
+    case Op::kCount:
+      break;
+  }
+  fail("CUDA: no kernel for ", op_name(n.op));
+}
+
+void CudaBackend::enqueue(CuCompiled& c, int n_tokens, int n_out, bool want_argmax) const {
+  for (const Node& n : c.graph->nodes()) enqueue_node(c, n, n_tokens, n_out);
+  if (want_argmax) argmax(c.logits.as<float>(), n_out, c.vocab, c.argmax.as<int32_t>(), stream_);
+}
+
+void CudaBackend::run(CompiledGraph& cg, const StepInputs& in) {
+  auto& c = static_cast<CuCompiled&>(cg);
+  if (in.observe_matmul) fail("calibration (quantize --calibration) runs on the CPU backend only");
+  if (in.n_tokens < 1 || in.n_tokens > c.max_tokens || in.n_out > c.max_outputs || !in.kv)
+    fail("CUDA: a step of ", in.n_tokens, " tokens and ", in.n_out,
+         " outputs does not fit the compiled graph (", c.max_tokens, ", ", c.max_outputs, ")");
+  check(cudaSetDevice(device_), "selecting the device");
+  const auto& kv = static_cast<const CuKVStorage&>(*in.kv);
+  if (c.kv_serial != kv.serial) {  // the captured launches name the old cache
+    c.drop_graphs();
+    c.kv = &kv;
+    c.kv_serial = kv.serial;
+  }
+  fill_step(c, in);
+  const bool want_argmax = in.argmax != nullptr;
+  if (!opt_.graphs) {
+    enqueue(c, in.n_tokens, in.n_out, want_argmax);
+  } else {
+    const auto key = std::make_tuple(in.n_tokens, in.n_out, want_argmax);
+    auto it = c.graphs.find(key);
+    if (it == c.graphs.end()) {
+      if (c.graphs.size() >= kMaxGraphs) c.drop_graphs();
+      check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "capturing a step");
+      cudaGraph_t graph = nullptr;
+      try {
+        enqueue(c, in.n_tokens, in.n_out, want_argmax);
+      } catch (...) {
+        cudaStreamEndCapture(stream_, &graph);
+        if (graph) cudaGraphDestroy(graph);
+        throw;
+      }
+      check(cudaStreamEndCapture(stream_, &graph), "capturing a step");
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+      cudaGraphDestroy(graph);
+      check(e, "instantiating a captured step");
+      it = c.graphs.emplace(key, exec).first;
+    }
+    check(cudaGraphLaunch(it->second, stream_), "launching a step");
+  }
+  if (want_argmax)
+    check(cudaMemcpyAsync(in.argmax, c.argmax.get(), size_t(in.n_out) * 4, cudaMemcpyDeviceToHost,
+                          stream_),
+          "reading the argmax back");
+  else if (in.logits)
+    check(cudaMemcpyAsync(in.logits, c.logits.get(), size_t(in.n_out) * size_t(c.vocab) * 4,
+                          cudaMemcpyDeviceToHost, stream_),
+          "reading the logits back");
+  check(cudaStreamSynchronize(stream_), "running a step");
+}
+
+}  // namespace hearth::cuda

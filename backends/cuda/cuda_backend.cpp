@@ -1,0 +1,184 @@
+#include "backends/cuda/cuda_backend.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/quant_format.h"
+
+namespace hearth::cuda {
+
+namespace {
+
+bool float_dtype(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16;
+}
+
+// Quantized weights as FORMAT.md has them: the kernels index scales per group, codes per row.
+bool quantized_ok(const Tensor& t) {
+  return t.quantized() && t.ndim == 2 && t.scales && quant::valid_group(t.group_size) &&
+         t.cols() % 32 == 0 && quant::valid_scale_dtype(t.scale_dtype);
+}
+
+constexpr size_t kCublasWorkspace = 32u << 20;
+
+}  // namespace
+
+int device_count(std::string* why) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    if (why) *why = cudaGetErrorString(e);
+    return 0;
+  }
+  if (n == 0 && why) *why = "the driver sees no device";
+  return n;
+}
+
+CudaBackend::CudaBackend(const BackendOptions& opt)
+    : kv_dtype_(opt.kv_dtype), device_(opt.device), opt_(opt.cuda) {
+  if (!float_dtype(opt.kv_dtype))
+    fail("the CUDA backend keeps f32, f16 or bf16 KV caches, not ", dtype_name(opt.kv_dtype),
+         " (use --kv f32, f16 or bf16)");
+  std::string why;
+  const int n = device_count(&why);
+  if (n == 0) fail("CUDA: no device found (", why, "); the CPU backend runs without one");
+  if (device_ < 0 || device_ >= n)
+    fail("CUDA: no device ", device_, " (this machine has ", n, "; hearth devices lists them)");
+  check(cudaSetDevice(device_), "selecting the device");
+  check(cudaGetDeviceProperties(&props_, device_), "reading the device's properties");
+  check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a stream");
+  check_cublas(cublasCreate(&cublas_), "creating a handle");
+  check_cublas(cublasSetStream(cublas_, stream_), "setting its stream");
+  // A workspace of its own, so that cuBLAS allocates nothing while a step is captured.
+  cublas_workspace_ = DeviceBuffer(kCublasWorkspace, "cuBLAS's workspace");
+  check_cublas(cublasSetWorkspace(cublas_, cublas_workspace_.get(), kCublasWorkspace),
+               "setting its workspace");
+}
+
+CudaBackend::~CudaBackend() {
+  cudaSetDevice(device_);
+  if (stream_) cudaStreamSynchronize(stream_);
+  if (cublas_) cublasDestroy(cublas_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+std::string CudaBackend::describe() const {
+  return "cuda " + std::to_string(device_) + ": " + props_.name + " (sm_" +
+         std::to_string(props_.major * 10 + props_.minor) + ", " +
+         std::to_string(props_.totalGlobalMem >> 30) + " GiB" +
+         (opt_.cublas ? ", cuBLAS prefill" : "") + (opt_.graphs ? ", CUDA graphs" : "") + ")";
+}
+
+bool CudaBackend::supports_op(const Graph& g, const Node& n) const {
+  auto weight_ok = [&](int id, bool quantized) {
+    const GraphTensor& t = g.tensor(id);
+    return t.kind == TensorKind::Weight &&
+           (float_dtype(t.weight.dtype) || (quantized && quantized_ok(t.weight)));
+  };
+  switch (n.op) {
+    case Op::Embed:
+      return weight_ok(n.in[0], true);
+    case Op::MatMul:
+      return weight_ok(n.in[1], true);
+    case Op::RmsNorm:
+    case Op::HeadRmsNorm:
+      return weight_ok(n.in[1], false);
+    case Op::Rope:
+      return n.p.head_dim % 2 == 0;
+    case Op::Attention:
+      return n.p.head_dim <= 256 && n.p.head_dim % 2 == 0 && n.p.n_kv_heads > 0 &&
+             n.p.n_heads % n.p.n_kv_heads == 0;
+    case Op::SiluMul:
+    case Op::Add:
+    case Op::GatherRows:
+      return true;
+    case Op::MoE:
+    case Op::kCount:
+      break;
+  }
+  return false;
+}
+
+int CudaBackend::attention_splits(int n_tokens, int heads) {
+  return std::clamp(4096 / std::max(1, n_tokens * heads), 1, 64);
+}
+
+std::unique_ptr<CompiledGraph> CudaBackend::compile(const Graph& g, int max_tokens,
+                                                    int max_outputs) {
+  check_supported(*this, g, "CUDA",
+                  "F32, F16, BF16 and, in matmuls and embeddings, hearth's INT8/INT4");
+  if (max_tokens < 1 || max_tokens > 65535 || max_outputs < 1 || max_outputs > 65535)
+    fail("CUDA: steps of 1 to 65535 tokens and outputs, asked for ", max_tokens, " and ",
+         max_outputs);
+  check(cudaSetDevice(device_), "selecting the device");
+  place_weights(g);
+  auto c = std::make_unique<CuCompiled>();
+  c->graph = &g;
+  c->max_tokens = max_tokens;
+  c->max_outputs = max_outputs;
+  c->argmax_fused = true;
+  allocate(g, *c);
+  return c;
+}
+
+std::unique_ptr<KVStorage> CudaBackend::alloc_kv(const KVSpec& spec, int n_blocks, int block_size) {
+  check(cudaSetDevice(device_), "selecting the device");
+  auto kv = std::make_unique<CuKVStorage>();
+  kv->spec = spec;
+  kv->dtype = kv_dtype_;
+  kv->n_blocks = n_blocks;
+  kv->block_size = block_size;
+  kv->serial = next_kv_serial_++;
+  const size_t layer_bytes = size_t(n_blocks) * size_t(block_size) * size_t(spec.n_kv_heads) *
+                             size_t(spec.head_dim) * dtype_size(kv_dtype_);
+  for (int l = 0; l < spec.n_layers; ++l) {
+    kv->k.emplace_back(layer_bytes, "the KV cache (a smaller --kv-budget or --ctx needs less)");
+    kv->v.emplace_back(layer_bytes, "the KV cache (a smaller --kv-budget or --ctx needs less)");
+  }
+  return kv;
+}
+
+void CudaBackend::copy_kv_block(KVStorage& kv, int from, int to) {
+  auto& s = static_cast<CuKVStorage&>(kv);
+  const size_t block = size_t(s.block_size) * size_t(s.spec.n_kv_heads) * size_t(s.spec.head_dim) *
+                       dtype_size(s.dtype);
+  check(cudaSetDevice(device_), "selecting the device");
+  for (size_t l = 0; l < s.k.size(); ++l)
+    for (auto* layers : {&s.k, &s.v}) {
+      char* base = (*layers)[l].as<char>();
+      check(cudaMemcpyAsync(base + size_t(to) * block, base + size_t(from) * block, block,
+                            cudaMemcpyDeviceToDevice, stream_),
+            "copying a KV block");
+    }
+  check(cudaStreamSynchronize(stream_), "copying a KV block");
+}
+
+MachinePeaks CudaBackend::measure_peaks(bool /*compute*/) const {
+  check(cudaSetDevice(device_), "selecting the device");
+  size_t free = 0, total = 0;
+  check(cudaMemGetInfo(&free, &total), "reading free memory");
+  const size_t bytes = std::min<size_t>(size_t(1) << 30, free / 4) & ~size_t(15);
+  DeviceBuffer src(bytes, "the bandwidth probe"), sink(4096 * 4, "the bandwidth probe");
+  check(cudaMemsetAsync(src.get(), 1, bytes, stream_), "the bandwidth probe");
+  cudaEvent_t t0, t1;
+  check(cudaEventCreate(&t0), "the bandwidth probe");
+  check(cudaEventCreate(&t1), "the bandwidth probe");
+  float best_ms = 0;
+  for (int rep = 0; rep < 6; ++rep) {  // the first warms up
+    cudaEventRecord(t0, stream_);
+    read_probe(src.get(), bytes, sink.as<uint32_t>(), stream_);
+    cudaEventRecord(t1, stream_);
+    check(cudaEventSynchronize(t1), "the bandwidth probe");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, t0, t1);
+    if (rep > 0 && (best_ms == 0 || ms < best_ms)) best_ms = ms;
+  }
+  cudaEventDestroy(t0);
+  cudaEventDestroy(t1);
+  MachinePeaks p;
+  p.read_gbs = best_ms > 0 ? double(bytes) / (best_ms * 1e6) : 0;
+  return p;
+}
+
+}  // namespace hearth::cuda

@@ -1,0 +1,113 @@
+// The CUDA backend on the shared fixtures, where a device is found (a lent GPU machine:
+// bench/cuda_device.sh); the checks every GPU backend passes (tests/gpu_fixture_checks.h), with
+// cuBLAS prefill and without, with CUDA graphs and without; clear refusals. Without a device each
+// case says it is skipped (ctest: the suite is reported skipped). Its ops against float64 are in
+// test_ops.cpp, its index math on the CPU in test_cuda_math.cpp.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/error.h"
+#include "models/qwen3_model.h"
+#include "tests/cuda_target.h"
+#include "tests/fixture_models.h"
+#include "tests/gpu_fixture_checks.h"
+
+using namespace hearth;
+using namespace hearth::test;
+
+namespace {
+
+const MakeGpu kCuda = [](DType kv) { return cuda_backend(kv); };
+const MakeGpu kCudaExact = [](DType kv) { return cuda_backend(kv, false); };
+const CheckGpu kNothing = [](const Backend&) {};
+
+}  // namespace
+
+TEST_SUITE("cuda") {
+  TEST_CASE(
+      "fixture logits match the float64 reference: mat-vec, chunks, with and without graphs") {
+    if (!cuda_device_here()) return;
+    for (const char* fx : {kFixtures[0], kFixtures[1]}) {
+      auto model = Qwen3Model::load(kModels + fx);
+      // Every matmul in f32 (cuBLAS off): the fixture's tolerance holds for whole sequences.
+      auto exact = gpu_runner(cuda_backend(DType::F32, false), *model, 256);
+      auto chunked = gpu_runner(cuda_backend(DType::F32, false), *model, 7);
+      auto launched = gpu_runner(cuda_backend(DType::F32, false, false), *model, 5);
+      check_fixture_logits(kModels + fx, {exact.get(), chunked.get(), launched.get()});
+    }
+  }
+
+  TEST_CASE("cuBLAS prefill (16-bit products) stays within the bf16 bound of the reference") {
+    if (!cuda_device_here()) return;
+    for (const char* fx : {kFixtures[0], kFixtures[1]}) {
+      const std::string dir = kModels + fx;
+      auto model = Qwen3Model::load(dir);
+      const size_t V = size_t(model->config().vocab_size);
+      const auto s = load_sequences(dir).back();
+      const auto want = read_f32(dir + "/" + s.logits_file);
+      auto runner = gpu_runner(cuda_backend(), *model, 256);  // one 33-row step: cuBLAS
+      const double worst = worst_kl_of_forward(*runner, s, want, V);
+      CAPTURE(fx);
+      // The CPU's bf16 GEMM bound (test_model_fixtures.cpp: dnnl-bf16); a wrong layout is O(1).
+      CHECK(worst < 1e-3);
+    }
+  }
+
+  TEST_CASE("16-bit KV caches stay close to the float64 reference, chunked or not") {
+    if (!cuda_device_here()) return;
+    check_16bit_kv(kCudaExact, kNothing);
+  }
+
+  TEST_CASE("greedy continuations through the scheduler are exact") {
+    if (!cuda_device_here()) return;
+    check_scheduler_greedy(kCuda, kNothing);
+    check_scheduler_greedy(kCudaExact, kNothing);
+  }
+
+  TEST_CASE("a batched step equals each of its sequences run alone") {
+    if (!cuda_device_here()) return;
+    // Attention splits a row's positions by the step's row count, so sums round differently
+    // between a step of 10 rows and one of 3: equal within f32 rounding, not bit for bit.
+    check_batched_equals_alone(kCudaExact, kNothing, 1e-5);
+  }
+
+  TEST_CASE("what it does not run is refused clearly") {
+    if (!cuda_device_here()) return;
+    auto moe = Qwen3Model::load(kModels + kFixtures[2]);
+    auto be = cuda_backend();
+    CHECK_THROWS_WITH_AS(be->compile(moe->graph(), 4, 1),
+                         doctest::Contains("does not run Qwen3-MoE"), Error);
+    BackendOptions o;
+    o.kv_dtype = DType::I8;
+    CHECK_THROWS_WITH_AS(create_backend("cuda", o), doctest::Contains("not I8"), Error);
+    o.kv_dtype = DType::F32;
+    o.device = 99;
+    CHECK_THROWS_WITH_AS(create_backend("cuda", o), doctest::Contains("no device 99"), Error);
+  }
+
+  TEST_CASE("devices are listed with their limits") {
+    if (!cuda_device_here()) return;
+    for (const auto& f : backend_list())
+      if (f.name == "cuda") {
+        const auto lines = f.devices();
+        REQUIRE(!lines.empty());
+        CHECK(lines[0].rfind("cuda 0: ", 0) == 0);
+        CHECK(lines[0].find("SMs") != std::string::npos);
+      }
+  }
+}
+
+#ifdef HEARTH_HAVE_CUDA
+TEST_SUITE("cuda_math") {
+  TEST_CASE("without a device the backend refuses by name and the default stays the CPU") {
+    std::string why;
+    if (cuda::device_count(&why) > 0) return;  // the GPU machine: the suite above covers it
+    CHECK_THROWS_WITH_AS(create_backend("cuda", BackendOptions{}),
+                         doctest::Contains("CUDA: no device found"), Error);
+    CHECK(create_backend("", BackendOptions{})->name() == "cpu");
+  }
+}
+#endif

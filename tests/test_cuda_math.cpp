@@ -1,0 +1,285 @@
+// The CUDA kernels' index and number math (backends/cuda/cu_math.h), run here on the CPU, so that
+// a build without a GPU (CI) still catches layout and indexing mistakes: the columns and values of
+// every 16-byte weight piece against codes packed straight from quant/FORMAT.md
+// (tests/quant_placement.h), the 16-bit conversions against core/dtype.h, the split of attention
+// over positions and the merge of partial softmaxes against float64, the argmax order.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "backends/cuda/cu_math.h"
+#include "core/dtype.h"
+#include "tests/quant_placement.h"
+
+using namespace hearth;
+namespace cu = hearth::cuda;
+
+namespace {
+
+// A weight of `rows` x K of a given type with random values, and each element's value as the
+// layout defines it (code x scale in float64 for the quantized ones).
+struct TestWeight {
+  std::vector<uint8_t> codes;
+  std::vector<uint16_t> scales;
+  std::vector<double> want;  // [rows, K]
+  cu::WeightView view;
+};
+
+const int8_t kLevels[16] = {-127, -90, -66, -47, -31, -18, -8, -1, 4, 11, 21, 34, 50, 70, 95, 126};
+
+TestWeight make_weight(uint32_t type, int64_t rows, int64_t K, int group, bool bf16_scales,
+                       uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  TestWeight w;
+  w.want.resize(size_t(rows * K));
+  w.view.cols = K;
+  w.view.type = type;
+  if (type <= cu::kBF16) {
+    const size_t es = type == cu::kF32 ? 4 : 2;
+    w.codes.resize(size_t(rows * K) * es);
+    for (size_t i = 0; i < w.want.size(); ++i) {
+      const float f = nd(rng);
+      if (type == cu::kF32) {
+        std::memcpy(&w.codes[i * 4], &f, 4);
+        w.want[i] = f;
+      } else {
+        const uint16_t h = type == cu::kF16 ? f32_to_f16(f) : f32_to_bf16(f);
+        std::memcpy(&w.codes[i * 2], &h, 2);
+        w.want[i] = type == cu::kF16 ? f16_to_f32(h) : bf16_to_f32(h);
+      }
+    }
+  } else {
+    const int bits = type == cu::kQ8 ? 8 : 4;
+    std::vector<int8_t> q(size_t(rows * K));
+    for (auto& c : q) c = int8_t(int(rng() % (bits == 8 ? 255 : 16)) - (bits == 8 ? 127 : 8));
+    w.scales.resize(size_t(rows * K / group));
+    for (auto& s : w.scales) {
+      const float f = 0.001f + 0.05f * float(rng() % 1000) / 1000.f * (rng() % 2 ? 1 : -1);
+      s = bf16_scales ? f32_to_bf16(f) : f32_to_f16(f);
+    }
+    w.codes = test::pack_codes(bits, q.data(), rows, K);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t k = 0; k < K; ++k) {
+        const int c = q[size_t(r * K + k)];
+        const double level = type == cu::kQ4Codebook ? kLevels[c + 8] : c;
+        const uint16_t s = w.scales[size_t(r * (K / group) + k / group)];
+        w.want[size_t(r * K + k)] = level * (bf16_scales ? bf16_to_f32(s) : f16_to_f32(s));
+      }
+    w.view.scales = reinterpret_cast<const uint8_t*>(w.scales.data());
+    w.view.stype = bf16_scales ? cu::kBF16 : cu::kF16;
+    w.view.group = uint32_t(group);
+    std::memcpy(w.view.codebook, kLevels, 16);
+  }
+  w.view.codes = w.codes.data();
+  return w;
+}
+
+}  // namespace
+
+TEST_SUITE("cuda_math") {
+  TEST_CASE("weight pieces hold the columns and values the layout puts there, every type") {
+    struct Shape {
+      uint32_t type;
+      int64_t K;
+      int group;
+    };
+    std::vector<Shape> shapes;
+    for (uint32_t t : {cu::kF32, cu::kF16, cu::kBF16})
+      for (int64_t K : {8, 40, 1024}) shapes.push_back({t, K, 32});
+    // 96: one chunk of three blocks; 160: a chunk and one block; 416: three chunks and one block.
+    for (uint32_t t : {cu::kQ8, cu::kQ4, cu::kQ4Codebook})
+      for (auto [K, g] :
+           {std::pair{32, 32}, {96, 32}, {160, 32}, {256, 64}, {384, 128}, {416, 32}, {1024, 128}})
+        shapes.push_back({t, K, g});
+    int checked = 0;
+    for (const Shape& sh : shapes)
+      for (bool bf16_scales : {false, true}) {
+        CAPTURE(sh.type);
+        CAPTURE(sh.K);
+        CAPTURE(sh.group);
+        const int64_t rows = 3;
+        const TestWeight w = make_weight(sh.type, rows, sh.K, sh.group, bf16_scales,
+                                         uint32_t(sh.type * 7919 + sh.K));
+        REQUIRE(cu::piecewise(w.view));
+        REQUIRE(cu::row_bytes(w.view) * rows == int64_t(w.codes.size()));
+        for (int64_t r = 0; r < rows; ++r) {
+          std::vector<int> seen(size_t(sh.K), 0);
+          const uint8_t* row = w.view.codes + r * cu::row_bytes(w.view);
+          for (int64_t j = 0; j < cu::pieces_per_row(w.view); ++j) {
+            uint32_t words[4];
+            std::memcpy(words, row + 16 * j, 16);
+            for (int i = 0; i < cu::runs_per_piece(w.view); ++i) {
+              const int64_t c = cu::run_col(w.view, j, i);
+              REQUIRE(c >= 0);
+              REQUIRE(c + 4 <= sh.K);
+              REQUIRE(c % 4 == 0);
+              float v[4];
+              cu::run_values(w.view, words, i, v);
+              const double sc = sh.type >= cu::kQ8 ? cu::scale_at(w.view, r, c) : 1.0;
+              for (int e = 0; e < 4; ++e) {
+                ++seen[size_t(c + e)];
+                CHECK(double(v[e]) * sc == w.want[size_t(r * sh.K + c + e)]);
+              }
+            }
+          }
+          for (int64_t k = 0; k < sh.K; ++k) {
+            CHECK(seen[size_t(k)] == 1);
+            CHECK(double(cu::weight_at(w.view, r, k)) == w.want[size_t(r * sh.K + k)]);
+          }
+          ++checked;
+        }
+      }
+    CHECK(checked == int(shapes.size()) * 2 * 3);
+  }
+
+  TEST_CASE("rows that are not whole pieces take the element path") {
+    cu::WeightView w;
+    w.type = cu::kBF16;
+    w.cols = 36;  // 72 bytes a row
+    CHECK_FALSE(cu::piecewise(w));
+    w.type = cu::kF32;
+    w.cols = 6;
+    CHECK_FALSE(cu::piecewise(w));
+    w.cols = 8;
+    CHECK(cu::piecewise(w));
+  }
+
+  TEST_CASE("16-bit conversions round as core/dtype.h does") {
+    for (uint32_t h = 0; h < 0x10000; ++h) {
+      const float a = cu::f16_to_f32(h), b = f16_to_f32(uint16_t(h));
+      if (std::isnan(b))
+        CHECK(std::isnan(a));
+      else
+        CHECK(a == b);
+      const float c = cu::bf16_to_f32(h), d = bf16_to_f32(uint16_t(h));
+      const bool same = c == d || (std::isnan(c) && std::isnan(d));
+      CHECK(same);
+    }
+    std::mt19937 rng(5);
+    std::vector<float> xs = {0.f,
+                             -0.f,
+                             65504.f,
+                             65520.f,
+                             1e-8f,
+                             6e-8f,
+                             3e-5f,
+                             -2.5f,
+                             std::numeric_limits<float>::infinity(),
+                             std::numeric_limits<float>::quiet_NaN()};
+    for (int i = 0; i < 200000; ++i) {
+      uint32_t u = rng();
+      float f;
+      std::memcpy(&f, &u, 4);
+      xs.push_back(f);
+      xs.push_back(std::ldexp(float(rng() % 4096), -int(rng() % 40)));  // near the f16 range
+    }
+    for (float f : xs) {
+      CAPTURE(f);
+      CHECK(cu::f32_to_f16(f) == f32_to_f16(f));
+      CHECK(cu::f32_to_bf16(f) == f32_to_bf16(f));
+    }
+  }
+
+  TEST_CASE("attention's parts cover each row's positions once") {
+    for (int n = 1; n <= 700; n += 3)
+      for (int splits : {1, 2, 7, 64}) {
+        int next = 0;
+        for (int s = 0; s < splits; ++s) {
+          int b, e;
+          cu::split_range(n, splits, s, &b, &e);
+          CHECK(b == next);
+          CHECK(e >= b);
+          next = e;
+        }
+        CHECK(next == n);
+      }
+  }
+
+  TEST_CASE("partial softmaxes merge to the whole one (float64), empty parts included") {
+    std::mt19937 rng(11);
+    std::normal_distribution<float> nd(0.f, 3.f);
+    for (int trial = 0; trial < 200; ++trial) {
+      const int n = 1 + int(rng() % 300), splits = 1 + int(rng() % 40);
+      std::vector<float> score(static_cast<size_t>(n)), value(static_cast<size_t>(n));
+      for (int p = 0; p < n; ++p) score[size_t(p)] = nd(rng), value[size_t(p)] = nd(rng);
+      double mx = -1e300, den = 0, num = 0;
+      for (float s : score) mx = std::max(mx, double(s));
+      for (int p = 0; p < n; ++p) {
+        den += std::exp(double(score[size_t(p)]) - mx);
+        num += std::exp(double(score[size_t(p)]) - mx) * value[size_t(p)];
+      }
+      // Each part as the kernel keeps it (one position at a time), then the parts merged in order.
+      cu::SoftmaxPart all = {cu::neg_inf(), 0.f};
+      float acc_all = 0.f;
+      for (int s = 0; s < splits; ++s) {
+        int b, e;
+        cu::split_range(n, splits, s, &b, &e);
+        cu::SoftmaxPart part = {cu::neg_inf(), 0.f};
+        float acc = 0.f;
+        for (int p = b; p < e; ++p) {
+          float fa, fb;
+          cu::merge_factors(part, {score[size_t(p)], 1.f}, &fa, &fb, &part);
+          acc = acc * fa + fb * value[size_t(p)];
+        }
+        float fa, fb;
+        cu::merge_factors(all, part, &fa, &fb, &all);
+        acc_all = acc_all * fa + acc * fb;
+      }
+      CAPTURE(n);
+      CAPTURE(splits);
+      CHECK(std::abs(double(all.m) - mx) == 0);
+      CHECK(std::abs(double(acc_all / all.l) - num / den) < 1e-5 * (1 + std::abs(num / den)));
+    }
+  }
+
+  TEST_CASE("argmax: first index on ties, NaN ignored, -1 when nothing is above -inf") {
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+    std::mt19937 rng(3);
+    for (int trial = 0; trial < 500; ++trial) {
+      const int n = 1 + int(rng() % 200);
+      std::vector<float> v(static_cast<size_t>(n));
+      for (auto& x : v) {
+        const int k = int(rng() % 10);
+        x = k == 0 ? nan : k == 1 ? -inf : float(int(rng() % 5));
+      }
+      if (trial % 50 == 0) std::fill(v.begin(), v.end(), trial % 100 ? nan : -inf);
+      int want = -1;
+      for (int i = 0; i < n; ++i)
+        if (!std::isnan(v[size_t(i)]) && v[size_t(i)] > -inf &&
+            (want < 0 || v[size_t(i)] > v[size_t(want)]))
+          want = i;
+      // The kernel's order: strided scans of `threads` lanes, then a pairwise tree.
+      const int threads = 16;
+      std::vector<float> bv(threads, 0.f);
+      std::vector<int> bi(threads, -1);
+      for (int t = 0; t < threads; ++t)
+        for (int i = t; i < n; i += threads)
+          if (cu::argmax_beats(v[size_t(i)], i, bv[size_t(t)], bi[size_t(t)]))
+            bv[size_t(t)] = v[size_t(i)], bi[size_t(t)] = i;
+      for (int s = threads / 2; s > 0; s /= 2)
+        for (int t = 0; t < s; ++t)
+          if (cu::argmax_beats(bv[size_t(t + s)], bi[size_t(t + s)], bv[size_t(t)], bi[size_t(t)]))
+            bv[size_t(t)] = bv[size_t(t + s)], bi[size_t(t)] = bi[size_t(t + s)];
+      CHECK(bi[0] == want);
+    }
+  }
+
+  TEST_CASE("paged KV addresses are distinct and within the cache") {
+    const int blocks = 5, heads = 3, bs = 4, hd = 6;
+    std::vector<int> hits(size_t(blocks * heads * bs * hd), 0);
+    for (int b = 0; b < blocks; ++b)
+      for (int h = 0; h < heads; ++h)
+        for (int p = 0; p < bs; ++p)
+          for (int d = 0; d < hd; ++d) {
+            const int64_t at = cu::kv_index(b, h, heads, p, bs, hd) + d;
+            REQUIRE(at >= 0);
+            REQUIRE(at < int64_t(hits.size()));
+            ++hits[size_t(at)];
+          }
+    for (int x : hits) CHECK(x == 1);
+  }
+}
