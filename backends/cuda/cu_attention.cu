@@ -102,8 +102,8 @@ template <int EPL>
 void launch_parts(const float* q, const StepDev& step, int rows, int heads, const KVLayer& kv,
                   float scale, int splits, float* partials, cudaStream_t s) {
   const dim3 grid{unsigned(heads), unsigned(rows), unsigned(splits)};
-  attention_part_kernel<EPL>
-      <<<grid, 32 * kWarps, 0, s>>>(q, step, heads, kv, scale, splits, partials);
+  HEARTH_LAUNCH(grid, 32 * kWarps, s, attention_part_kernel<EPL>)
+  (q, step, heads, kv, scale, splits, partials);
 }
 
 }  // namespace
@@ -122,8 +122,8 @@ void attention(const float* q, const StepDev& step, int rows, int heads, const K
     launch_parts<8>(q, step, rows, heads, kv, scale, splits, partials, s);
   launched("attention");
   const int threads = kv.head_dim < 32 ? 32 : kv.head_dim;
-  attention_merge_kernel<<<dim3(unsigned(heads), unsigned(rows)), threads, 0, s>>>(
-      partials, heads, kv.head_dim, splits, out);
+  HEARTH_LAUNCH(dim3(unsigned(heads), unsigned(rows)), threads, s, attention_merge_kernel)
+  (partials, heads, kv.head_dim, splits, out);
   launched("attention_merge");
 }
 

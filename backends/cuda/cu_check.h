@@ -1,7 +1,14 @@
 // CUDA runtime and cuBLAS errors as hearth::Error, naming what was being done.
 #pragma once
+#ifdef HEARTH_CUDA_EMU
+#include "tests/cuda_emu.h"
+#else
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+// kernel<<<grid, block, 0, stream>>>, spelled so that the tests' CPU emulation can run the
+// kernel files too (tests/cuda_emu.h).
+#define HEARTH_LAUNCH(grid, block, stream, ...) __VA_ARGS__<<<grid, block, 0, stream>>>
+#endif
 
 #include "core/error.h"
 
@@ -11,9 +18,11 @@ inline void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail("CUDA: ", what, ": ", cudaGetErrorString(e));
 }
 
+#ifndef HEARTH_CUDA_EMU
 inline void check_cublas(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS) fail("cuBLAS: ", what, ": ", cublasGetStatusString(s));
 }
+#endif
 
 // After a kernel launch: a bad configuration shows here, a fault at the next synchronization.
 inline void launched(const char* kernel) {

@@ -134,65 +134,63 @@ constexpr int kThreads = 256;
 
 void embed(const WeightView& table, int64_t vocab, const int32_t* tokens, int rows, float* out,
            cudaStream_t s) {
-  embed_kernel<<<blocks_for(rows * table.cols, kThreads), kThreads, 0, s>>>(table, vocab, tokens,
-                                                                            rows, out);
+  HEARTH_LAUNCH(blocks_for(rows * table.cols, kThreads), kThreads, s, embed_kernel)
+  (table, vocab, tokens, rows, out);
   launched("embedding");
 }
 
 void rms_norm(const float* x, const WeightView& w, float eps, int rows, int cols, float* out,
               cudaStream_t s) {
-  rms_norm_kernel<<<rows,
-                    cols >= 1024  ? 1024
-                    : cols >= 256 ? 256
-                                  : 64,
-                    0, s>>>(x, w, eps, cols, out);
+  const int threads = cols >= 1024 ? 1024 : cols >= 256 ? 256 : 64;
+  HEARTH_LAUNCH(rows, threads, s, rms_norm_kernel)(x, w, eps, cols, out);
   launched("rms_norm");
 }
 
 void rope(const float* x, const float* cos_sin, int rows, int heads, int half_dim, float* out,
           cudaStream_t s) {
-  rope_kernel<<<blocks_for(int64_t(rows) * heads * half_dim, kThreads), kThreads, 0, s>>>(
-      x, cos_sin, rows, heads, half_dim, out);
+  HEARTH_LAUNCH(blocks_for(int64_t(rows) * heads * half_dim, kThreads), kThreads, s, rope_kernel)
+  (x, cos_sin, rows, heads, half_dim, out);
   launched("rope");
 }
 
 void binary(const float* a, const float* b, bool silu, int64_t n, float* out, cudaStream_t s) {
-  binary_kernel<<<blocks_for(n, kThreads), kThreads, 0, s>>>(a, b, silu, n, out);
+  HEARTH_LAUNCH(blocks_for(n, kThreads), kThreads, s, binary_kernel)(a, b, silu, n, out);
   launched(silu ? "silu_mul" : "add");
 }
 
 void gather_rows(const float* x, const int32_t* out_rows, int rows, int cols, float* out,
                  cudaStream_t s) {
-  gather_kernel<<<blocks_for(int64_t(rows) * cols, kThreads), kThreads, 0, s>>>(x, out_rows, rows,
-                                                                                cols, out);
+  HEARTH_LAUNCH(blocks_for(int64_t(rows) * cols, kThreads), kThreads, s, gather_kernel)
+  (x, out_rows, rows, cols, out);
   launched("gather_rows");
 }
 
 void dequant_rows(const WeightView& w, int64_t r0, int64_t n, bool to_f16, uint16_t* out,
                   cudaStream_t s) {
-  dequant_kernel<<<blocks_for(n * w.cols, kThreads), kThreads, 0, s>>>(w, r0, n, to_f16, out);
+  HEARTH_LAUNCH(blocks_for(n * w.cols, kThreads), kThreads, s, dequant_kernel)
+  (w, r0, n, to_f16, out);
   launched("dequant_rows");
 }
 
 void to_half(const float* x, int64_t n, bool to_f16, uint16_t* out, cudaStream_t s) {
-  to_half_kernel<<<blocks_for(n, kThreads), kThreads, 0, s>>>(x, n, to_f16, out);
+  HEARTH_LAUNCH(blocks_for(n, kThreads), kThreads, s, to_half_kernel)(x, n, to_f16, out);
   launched("to_half");
 }
 
 void kv_store(const float* k, const float* v, const StepDev& step, int rows, const KVLayer& kv,
               cudaStream_t s) {
   const int64_t n = int64_t(rows) * kv.n_kv_heads * kv.head_dim;
-  kv_store_kernel<<<blocks_for(n, kThreads), kThreads, 0, s>>>(k, v, step, rows, kv);
+  HEARTH_LAUNCH(blocks_for(n, kThreads), kThreads, s, kv_store_kernel)(k, v, step, rows, kv);
   launched("kv_store");
 }
 
 void argmax(const float* logits, int rows, int64_t cols, int32_t* out, cudaStream_t s) {
-  argmax_kernel<<<rows, kArgmaxThreads, 0, s>>>(logits, cols, out);
+  HEARTH_LAUNCH(rows, kArgmaxThreads, s, argmax_kernel)(logits, cols, out);
   launched("argmax");
 }
 
 void read_probe(const void* src, size_t n, uint32_t* sink, cudaStream_t s) {
-  read_probe_kernel<<<1024, kThreads, 0, s>>>(static_cast<const uint4*>(src), n / 16, sink);
+  HEARTH_LAUNCH(1024, kThreads, s, read_probe_kernel)(static_cast<const uint4*>(src), n / 16, sink);
   launched("read_probe");
 }
 

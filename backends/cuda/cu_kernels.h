@@ -3,7 +3,11 @@
 // the paged KV cache of a layer is [block][kv head][block_size][head_dim] of f32, f16 or bf16.
 // Nothing here synchronizes or allocates, so a step's launches can be captured in a CUDA graph.
 #pragma once
+#ifdef HEARTH_CUDA_EMU
+#include "tests/cuda_emu.h"
+#else
 #include <cuda_runtime.h>
+#endif
 
 #include <cstdint>
 

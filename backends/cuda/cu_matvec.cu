@@ -79,11 +79,11 @@ void launch(const WeightView& w, int64_t n_rows, const float* x, int rows, float
   const bool pieces = piecewise(w) && reinterpret_cast<uintptr_t>(w.codes) % 16 == 0 &&
                       reinterpret_cast<uintptr_t>(x) % 16 == 0;
   if (pieces)
-    matvec_kernel<TYPE, NT, true>
-        <<<grid, 32 * kWarpsPerBlock, 0, s>>>(w, n_rows, x, rows, out, ldo);
+    HEARTH_LAUNCH(grid, 32 * kWarpsPerBlock, s, matvec_kernel<TYPE, NT, true>)
+    (w, n_rows, x, rows, out, ldo);
   else
-    matvec_kernel<TYPE, NT, false>
-        <<<grid, 32 * kWarpsPerBlock, 0, s>>>(w, n_rows, x, rows, out, ldo);
+    HEARTH_LAUNCH(grid, 32 * kWarpsPerBlock, s, matvec_kernel<TYPE, NT, false>)
+    (w, n_rows, x, rows, out, ldo);
 }
 
 template <uint32_t TYPE>
