@@ -46,15 +46,21 @@ inline float rsqrtf(float x) {
 }
 
 using cudaStream_t = struct CUstream_st*;
-enum cudaError_t { cudaSuccess = 0 };
+enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1 };
 inline cudaError_t cudaPeekAtLastError() {
   return cudaSuccess;
 }
-inline const char* cudaGetErrorString(cudaError_t) {
-  return "no error";
+inline const char* cudaGetErrorString(cudaError_t e) {
+  return e == cudaSuccess ? "no error" : "invalid value";
 }
 
-namespace hearth::cuda::emu {
+namespace hearth::cuda_emulation {
+
+// While a stream is captured (cudaStreamBeginCapture), launches are recorded here instead of run.
+inline std::vector<std::function<void()>>*& capture() {
+  thread_local std::vector<std::function<void()>>* c = nullptr;
+  return c;
+}
 
 struct Thread {
   ucontext_t ctx;
@@ -132,6 +138,16 @@ struct Launch {
   void (*kernel)(Args...);
   template <typename... Given>
   void operator()(Given&&... given) const {
+    if (capture()) {
+      auto run = [copy = *this, args = std::make_tuple(Args(given)...)] {
+        std::apply([&](const Args&... a) { copy.now(a...); }, args);
+      };
+      capture()->push_back(run);
+      return;
+    }
+    now(Args(given)...);
+  }
+  void now(Args... given) const {
     Block b;
     block() = &b;
     b.gdim = grid;
@@ -139,7 +155,7 @@ struct Launch {
     const unsigned n = blk.x * blk.y * blk.z;
     if (n == 0 || n > 1024) throw std::runtime_error("cuda_emu: bad block size");
     b.threads.resize(n);
-    auto args = std::make_tuple(Args(given)...);
+    auto args = std::make_tuple(given...);
     b.body = [&] { std::apply(kernel, args); };
     for (unsigned z = 0; z < grid.z; ++z)
       for (unsigned y = 0; y < grid.y; ++y)
@@ -192,14 +208,19 @@ inline float shfl_xor(float v, int lane_mask) {
   return got;
 }
 
-}  // namespace hearth::cuda::emu
+}  // namespace hearth::cuda_emulation
 
-#define threadIdx \
-  (::hearth::cuda::emu::block()->threads[size_t(::hearth::cuda::emu::block()->current)].tid)
-#define blockIdx (::hearth::cuda::emu::block()->bid)
-#define blockDim (::hearth::cuda::emu::block()->bdim)
-#define gridDim (::hearth::cuda::emu::block()->gdim)
-#define __syncthreads() ::hearth::cuda::emu::syncthreads()
-#define __shfl_xor_sync(mask, v, o) ::hearth::cuda::emu::shfl_xor(v, o)
+#define threadIdx                                                    \
+  (::hearth::cuda_emulation::block()                                 \
+       ->threads[size_t(::hearth::cuda_emulation::block()->current)] \
+       .tid)
+#define blockIdx (::hearth::cuda_emulation::block()->bid)
+#define blockDim (::hearth::cuda_emulation::block()->bdim)
+#define gridDim (::hearth::cuda_emulation::block()->gdim)
+#define __syncthreads() ::hearth::cuda_emulation::syncthreads()
+#define __shfl_xor_sync(mask, v, o) ::hearth::cuda_emulation::shfl_xor(v, o)
 #define HEARTH_LAUNCH(grid, block, stream, ...) \
-  ::hearth::cuda::emu::launch(grid, block, __VA_ARGS__)
+  ::hearth::cuda_emulation::launch(grid, block, __VA_ARGS__)
+
+// The runtime and cuBLAS calls of the host side, after the launches they may record.
+#include "tests/cuda_emu_runtime.h"

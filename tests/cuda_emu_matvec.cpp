@@ -2,5 +2,5 @@
 // hearth::cuda_emu, for tests/test_cuda_kernels.cpp.
 #include "tests/cuda_emu_prelude.h"
 
-// After the prelude, which renames the namespace.
+// After the prelude, which names the emulated backend's namespace.
 #include "backends/cuda/cu_matvec.cu"

@@ -1,7 +1,6 @@
 // What a translation unit includes first to compile the CUDA backend's kernel files on the CPU
-// (tests/cuda_emu.h): the emulation switched on and namespace hearth::cuda renamed
-// hearth::cuda_emu, so that the emulated kernels never clash with the library's own when it has
-// the real ones. The standard headers come before the renaming.
+// (tests/cuda_emu.h): the emulation switched on, in namespace hearth::cuda_emu, so that the
+// emulated backend never clashes with the library's own when it has the real one.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -20,4 +19,4 @@
 #include <doctest/doctest.h>
 
 #define HEARTH_CUDA_EMU 1
-#define cuda cuda_emu
+#define HEARTH_CUDA_NS cuda_emu

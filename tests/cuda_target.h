@@ -14,6 +14,12 @@
 #include "backends/cuda/cuda_backend.h"
 #endif
 
+namespace hearth::cuda_emu {
+// The CUDA backend's own code, host side and kernels, built for the CPU emulation
+// (tests/cuda_emu.h, tests/cuda_emu_*.cpp): every build runs it, a GPU or not.
+std::unique_ptr<Backend> make_emulated_backend(const BackendOptions& opt);
+}  // namespace hearth::cuda_emu
+
 namespace hearth::test {
 
 inline bool cuda_device_here() {
@@ -41,6 +47,16 @@ inline std::unique_ptr<Backend> cuda_backend(DType kv = DType::F32, bool cublas 
   o.cuda.cublas = cublas;
   o.cuda.graphs = graphs;
   return create_backend("cuda", o);
+}
+
+// The same, emulated on the CPU.
+inline std::unique_ptr<Backend> cuda_emulated(DType kv = DType::F32, bool cublas = true,
+                                              bool graphs = true) {
+  BackendOptions o;
+  o.kv_dtype = kv;
+  o.cuda.cublas = cublas;
+  o.cuda.graphs = graphs;
+  return cuda_emu::make_emulated_backend(o);
 }
 
 }  // namespace hearth::test

@@ -10,11 +10,11 @@
 #include "core/dtype.h"
 #include "tests/quant_placement.h"
 
-// In namespace cuda, so that the emulated kernels' tests (tests/cuda_emu.h, which rename it) get
-// their own copy.
-namespace hearth::cuda::testing {
+// In the backend's namespace, so that the emulated kernels' tests (tests/cuda_emu.h) get their
+// own copy.
+namespace hearth::HEARTH_CUDA_NS::testing {
 
-namespace cu = hearth::cuda;
+namespace cu = hearth::HEARTH_CUDA_NS;
 
 // A weight of `rows` x K of a given type with random values, and each element's value as the
 // layout defines it (code x scale in float64 for the quantized ones).
@@ -77,4 +77,4 @@ inline TestWeight make_weight(uint32_t type, int64_t rows, int64_t K, int group,
   return w;
 }
 
-}  // namespace hearth::cuda::testing
+}  // namespace hearth::HEARTH_CUDA_NS::testing

@@ -6,12 +6,12 @@
 // and speed (bench/cuda_device.sh on a lent GPU does).
 #include "tests/cuda_emu_prelude.h"
 
-// After the prelude, which renames namespace cuda.
+// After the prelude, which names the emulated backend's namespace.
 #include "backends/cuda/cu_kernels.h"
 #include "tests/cuda_test_weights.h"
 
 using namespace hearth;
-namespace cu = hearth::cuda;
+namespace cu = hearth::HEARTH_CUDA_NS;
 
 namespace {
 

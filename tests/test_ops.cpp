@@ -45,6 +45,9 @@ std::vector<std::string> targets_here() {
   auto v = isas_here();
   if (test::vulkan_device_here()) v.insert(v.end(), {"vulkan", "vulkan-nosubgroup"});
   if (test::cuda_device_here()) v.insert(v.end(), {"cuda", "cuda-exact"});
+  // The CUDA backend's code run on the CPU (tests/cuda_emu.h), with cuBLAS and graphs, and with
+  // neither: everywhere.
+  v.insert(v.end(), {"cuda-emu", "cuda-emu-exact"});
   return v;
 }
 
@@ -57,6 +60,8 @@ std::unique_ptr<Backend> make_backend(const std::string& target, int threads,
   // cuBLAS multiplies steps of over 8 rows in 16 bits; cuda-exact keeps the f32 mat-vec.
   if (target == "cuda") return test::cuda_backend(kv);
   if (target == "cuda-exact") return test::cuda_backend(kv, false);
+  if (target == "cuda-emu") return test::cuda_emulated(kv);
+  if (target == "cuda-emu-exact") return test::cuda_emulated(kv, false, false);
   if (target == "vulkan-nosubgroup") return test::vulkan_backend(kv, 0, false);
   // Bindings of at most 80 KiB: the weights and logits of the parts test below are split.
   if (target == "vulkan-small") return test::vulkan_backend(kv, 80 << 10);
@@ -180,7 +185,7 @@ TEST_SUITE("ops") {
                   want[size_t(t * N + n)] = s;
                 }
               // cuBLAS rounds a long step's activations to the weight's 16-bit type (F32: f32).
-              const bool half = isa == "cuda" && T > 8 && wt != DType::F32;
+              const bool half = (isa == "cuda" || isa == "cuda-emu") && T > 8 && wt != DType::F32;
               CHECK(nerr(got, want) < (half ? 1e-2 : 1e-6));
             }
           }

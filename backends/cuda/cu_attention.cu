@@ -6,7 +6,7 @@
 #include "backends/cuda/cu_check.h"
 #include "backends/cuda/cu_kernels.h"
 
-namespace hearth::cuda {
+namespace hearth::HEARTH_CUDA_NS {
 
 namespace {
 
@@ -127,4 +127,4 @@ void attention(const float* q, const StepDev& step, int rows, int heads, const K
   launched("attention_merge");
 }
 
-}  // namespace hearth::cuda
+}  // namespace hearth::HEARTH_CUDA_NS

@@ -8,7 +8,7 @@
 
 #include "backends/cuda/cu_check.h"
 
-namespace hearth::cuda {
+namespace hearth::HEARTH_CUDA_NS {
 
 class DeviceBuffer {
  public:
@@ -75,4 +75,4 @@ class PinnedBuffer {
   size_t bytes_ = 0;
 };
 
-}  // namespace hearth::cuda
+}  // namespace hearth::HEARTH_CUDA_NS

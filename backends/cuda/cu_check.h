@@ -1,5 +1,10 @@
 // CUDA runtime and cuBLAS errors as hearth::Error, naming what was being done.
 #pragma once
+// The backend's namespace: hearth::cuda, or another where the tests compile these files for the
+// CPU emulation beside the real ones (tests/cuda_emu_prelude.h).
+#ifndef HEARTH_CUDA_NS
+#define HEARTH_CUDA_NS cuda
+#endif
 #ifdef HEARTH_CUDA_EMU
 #include "tests/cuda_emu.h"
 #else
@@ -12,17 +17,15 @@
 
 #include "core/error.h"
 
-namespace hearth::cuda {
+namespace hearth::HEARTH_CUDA_NS {
 
 inline void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail("CUDA: ", what, ": ", cudaGetErrorString(e));
 }
 
-#ifndef HEARTH_CUDA_EMU
 inline void check_cublas(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS) fail("cuBLAS: ", what, ": ", cublasGetStatusString(s));
 }
-#endif
 
 // After a kernel launch: a bad configuration shows here, a fault at the next synchronization.
 inline void launched(const char* kernel) {
@@ -33,4 +36,4 @@ inline unsigned blocks_for(int64_t n, int per_block) {
   return unsigned((n + per_block - 1) / per_block);
 }
 
-}  // namespace hearth::cuda
+}  // namespace hearth::HEARTH_CUDA_NS

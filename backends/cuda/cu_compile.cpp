@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "core/step_rows.h"
 
-namespace hearth::cuda {
+namespace hearth::HEARTH_CUDA_NS {
 
 namespace {
 
@@ -81,4 +81,4 @@ void CudaBackend::allocate(const Graph& g, CuCompiled& c) const {
   }
 }
 
-}  // namespace hearth::cuda
+}  // namespace hearth::HEARTH_CUDA_NS

@@ -4,7 +4,7 @@
 #include "backends/cuda/cu_check.h"
 #include "backends/cuda/cu_kernels.h"
 
-namespace hearth::cuda {
+namespace hearth::HEARTH_CUDA_NS {
 
 namespace {
 
@@ -194,4 +194,4 @@ void read_probe(const void* src, size_t n, uint32_t* sink, cudaStream_t s) {
   launched("read_probe");
 }
 
-}  // namespace hearth::cuda
+}  // namespace hearth::HEARTH_CUDA_NS

@@ -13,7 +13,7 @@
 
 #include "backends/cuda/cu_math.h"
 
-namespace hearth::cuda {
+namespace hearth::HEARTH_CUDA_NS {
 
 // The step's integers on the device: per row its token, position and where its sequence's block
 // table starts in `blocks`; the rows whose logits are wanted.
@@ -73,4 +73,4 @@ void argmax(const float* logits, int rows, int64_t cols, int32_t* out, cudaStrea
 // Reads n bytes (a multiple of 16) and writes one word per block to sink: a bandwidth probe.
 void read_probe(const void* src, size_t n, uint32_t* sink, cudaStream_t s);
 
-}  // namespace hearth::cuda
+}  // namespace hearth::HEARTH_CUDA_NS

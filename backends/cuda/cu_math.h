@@ -5,6 +5,11 @@
 // partial softmaxes, the argmax order. Weights are read as their checkpoint stores them: F32,
 // F16, BF16, or the Q8/Q4 codes of quant/FORMAT.md with F16/BF16 group scales.
 #pragma once
+// The backend's namespace: hearth::cuda, or another where the tests compile these files for the
+// CPU emulation beside the real ones (tests/cuda_emu_prelude.h).
+#ifndef HEARTH_CUDA_NS
+#define HEARTH_CUDA_NS cuda
+#endif
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -15,7 +20,7 @@
 #define HEARTH_HD inline
 #endif
 
-namespace hearth::cuda {
+namespace hearth::HEARTH_CUDA_NS {
 
 enum WType : uint32_t { kF32, kF16, kBF16, kQ8, kQ4, kQ4Codebook };
 
@@ -257,4 +262,4 @@ HEARTH_HD bool argmax_beats(float v, int i, float bv, int bi) {
   return bi < 0 || v > bv || (v == bv && i < bi);
 }
 
-}  // namespace hearth::cuda
+}  // namespace hearth::HEARTH_CUDA_NS

@@ -5,7 +5,7 @@
 #include "backends/cuda/cu_check.h"
 #include "backends/cuda/cu_kernels.h"
 
-namespace hearth::cuda {
+namespace hearth::HEARTH_CUDA_NS {
 
 namespace {
 
@@ -78,12 +78,10 @@ void launch(const WeightView& w, int64_t n_rows, const float* x, int rows, float
   const unsigned grid = blocks_for(n_rows, kWarpsPerBlock);
   const bool pieces = piecewise(w) && reinterpret_cast<uintptr_t>(w.codes) % 16 == 0 &&
                       reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  if (pieces)
-    HEARTH_LAUNCH(grid, 32 * kWarpsPerBlock, s, matvec_kernel<TYPE, NT, true>)
-    (w, n_rows, x, rows, out, ldo);
-  else
-    HEARTH_LAUNCH(grid, 32 * kWarpsPerBlock, s, matvec_kernel<TYPE, NT, false>)
-    (w, n_rows, x, rows, out, ldo);
+  if (pieces) HEARTH_LAUNCH(grid, 32 * kWarpsPerBlock, s, matvec_kernel<TYPE, NT, true>)
+  (w, n_rows, x, rows, out, ldo);
+  else HEARTH_LAUNCH(grid, 32 * kWarpsPerBlock, s, matvec_kernel<TYPE, NT, false>)(w, n_rows, x,
+                                                                                   rows, out, ldo);
 }
 
 template <uint32_t TYPE>
@@ -131,4 +129,4 @@ void matvec(const WeightView& w, int64_t n_rows, const float* x, int rows, float
   launched("matvec");
 }
 
-}  // namespace hearth::cuda
+}  // namespace hearth::HEARTH_CUDA_NS

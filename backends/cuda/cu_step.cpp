@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "core/step_rows.h"
 
-namespace hearth::cuda {
+namespace hearth::HEARTH_CUDA_NS {
 
 namespace {
 
@@ -213,4 +213,4 @@ void CudaBackend::run(CompiledGraph& cg, const StepInputs& in) {
   check(cudaStreamSynchronize(stream_), "running a step");
 }
 
-}  // namespace hearth::cuda
+}  // namespace hearth::HEARTH_CUDA_NS

@@ -6,7 +6,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "core/error.h"
 
-namespace hearth::cuda {
+namespace hearth::HEARTH_CUDA_NS {
 
 namespace {
 
@@ -64,4 +64,4 @@ WeightView CudaBackend::weight(const Tensor& t, const std::string& name) const {
   return w;
 }
 
-}  // namespace hearth::cuda
+}  // namespace hearth::HEARTH_CUDA_NS

@@ -5,7 +5,7 @@
 #include "core/error.h"
 #include "core/quant_format.h"
 
-namespace hearth::cuda {
+namespace hearth::HEARTH_CUDA_NS {
 
 namespace {
 
@@ -181,4 +181,4 @@ MachinePeaks CudaBackend::measure_peaks(bool /*compute*/) const {
   return p;
 }
 
-}  // namespace hearth::cuda
+}  // namespace hearth::HEARTH_CUDA_NS

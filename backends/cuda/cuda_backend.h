@@ -5,9 +5,6 @@
 // longer ones; each step shape's launches are captured once in a CUDA graph and re-launched, what
 // changes per step (tokens, positions, block tables, RoPE angles) copied in before the launch.
 #pragma once
-#include <cublas_v2.h>
-#include <cuda_runtime.h>
-
 #include <map>
 #include <memory>
 #include <tuple>
@@ -17,7 +14,7 @@
 #include "backends/cuda/cu_kernels.h"
 #include "core/backend.h"
 
-namespace hearth::cuda {
+namespace hearth::HEARTH_CUDA_NS {
 
 // Devices the CUDA runtime sees; 0 with the reason in *why when none (no driver, no GPU).
 int device_count(std::string* why);
@@ -92,4 +89,4 @@ class CudaBackend : public Backend {
   uint64_t next_kv_serial_ = 1;
 };
 
-}  // namespace hearth::cuda
+}  // namespace hearth::HEARTH_CUDA_NS
