@@ -40,23 +40,23 @@ inline bool cuda_device_here() {
 }
 
 // cublas false: every matmul through the f32 mat-vec (exact); graphs false: launches every step.
-inline std::unique_ptr<Backend> cuda_backend(DType kv = DType::F32, bool cublas = true,
-                                             bool graphs = true) {
+inline BackendOptions cuda_options(DType kv, bool cublas, bool graphs) {
   BackendOptions o;
   o.kv_dtype = kv;
   o.cuda.cublas = cublas;
   o.cuda.graphs = graphs;
-  return create_backend("cuda", o);
+  return o;
+}
+
+inline std::unique_ptr<Backend> cuda_backend(DType kv = DType::F32, bool cublas = true,
+                                             bool graphs = true) {
+  return create_backend("cuda", cuda_options(kv, cublas, graphs));
 }
 
 // The same, emulated on the CPU.
 inline std::unique_ptr<Backend> cuda_emulated(DType kv = DType::F32, bool cublas = true,
                                               bool graphs = true) {
-  BackendOptions o;
-  o.kv_dtype = kv;
-  o.cuda.cublas = cublas;
-  o.cuda.graphs = graphs;
-  return cuda_emu::make_emulated_backend(o);
+  return cuda_emu::make_emulated_backend(cuda_options(kv, cublas, graphs));
 }
 
 }  // namespace hearth::test

@@ -9,19 +9,14 @@
 // After the prelude, which names the emulated backend's namespace.
 #include "backends/cuda/cu_kernels.h"
 #include "tests/cuda_test_weights.h"
+#include "tests/random_data.h"
 
 using namespace hearth;
 namespace cu = hearth::HEARTH_CUDA_NS;
 
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
+using test::randn;
 
 double max_rel_err(const std::vector<float>& got, const std::vector<double>& want) {
   double worst = 0, scale = 1e-30;

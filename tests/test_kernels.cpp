@@ -17,19 +17,14 @@
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/ops.h"
 #include "tests/quant_placement.h"
+#include "tests/random_data.h"
 
 using namespace hearth;
 using namespace hearth::cpu;
 
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
+using test::randn;
 
 std::vector<Isa> isas_here() {
   const Isa best = detect_cpu_features().best();

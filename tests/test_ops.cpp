@@ -15,19 +15,14 @@
 #include "core/quant_format.h"
 #include "tests/cuda_target.h"
 #include "tests/quant_placement.h"
+#include "tests/random_data.h"
 #include "tests/vulkan_target.h"
 
 using namespace hearth;
 
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
+using test::randn;
 
 std::vector<std::string> isas_here() {
   std::vector<std::string> v = {"scalar"};

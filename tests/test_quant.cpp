@@ -29,6 +29,7 @@
 #include "quant/quantize.h"
 #include "quant/quantizer.h"
 #include "tests/quant_placement.h"
+#include "tests/random_data.h"
 
 namespace fs = std::filesystem;
 using namespace hearth;
@@ -64,13 +65,7 @@ void spit(const fs::path& p, const std::string& s) {
   f << s;
 }
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
+using test::randn;
 
 std::vector<std::string> isas_here() {
   std::vector<std::string> v = {"scalar"};

@@ -1,5 +1,5 @@
-// Device memory (cudaMalloc, no managed memory) and page-locked host memory, freed with their
-// owner; a failed allocation names what it was for and how much.
+// Device memory (cudaMalloc, no managed memory) and page-locked host memory (cudaMallocHost),
+// freed with their owner; a failed allocation names what it was for and how much.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -10,29 +10,30 @@
 
 namespace hearth::HEARTH_CUDA_NS {
 
-class DeviceBuffer {
+template <bool kPinned>
+class Memory {
  public:
-  DeviceBuffer() = default;
-  DeviceBuffer(size_t bytes, const std::string& what) : bytes_(bytes) {
+  Memory() = default;
+  Memory(size_t bytes, const std::string& what) : bytes_(bytes) {
     if (bytes == 0) return;
-    const cudaError_t e = cudaMalloc(&ptr_, bytes);
+    const cudaError_t e = kPinned ? cudaMallocHost(&ptr_, bytes) : cudaMalloc(&ptr_, bytes);
     if (e != cudaSuccess) {
       cudaGetLastError();  // clear it: an out-of-memory must not fail the next launch
-      fail("CUDA: cannot allocate ", bytes >> 20, " MiB of device memory for ", what, " (",
-           cudaGetErrorString(e), ")");
+      fail("CUDA: cannot allocate ", bytes >> 20, " MiB of ", kPinned ? "page-locked" : "device",
+           " memory for ", what, " (", cudaGetErrorString(e), ")");
     }
   }
-  ~DeviceBuffer() {
-    if (ptr_) cudaFree(ptr_);
+  ~Memory() {
+    if (ptr_) kPinned ? cudaFreeHost(ptr_) : cudaFree(ptr_);
   }
-  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+  Memory(Memory&& o) noexcept { *this = std::move(o); }
+  Memory& operator=(Memory&& o) noexcept {
     std::swap(ptr_, o.ptr_);
     std::swap(bytes_, o.bytes_);
     return *this;
   }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  Memory(const Memory&) = delete;
+  Memory& operator=(const Memory&) = delete;
 
   void* get() const { return ptr_; }
   template <typename T>
@@ -46,33 +47,7 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  PinnedBuffer(size_t bytes, const std::string& what) : bytes_(bytes) {
-    if (bytes) check(cudaMallocHost(&ptr_, bytes), what.c_str());
-  }
-  ~PinnedBuffer() {
-    if (ptr_) cudaFreeHost(ptr_);
-  }
-  PinnedBuffer(PinnedBuffer&& o) noexcept { *this = std::move(o); }
-  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
-    std::swap(ptr_, o.ptr_);
-    std::swap(bytes_, o.bytes_);
-    return *this;
-  }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(ptr_);
-  }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
+using DeviceBuffer = Memory<false>;
+using PinnedBuffer = Memory<true>;
 
 }  // namespace hearth::HEARTH_CUDA_NS

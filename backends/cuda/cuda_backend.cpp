@@ -3,21 +3,12 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/gpu_ops.h"
 #include "core/quant_format.h"
 
 namespace hearth::HEARTH_CUDA_NS {
 
 namespace {
-
-bool float_dtype(DType t) {
-  return t == DType::F32 || t == DType::F16 || t == DType::BF16;
-}
-
-// Quantized weights as FORMAT.md has them: the kernels index scales per group, codes per row.
-bool quantized_ok(const Tensor& t) {
-  return t.quantized() && t.ndim == 2 && t.scales && quant::valid_group(t.group_size) &&
-         t.cols() % 32 == 0 && quant::valid_scale_dtype(t.scale_dtype);
-}
 
 constexpr size_t kCublasWorkspace = 32u << 20;
 
@@ -37,9 +28,7 @@ int device_count(std::string* why) {
 
 CudaBackend::CudaBackend(const BackendOptions& opt)
     : kv_dtype_(opt.kv_dtype), device_(opt.device), opt_(opt.cuda) {
-  if (!float_dtype(opt.kv_dtype))
-    fail("the CUDA backend keeps f32, f16 or bf16 KV caches, not ", dtype_name(opt.kv_dtype),
-         " (use --kv f32, f16 or bf16)");
+  check_gpu_kv_dtype(opt.kv_dtype, "CUDA");
   std::string why;
   const int n = device_count(&why);
   if (n == 0) fail("CUDA: no device found (", why, "); the CPU backend runs without one");
@@ -71,33 +60,7 @@ std::string CudaBackend::describe() const {
 }
 
 bool CudaBackend::supports_op(const Graph& g, const Node& n) const {
-  auto weight_ok = [&](int id, bool quantized) {
-    const GraphTensor& t = g.tensor(id);
-    return t.kind == TensorKind::Weight &&
-           (float_dtype(t.weight.dtype) || (quantized && quantized_ok(t.weight)));
-  };
-  switch (n.op) {
-    case Op::Embed:
-      return weight_ok(n.in[0], true);
-    case Op::MatMul:
-      return weight_ok(n.in[1], true);
-    case Op::RmsNorm:
-    case Op::HeadRmsNorm:
-      return weight_ok(n.in[1], false);
-    case Op::Rope:
-      return n.p.head_dim % 2 == 0;
-    case Op::Attention:
-      return n.p.head_dim <= 256 && n.p.head_dim % 2 == 0 && n.p.n_kv_heads > 0 &&
-             n.p.n_heads % n.p.n_kv_heads == 0;
-    case Op::SiluMul:
-    case Op::Add:
-    case Op::GatherRows:
-      return true;
-    case Op::MoE:
-    case Op::kCount:
-      break;
-  }
-  return false;
+  return gpu_supports_op(g, n);
 }
 
 int CudaBackend::attention_splits(int n_tokens, int heads) {
@@ -106,11 +69,7 @@ int CudaBackend::attention_splits(int n_tokens, int heads) {
 
 std::unique_ptr<CompiledGraph> CudaBackend::compile(const Graph& g, int max_tokens,
                                                     int max_outputs) {
-  check_supported(*this, g, "CUDA",
-                  "F32, F16, BF16 and, in matmuls and embeddings, hearth's INT8/INT4");
-  if (max_tokens < 1 || max_tokens > 65535 || max_outputs < 1 || max_outputs > 65535)
-    fail("CUDA: steps of 1 to 65535 tokens and outputs, asked for ", max_tokens, " and ",
-         max_outputs);
+  check_gpu_graph(*this, g, "CUDA", max_tokens, max_outputs);
   check(cudaSetDevice(device_), "selecting the device");
   place_weights(g);
   auto c = std::make_unique<CuCompiled>();

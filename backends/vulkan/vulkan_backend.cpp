@@ -1,27 +1,12 @@
 #include "backends/vulkan/vulkan_backend.h"
 
 #include "core/error.h"
+#include "core/gpu_ops.h"
 
 namespace hearth::vulkan {
 
-namespace {
-
-bool float_dtype(DType t) {
-  return t == DType::F32 || t == DType::F16 || t == DType::BF16;
-}
-
-// Quantized weights as FORMAT.md has them: the shaders index scales per group and codes per row.
-bool quantized_ok(const Tensor& t) {
-  return t.quantized() && t.ndim == 2 && t.scales && t.group_size > 0 && t.cols() % 32 == 0 &&
-         (t.scale_dtype == DType::F16 || t.scale_dtype == DType::BF16);
-}
-
-}  // namespace
-
 VulkanBackend::VulkanBackend(const BackendOptions& opt) : kv_dtype_(opt.kv_dtype) {
-  if (!float_dtype(opt.kv_dtype))
-    fail("the Vulkan backend keeps f32, f16 or bf16 KV caches, not ", dtype_name(opt.kv_dtype),
-         " (use --kv f32, f16 or bf16)");
+  check_gpu_kv_dtype(opt.kv_dtype, "Vulkan");
   ContextOptions co;
   co.device = opt.device;
   co.validation = opt.vulkan.validation;
@@ -41,42 +26,12 @@ std::string VulkanBackend::describe() const {
 }
 
 bool VulkanBackend::supports_op(const Graph& g, const Node& n) const {
-  auto weight_ok = [&](int id, bool quantized) {
-    const GraphTensor& t = g.tensor(id);
-    return t.kind == TensorKind::Weight &&
-           (float_dtype(t.weight.dtype) || (quantized && quantized_ok(t.weight)));
-  };
-  switch (n.op) {
-    case Op::Embed:
-      return weight_ok(n.in[0], true);
-    case Op::MatMul:
-      return weight_ok(n.in[1], true);
-    case Op::RmsNorm:
-    case Op::HeadRmsNorm:
-      return weight_ok(n.in[1], false);
-    case Op::Rope:
-      return n.p.head_dim % 2 == 0;
-    case Op::Attention:
-      return n.p.head_dim <= 256 && n.p.head_dim % 2 == 0 && n.p.n_kv_heads > 0 &&
-             n.p.n_heads % n.p.n_kv_heads == 0;
-    case Op::SiluMul:
-    case Op::Add:
-    case Op::GatherRows:
-      return true;
-    case Op::MoE:
-    case Op::kCount:
-      break;
-  }
-  return false;
+  return gpu_supports_op(g, n);
 }
 
 std::unique_ptr<CompiledGraph> VulkanBackend::compile(const Graph& g, int max_tokens,
                                                       int max_outputs) {
-  check_supported(*this, g, "Vulkan",
-                  "F32, F16, BF16 and, in matmuls and embeddings, hearth's INT8/INT4");
-  if (max_tokens < 1 || max_tokens > 65535 || max_outputs < 1 || max_outputs > 65535)
-    fail("Vulkan: steps of 1 to 65535 tokens and outputs, asked for ", max_tokens, " and ",
-         max_outputs);
+  check_gpu_graph(*this, g, "Vulkan", max_tokens, max_outputs);
   place_weights(g);
   auto c = std::make_unique<VkCompiled>(*ctx_);
   c->graph = &g;

@@ -1,0 +1,20 @@
+// What both GPU backends (Vulkan, CUDA) run: Qwen3's dense graph with F32, F16 or BF16 weights
+// (and hearth's Q8/Q4 in matmuls and embeddings, as quant/FORMAT.md lays them out), head_dim up to
+// 256, and f32, f16 or bf16 KV caches; not Qwen3-MoE yet.
+#pragma once
+#include <string>
+
+#include "core/graph.h"
+
+namespace hearth {
+
+bool gpu_supports_op(const Graph& g, const Node& n);
+// Throws, naming `backend`, the first node of g it does not run, or step sizes past 65535 (what
+// a GPU backend's grids and tables are sized for).
+class Backend;
+void check_gpu_graph(const Backend& be, const Graph& g, const std::string& backend, int max_tokens,
+                     int max_outputs);
+// Throws, naming `backend`, unless kv is a KV type the GPU backends keep.
+void check_gpu_kv_dtype(DType kv, const std::string& backend);
+
+}  // namespace hearth
