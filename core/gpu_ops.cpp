@@ -1,5 +1,7 @@
 #include "core/gpu_ops.h"
 
+#include <algorithm>
+
 #include "core/backend.h"
 #include "core/error.h"
 #include "core/quant_format.h"
@@ -63,6 +65,17 @@ void check_gpu_kv_dtype(DType kv, const std::string& backend) {
   if (!float_dtype(kv))
     fail("the ", backend, " backend keeps f32, f16 or bf16 KV caches, not ", dtype_name(kv),
          " (use --kv f32, f16 or bf16)");
+}
+
+int gpu_attention_splits(int n_tokens, int heads) {
+  return std::clamp(4096 / std::max(1, n_tokens * heads), 1, 64);
+}
+
+size_t gpu_attention_partials(int max_tokens, int heads, int head_dim) {
+  size_t most = 0;
+  for (int t = 1; t <= max_tokens; ++t)
+    most = std::max(most, size_t(t) * size_t(gpu_attention_splits(t, heads)));
+  return most * size_t(heads) * size_t(head_dim + 2);
 }
 
 }  // namespace hearth

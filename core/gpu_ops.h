@@ -2,6 +2,7 @@
 // (and hearth's Q8/Q4 in matmuls and embeddings, as quant/FORMAT.md lays them out), head_dim up to
 // 256, and f32, f16 or bf16 KV caches; not Qwen3-MoE yet.
 #pragma once
+#include <cstddef>
 #include <string>
 
 #include "core/graph.h"
@@ -16,5 +17,13 @@ void check_gpu_graph(const Backend& be, const Graph& g, const std::string& backe
                      int max_outputs);
 // Throws, naming `backend`, unless kv is a KV type the GPU backends keep.
 void check_gpu_kv_dtype(DType kv, const std::string& backend);
+
+// Decode attention splits each (row, query head)'s positions over this many parts (flash-decoding,
+// at least 32 positions a part, a second pass merging them), so that a step of few rows still
+// fills a large GPU with about 4096 workgroups; 1 for long steps (prefill).
+int gpu_attention_splits(int n_tokens, int heads);
+// Floats of the partial softmaxes ([rows][heads][splits][head_dim + 2]) of the largest step of up
+// to max_tokens rows.
+size_t gpu_attention_partials(int max_tokens, int heads, int head_dim);
 
 }  // namespace hearth

@@ -19,6 +19,7 @@
 #include <vector>
 
 #define __global__
+#define __launch_bounds__(...)
 #define __device__
 #define __host__
 #define __forceinline__ inline
@@ -46,12 +47,26 @@ inline float rsqrtf(float x) {
 }
 
 using cudaStream_t = struct CUstream_st*;
-enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1 };
+enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorInvalidConfiguration = 9 };
+namespace hearth::cuda_emulation {
+// What a launch with a grid or block the GPU refuses leaves, as the runtime's last error does.
+inline cudaError_t& last_error() {
+  thread_local cudaError_t e = cudaSuccess;
+  return e;
+}
+}  // namespace hearth::cuda_emulation
 inline cudaError_t cudaPeekAtLastError() {
-  return cudaSuccess;
+  return hearth::cuda_emulation::last_error();
+}
+inline cudaError_t cudaGetLastError() {
+  const cudaError_t e = hearth::cuda_emulation::last_error();
+  hearth::cuda_emulation::last_error() = cudaSuccess;
+  return e;
 }
 inline const char* cudaGetErrorString(cudaError_t e) {
-  return e == cudaSuccess ? "no error" : "invalid value";
+  return e == cudaSuccess                     ? "no error"
+         : e == cudaErrorInvalidConfiguration ? "invalid configuration argument"
+                                              : "invalid value";
 }
 
 namespace hearth::cuda_emulation {
@@ -138,6 +153,13 @@ struct Launch {
   void (*kernel)(Args...);
   template <typename... Given>
   void operator()(Given&&... given) const {
+    // The GPU's limits: no empty grid or block, grid y and z up to 65535, 1024 threads a block.
+    const unsigned n = blk.x * blk.y * blk.z;
+    if (!grid.x || !grid.y || !grid.z || grid.y > 65535 || grid.z > 65535 || n == 0 || n > 1024 ||
+        blk.z > 64) {
+      last_error() = cudaErrorInvalidConfiguration;
+      return;
+    }
     if (capture()) {
       auto run = [copy = *this, args = std::make_tuple(Args(given)...)] {
         std::apply([&](const Args&... a) { copy.now(a...); }, args);
@@ -209,6 +231,13 @@ inline float shfl_xor(float v, int lane_mask) {
 }
 
 }  // namespace hearth::cuda_emulation
+
+// A block's threads switch only at barriers and shuffles, so a plain add is atomic here.
+inline unsigned atomicAdd(unsigned* p, unsigned v) {
+  const unsigned old = *p;
+  *p = old + v;
+  return old;
+}
 
 #define threadIdx                                                    \
   (::hearth::cuda_emulation::block()                                 \

@@ -16,6 +16,7 @@
 
 #include "core/backend.h"
 #include "core/runner.h"
+#include "core/sampler.h"
 #include "core/scheduler.h"
 #include "models/qwen3_model.h"
 #include "tests/fixture_models.h"
@@ -80,29 +81,82 @@ inline void check_16bit_kv(const MakeGpu& make, const CheckGpu& after) {
   }
 }
 
-// Every fixture sequence submitted at once (prefills and decodes share steps): the fixture's
-// greedy continuations exactly.
+// Every sequence of seqs submitted at once with options(i), the scheduler run until idle (prefills
+// and decodes share steps): each one's tokens.
+inline std::vector<std::vector<int32_t>> run_scheduled(
+    Runner& runner, const std::vector<Sequence>& seqs,
+    const std::function<GenerateOptions(size_t)>& options) {
+  Scheduler sched(runner);
+  std::vector<Scheduler::Id> ids;
+  for (size_t i = 0; i < seqs.size(); ++i) ids.push_back(sched.submit(seqs[i].ids, options(i)));
+  std::vector<Scheduler::Event> events;
+  for (int guard = 0; !sched.idle() && guard < 10000; ++guard) sched.step(events);
+  REQUIRE(sched.idle());
+  std::vector<std::vector<int32_t>> out;
+  for (auto id : ids) out.push_back(sched.take(id).tokens);
+  return out;
+}
+
+// The fixture's greedy continuations exactly, every sequence at once.
 inline void check_scheduler_greedy(const MakeGpu& make, const CheckGpu& after) {
   for (const char* fx : {kFixtures[0], kFixtures[1]}) {
     const std::string dir = kModels + fx;
     auto model = Qwen3Model::load(dir);
     const auto seqs = load_sequences(dir);
     auto runner = gpu_runner(make(DType::F32), *model);
-    Scheduler sched(*runner);
-    std::vector<Scheduler::Id> ids;
-    for (const auto& s : seqs) {
+    const auto got = run_scheduled(*runner, seqs, [&](size_t i) {
       GenerateOptions o;
-      o.max_new_tokens = int(s.greedy.size());
+      o.max_new_tokens = int(seqs[i].greedy.size());
       o.ignore_eos = true;
-      ids.push_back(sched.submit(s.ids, o));
-    }
-    std::vector<Scheduler::Event> events;
-    for (int guard = 0; !sched.idle() && guard < 10000; ++guard) sched.step(events);
-    REQUIRE(sched.idle());
+      return o;
+    });
     for (size_t i = 0; i < seqs.size(); ++i) {
       CAPTURE(fx);
       CAPTURE(seqs[i].name);
-      CHECK(sched.take(ids[i]).tokens == seqs[i].greedy);
+      CHECK(got[i] == seqs[i].greedy);
+    }
+    after(runner->backend());
+  }
+}
+
+// Sampled continuations (Qwen3's temperature 0.6, top-k 20, top-p 0.95) through the scheduler,
+// which asks the backend for each row's top 20 only, equal to a Sampler with the same seed fed
+// every logit of the row by Runner::forward: the device's top-k must keep exactly what the
+// sampler reads.
+inline void check_scheduler_sampled(const MakeGpu& make, const CheckGpu& after) {
+  for (const char* fx : {kFixtures[0], kFixtures[1]}) {
+    const std::string dir = kModels + fx;
+    auto model = Qwen3Model::load(dir);
+    const auto seqs = load_sequences(dir);
+    auto runner = gpu_runner(make(DType::F32), *model);
+    const int V = runner->vocab_size(), n_new = 12;
+    auto sampling = [](size_t i) {
+      SamplingParams p;
+      p.temperature = 0.6f, p.top_k = 20, p.top_p = 0.95f, p.seed = 100 + i;
+      return p;
+    };
+    const auto got = run_scheduled(*runner, seqs, [&](size_t i) {
+      GenerateOptions o;
+      o.max_new_tokens = n_new;
+      o.ignore_eos = true;
+      o.sampling = sampling(i);
+      return o;
+    });
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      CAPTURE(fx);
+      CAPTURE(seqs[i].name);
+      Sampler sampler(sampling(i), V);
+      std::vector<int32_t> history = seqs[i].ids, want;
+      std::vector<float> logits(static_cast<size_t>(V));
+      auto kv = runner->new_kv(int(history.size()) + n_new);
+      runner->forward(*kv, history.data(), int(history.size()), 0, nullptr, logits.data());
+      for (int t = 0; t < n_new; ++t) {
+        const int32_t tok = sampler.sample(logits.data(), V, history.data(), int(history.size()));
+        want.push_back(tok);
+        history.push_back(tok);
+        runner->forward(*kv, &tok, 1, int(history.size()) - 1, nullptr, logits.data());
+      }
+      CHECK(got[i] == want);
     }
     after(runner->backend());
   }
@@ -143,15 +197,23 @@ inline std::vector<float> step_last_logits(Runner& r, std::vector<KVCache*> cach
 // Three sequences at different depths in one step, against each alone: bitwise equal where each
 // output is computed by the same kernels in the same order (tolerance 0), else every logit within
 // tolerance x the largest magnitude.
+// long_rows: 20, 9 and 15 rows instead (a step of 44, which GPU backends run through their tiled
+// prefill shaders, tiles straddling sequences, against three short steps).
 inline void check_batched_equals_alone(const MakeGpu& make, const CheckGpu& after,
-                                       double tolerance = 0) {
+                                       double tolerance = 0, bool long_rows = false) {
   auto model = Qwen3Model::load(kModels + kFixtures[0]);
   const size_t V = size_t(model->config().vocab_size);
   for (int bs : {4, 16}) {
     CAPTURE(bs);
     auto runner = gpu_runner(make(DType::F32), *model, 256, bs);
     const std::vector<std::vector<int32_t>> prefix = {{}, {11, 22, 33, 44, 55}, {7}};
-    const std::vector<std::vector<int32_t>> rows = {{1, 2, 3}, {9}, {100, 200, 300, 400, 500, 6}};
+    std::vector<std::vector<int32_t>> rows = {{1, 2, 3}, {9}, {100, 200, 300, 400, 500, 6}};
+    if (long_rows)
+      for (size_t i = 0; i < 3; ++i) {
+        rows[i].clear();
+        for (int t = 0; t < int(i == 0 ? 20 : i == 1 ? 9 : 15); ++t)
+          rows[i].push_back(int32_t(1 + (t * 37 + int(i) * 11) % 200));
+      }
     std::vector<std::unique_ptr<KVCache>> alone_kv, together_kv;
     std::vector<int> pos0;
     std::vector<float> scratch(V);

@@ -65,10 +65,11 @@ TEST_SUITE("cuda") {
     check_16bit_kv(kCudaExact, kNothing);
   }
 
-  TEST_CASE("greedy continuations through the scheduler are exact") {
+  TEST_CASE("greedy and sampled continuations through the scheduler are exact") {
     if (!cuda_device_here()) return;
     check_scheduler_greedy(kCuda, kNothing);
     check_scheduler_greedy(kCudaExact, kNothing);
+    check_scheduler_sampled(kCudaExact, kNothing);
   }
 
   TEST_CASE("a batched step equals each of its sequences run alone") {
@@ -148,6 +149,16 @@ TEST_SUITE("cuda_math") {
         scale = std::max(scale, double(std::abs(want[i])));
       }
       CHECK(worst <= 1e-5 * scale);
+    }
+    // The last row alone, in chunks of 5: the first two chunks ask for no logits at all.
+    {
+      std::vector<float> last(V);
+      auto kv = exact->new_kv(64);
+      exact->forward(*kv, ids.data(), int(ids.size()), 0, nullptr, last.data());
+      double worst = 0;
+      for (size_t i = 0; i < V; ++i)
+        worst = std::max(worst, double(std::abs(last[i] - want[(ids.size() - 1) * V + i])));
+      CHECK(worst <= 1e-4);
     }
     // Greedy continuations of three prompts sharing steps through the scheduler.
     auto greedy = [&](Runner& r) {

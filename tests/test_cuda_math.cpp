@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "backends/cuda/cu_math.h"
@@ -202,6 +203,37 @@ TEST_SUITE("cuda_math") {
           if (cu::argmax_beats(bv[size_t(t + s)], bi[size_t(t + s)], bv[size_t(t)], bi[size_t(t)]))
             bv[size_t(t)] = bv[size_t(t + s)], bi[size_t(t)] = bi[size_t(t + s)];
       CHECK(bi[0] == want);
+    }
+  }
+
+  TEST_CASE(
+      "top-k keys order as the floats do (NaN as -inf, -0 as +0); a radix pass picks the k-th") {
+    const float inf = std::numeric_limits<float>::infinity();
+    const float denorm = std::numeric_limits<float>::denorm_min();
+    const std::vector<float> up = {-inf,   -3e38f, -1.f, -denorm, 0.f,
+                                   denorm, 1e-30f, 1.f,  3e38f,   inf};
+    for (size_t i = 0; i + 1 < up.size(); ++i)
+      CHECK(cu::top_k_key(up[i]) < cu::top_k_key(up[i + 1]));
+    CHECK(cu::top_k_key(-0.f) == cu::top_k_key(0.f));
+    CHECK(cu::top_k_key(std::nanf("")) == cu::top_k_key(-inf));
+    CHECK(cu::top_k_key(-std::nanf("")) == cu::top_k_key(-inf));
+    // Random floats: the key order is the float order, pair by pair.
+    std::mt19937 rng(5);
+    std::normal_distribution<float> nd(0.f, 10.f);
+    for (int i = 0; i < 10000; ++i) {
+      const float a = nd(rng), b = nd(rng);
+      CHECK((a < b) == (cu::top_k_key(a) < cu::top_k_key(b)));
+    }
+    // Digits 255, 200, 7 hold 3, 4 and 10 keys: the 2nd largest is in 255, the 5th in 200 (2 more
+    // to find there), the 8th and the 17th in 7 (1 and 10 more).
+    std::vector<uint32_t> hist(256, 0);
+    hist[255] = 3, hist[200] = 4, hist[7] = 10;
+    for (auto [k, digit, left] : std::vector<std::tuple<uint32_t, int, uint32_t>>{
+             {2, 255, 2}, {3, 255, 3}, {5, 200, 2}, {7, 200, 4}, {8, 7, 1}, {17, 7, 10}}) {
+      CAPTURE(k);
+      uint32_t need = k;
+      CHECK(cu::radix_pick(hist.data(), &need) == digit);
+      CHECK(need == left);
     }
   }
 

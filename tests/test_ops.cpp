@@ -5,8 +5,9 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
-
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -104,7 +105,9 @@ struct Harness {
     table.resize(size_t(n));
     for (int i = 0; i < n; ++i) table[size_t(i)] = n - 1 - i;
   }
-  std::vector<float> run(Graph& g, const std::vector<int32_t>& tokens, int pos0 = 0) {
+  // top_k: StepInputs::top_k, one per token (every row is an output row).
+  std::vector<float> run(Graph& g, const std::vector<int32_t>& tokens, int pos0 = 0,
+                         const std::vector<int32_t>* top_k = nullptr) {
     const int T = int(tokens.size());
     auto cg = be->compile(g, T, T);
     std::vector<int32_t> rows(static_cast<size_t>(T));
@@ -124,6 +127,7 @@ struct Harness {
     in.n_out = T;
     in.kv = kv.get();
     in.logits = out.data();
+    if (top_k) in.top_k = top_k->data();
     be->run(*cg, in);
     return out;
   }
@@ -140,14 +144,56 @@ int finish(Graph& g, int x) {
   return g.output;
 }
 
+// Checks logits read back with StepInputs::top_k = ks against the whole rows: each logit is the
+// whole row's bit for bit, or -inf where the whole row's is below its k-th largest (NaN ranked as
+// -inf). Returns how many rows came back cut to exactly the logits at or above the k-th (the GPU
+// backends' device top-k).
+int check_top_k(const std::vector<float>& whole, const std::vector<float>& got,
+                const std::vector<int32_t>& ks, int64_t V) {
+  const float inf = std::numeric_limits<float>::infinity();
+  auto bits = [](float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+  };
+  int cut_rows = 0;
+  for (size_t t = 0; t < ks.size(); ++t) {
+    CAPTURE(t);
+    const float* x = &whole[t * size_t(V)];
+    const float* y = &got[t * size_t(V)];
+    std::vector<float> sorted(x, x + V);
+    for (float& v : sorted)
+      if (std::isnan(v)) v = -inf;
+    std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+    const int k = ks[t];
+    const float kth = k >= 1 ? sorted[size_t(std::min<int64_t>(k, V) - 1)] : -inf;
+    int cut = 0, wrong = 0, kept_below = 0;
+    for (int64_t i = 0; i < V; ++i) {
+      const float v = std::isnan(x[i]) ? -inf : x[i];
+      kept_below += k >= 1 && v < kth && y[i] != -inf;
+      if (bits(y[i]) == bits(x[i])) continue;
+      if (k >= 1 && v < kth && y[i] == -inf) {
+        ++cut;
+        continue;
+      }
+      ++wrong;
+    }
+    CHECK(wrong == 0);
+    cut_rows += cut > 0 && kept_below == 0;
+  }
+  return cut_rows;
+}
+
 }  // namespace
 
 TEST_SUITE("ops") {
   TEST_CASE("matmul in F32, F16 and BF16 against float64") {
     for (const auto& isa : targets_here())
       for (DType wt : {DType::F32, DType::F16, DType::BF16})
-        for (int T : {1, 3, 9})
+        for (int T : {1, 3, 9, 40})
           for (int64_t K : {8, 37, 256}) {
+            // 40 rows: the Vulkan shaders' tiles of 32 (a whole tile and a ragged one).
+            if (T == 40 && isa.rfind("vulkan", 0) != 0) continue;
             const int64_t N = 35;
             CAPTURE(isa);
             CAPTURE(dtype_name(wt));
@@ -246,10 +292,11 @@ TEST_SUITE("ops") {
                                    target.rfind("cuda", 0) != 0;
             CHECK(nerr(h.run(g, toks), want) < (int8_dots ? 1e-2 : 1e-6));
             CHECK(nerr(h.run(ge, ids), want_e) < 1e-7);
-            if (target.rfind("cuda", 0) != 0) continue;
-            // Eleven rows: through cuBLAS, the weight widened to bf16 rows (the -exact targets:
-            // the mat-vec, 8 rows and then 3).
-            const int TL = 11;
+            const bool cuda = target.rfind("cuda", 0) == 0;
+            if (!cuda && target.rfind("vulkan", 0) != 0) continue;
+            // Long steps. CUDA, eleven rows: through cuBLAS, the weight widened to bf16 rows (the
+            // -exact targets: the mat-vec, 8 rows and then 3). Vulkan, 40: the tiled shader.
+            const int TL = cuda ? 11 : 40;
             auto xl = randn(size_t(TL * K), 13);
             Graph gl;
             finish(gl, gl.add(Op::MatMul, gl.activation("y", N),
@@ -262,7 +309,7 @@ TEST_SUITE("ops") {
                 for (int64_t k = 0; k < K; ++k)
                   want_l[size_t(t * N + n)] += double(xl[size_t(t * K + k)]) * wd(n, k);
             }
-            const bool exact = target.find("exact") != std::string::npos;
+            const bool exact = !cuda || target.find("exact") != std::string::npos;
             CHECK(nerr(h.run(gl, toks_l), want_l) < (exact ? 1e-6 : 1e-2));
           }
   }
@@ -301,8 +348,73 @@ TEST_SUITE("ops") {
     CHECK(vulkan::count_dispatches(*h.be->compile(g, T, T), vulkan::Kernel::MatMulRows) >= 6);
     CHECK(vulkan::count_dispatches(*h.be->compile(ge, T, T), vulkan::Kernel::Embed) == 3);
 #endif
-    CHECK(nerr(h.run(g, toks), want) < 1e-6);
+    const auto whole = h.run(g, toks);
+    CHECK(nerr(whole, want) < 1e-6);
     CHECK(nerr(h.run(ge, ids), want_e) == 0);
+    // The top-k of logits in parts: each part's entries land at its own rows.
+    std::vector<int32_t> ks(static_cast<size_t>(T));
+    for (int t = 0; t < T; ++t) ks[size_t(t)] = 1 + t % 9;
+    CHECK(check_top_k(whole, h.run(g, toks, 0, &ks), ks, N) == T);
+  }
+
+  TEST_CASE("top-k readback: every logit at or above the k-th kept bit for bit, ties included") {
+    // Rows of crafted logits (ties at the k-th, NaN, -inf, -0 beside +0, more ties than the GPU
+    // entries hold) pass through an embedding unchanged; a backend may write -inf only below
+    // the k-th largest (NaN ranked as -inf), as StepInputs::top_k allows.
+    const int64_t V = 1000;
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+    std::vector<std::vector<float>> rows;
+    std::vector<int32_t> ks;
+    auto add = [&](std::vector<float> r, int k) { rows.push_back(std::move(r)), ks.push_back(k); };
+    for (int rep = 0; rep < 2; ++rep) {
+      add(randn(size_t(V), 10 + rep), 20);  // distinct values
+      std::vector<float> tied(size_t(V), -3.f);
+      for (int i = 0; i < 10; ++i) tied[size_t(97 * i % V)] = 1.f;  // 3 above, 10 tied at the 5th
+      for (int i = 0; i < 3; ++i) tied[size_t(500 + i)] = 2.f;
+      add(tied, 5);
+      std::vector<float> odd = randn(size_t(V), 20 + rep);
+      odd[3] = nan, odd[4] = inf, odd[5] = -inf, odd[6] = nan;
+      add(odd, 1);  // +inf alone
+      add(odd, 12);
+      std::vector<float> zeros(size_t(V), -1.f);
+      for (int i = 0; i < 5; ++i) zeros[size_t(i * 31)] = 0.5f;
+      for (int i = 0; i < 6; ++i) zeros[size_t(i * 37 + 1)] = (i % 2) ? -0.f : 0.f;
+      add(zeros, 7);  // -0 ties +0 at the k-th
+      std::vector<float> dup_max(size_t(V), 0.f);
+      dup_max[7] = dup_max[900] = 4.f;
+      add(dup_max, 1);  // two tied maxima
+      std::vector<float> cap(size_t(V), -2.f);
+      for (int i = 0; i < 256; ++i) cap[size_t(i * 3)] = 1.f;
+      add(cap, 10);  // ties fill the entries exactly
+      cap[999] = 1.f;
+      add(cap, 10);  // one tie too many: read whole
+      std::vector<float> few(size_t(V), -inf);
+      few[10] = 1.f, few[20] = nan;
+      add(few, 5);                           // the k-th is -inf: all tie
+      add(randn(size_t(V), 30 + rep), 0);    // no top-k
+      add(randn(size_t(V), 40 + rep), 300);  // k past what the GPU serves
+      add(randn(size_t(V), 50 + rep), int(V));
+    }
+    // The crafted values rounded to BF16 first, so that a BF16 embedding passes them on exactly.
+    const int T = int(rows.size());
+    std::vector<uint16_t> table;
+    for (auto& r : rows)
+      for (float& v : r) table.push_back(f32_to_bf16(v)), v = bf16_to_f32(table.back());
+    Graph g;
+    int w = g.weight("x", view(DType::BF16, {T, V}, table.data()));
+    finish(g, g.add(Op::Embed, g.activation("x", V), {w}));
+    std::vector<int32_t> toks(static_cast<size_t>(T));
+    for (int t = 0; t < T; ++t) toks[size_t(t)] = t;
+    std::vector<float> whole;
+    for (const auto& r : rows) whole.insert(whole.end(), r.begin(), r.end());
+    for (const auto& target : targets_here()) {
+      CAPTURE(target);
+      Harness h(target, 1, {1, 1, 2}, 64);
+      const int cut_rows = check_top_k(whole, h.run(g, toks, 0, &ks), ks, V);
+      // The GPU backends compute the top-k on the device: rows with k in 1..256 whose ties fit
+      // come back cut: seven per repetition (the other five are read whole).
+      if (target.rfind("vulkan", 0) == 0 || target.rfind("cuda", 0) == 0) CHECK(cut_rows == 14);
+    }
   }
 
   TEST_CASE("rms_norm, head_rms_norm, silu_mul and add against float64") {
@@ -401,56 +513,65 @@ TEST_SUITE("ops") {
   }
 
   TEST_CASE("causal GQA attention over the cache, across two steps") {
-    const int nh = 4, nkv = 2, hd = 16, T1 = 5, T2 = 3, T = T1 + T2;
-    auto q = randn(size_t(T * nh * hd), 7);
-    auto k = randn(size_t(T * nkv * hd), 8);
-    auto v = randn(size_t(T * nkv * hd), 9);
-    for (const auto& isa : targets_here())
-      for (DType kvt : {DType::F32, DType::BF16}) {
-        CAPTURE(isa);
-        Graph g;
-        int qi = input(g, q, T, nh * hd, "q");
-        int ki = input(g, k, T, nkv * hd, "k");
-        int vi = input(g, v, T, nkv * hd, "v");
-        NodeParams p;
-        p.n_heads = nh;
-        p.n_kv_heads = nkv;
-        p.head_dim = hd;
-        p.layer = 0;
-        finish(g, g.add(Op::Attention, g.activation("a", nh * hd), {qi, ki, vi}, p));
-        Harness h(isa, 2, {1, nkv, hd}, 16, kvt);
-        std::vector<int32_t> s1 = {0, 1, 2, 3, 4}, s2 = {5, 6, 7};
-        auto a1 = h.run(g, s1, 0);
-        auto a2 = h.run(g, s2, T1);
-        std::vector<float> got(a1);
-        got.insert(got.end(), a2.begin(), a2.end());
-        std::vector<double> want(size_t(T * nh * hd));
-        auto kvq = [&](float f) {
-          return kvt == DType::BF16 ? double(bf16_to_f32(f32_to_bf16(f))) : double(f);
-        };
-        for (int t = 0; t < T; ++t)
-          for (int hh = 0; hh < nh; ++hh) {
-            int kh = hh / (nh / nkv);
-            std::vector<double> s(size_t(t + 1));
-            double mx = -1e300, sum = 0;
-            for (int p2 = 0; p2 <= t; ++p2) {
-              double d = 0;
-              for (int i = 0; i < hd; ++i)
-                d += double(q[size_t((t * nh + hh) * hd + i)]) *
-                     kvq(k[size_t((p2 * nkv + kh) * hd + i)]);
-              s[size_t(p2)] = d / std::sqrt(double(hd));
-              mx = std::max(mx, s[size_t(p2)]);
+    // Longer steps: 40 and 300 rows go through the GPU backends' tiled prefill attention (a
+    // ragged tile of eight rows for 300), the next 2 rows split their positions over 64 parts
+    // (2 and 10 of 32 positions, the rest empty) and merge them.
+    for (auto [T1, T2] : {std::pair{5, 3}, {40, 2}, {300, 2}})
+      for (const auto& isa : targets_here())
+        for (DType kvt : {DType::F32, DType::BF16}) {
+          const int nh = 4, nkv = 2, hd = 16, T = T1 + T2;
+          auto q = randn(size_t(T * nh * hd), 7);
+          auto k = randn(size_t(T * nkv * hd), 8);
+          auto v = randn(size_t(T * nkv * hd), 9);
+          CAPTURE(isa);
+          CAPTURE(T1);
+          // The emulated CUDA kernels' parts are tested in test_cuda_kernels.cpp (this many
+          // blocks of coroutines would take minutes).
+          if (T1 > 40 && isa.rfind("cuda-emu", 0) == 0) continue;
+          Graph g;
+          int qi = input(g, q, T, nh * hd, "q");
+          int ki = input(g, k, T, nkv * hd, "k");
+          int vi = input(g, v, T, nkv * hd, "v");
+          NodeParams p;
+          p.n_heads = nh;
+          p.n_kv_heads = nkv;
+          p.head_dim = hd;
+          p.layer = 0;
+          finish(g, g.add(Op::Attention, g.activation("a", nh * hd), {qi, ki, vi}, p));
+          Harness h(isa, 2, {1, nkv, hd}, T, kvt);
+          std::vector<int32_t> s1, s2;
+          for (int t = 0; t < T; ++t) (t < T1 ? s1 : s2).push_back(t);
+          auto a1 = h.run(g, s1, 0);
+          auto a2 = h.run(g, s2, T1);
+          std::vector<float> got(a1);
+          got.insert(got.end(), a2.begin(), a2.end());
+          std::vector<double> want(size_t(T * nh * hd));
+          auto kvq = [&](float f) {
+            return kvt == DType::BF16 ? double(bf16_to_f32(f32_to_bf16(f))) : double(f);
+          };
+          for (int t = 0; t < T; ++t)
+            for (int hh = 0; hh < nh; ++hh) {
+              int kh = hh / (nh / nkv);
+              std::vector<double> s(size_t(t + 1));
+              double mx = -1e300, sum = 0;
+              for (int p2 = 0; p2 <= t; ++p2) {
+                double d = 0;
+                for (int i = 0; i < hd; ++i)
+                  d += double(q[size_t((t * nh + hh) * hd + i)]) *
+                       kvq(k[size_t((p2 * nkv + kh) * hd + i)]);
+                s[size_t(p2)] = d / std::sqrt(double(hd));
+                mx = std::max(mx, s[size_t(p2)]);
+              }
+              for (auto& e : s) sum += (e = std::exp(e - mx));
+              for (int i = 0; i < hd; ++i) {
+                double acc = 0;
+                for (int p2 = 0; p2 <= t; ++p2)
+                  acc += s[size_t(p2)] / sum * kvq(v[size_t((p2 * nkv + kh) * hd + i)]);
+                want[size_t((t * nh + hh) * hd + i)] = acc;
+              }
             }
-            for (auto& e : s) sum += (e = std::exp(e - mx));
-            for (int i = 0; i < hd; ++i) {
-              double acc = 0;
-              for (int p2 = 0; p2 <= t; ++p2)
-                acc += s[size_t(p2)] / sum * kvq(v[size_t((p2 * nkv + kh) * hd + i)]);
-              want[size_t((t * nh + hh) * hd + i)] = acc;
-            }
-          }
-        CHECK(nerr(got, want) < 1e-5);
-      }
+          CHECK(nerr(got, want) < 1e-5);
+        }
   }
 
   TEST_CASE("moe: router top-k and weighted SwiGLU experts against float64") {

@@ -54,14 +54,17 @@ TEST_SUITE("vulkan") {
     check_16bit_kv(kVulkan, kSilent);
   }
 
-  TEST_CASE("greedy continuations through the scheduler are exact") {
+  TEST_CASE("greedy and sampled continuations through the scheduler are exact") {
     if (!vulkan_device_here()) return;
     check_scheduler_greedy(kVulkan, kSilent);
+    check_scheduler_sampled(kVulkan, kSilent);
   }
 
   TEST_CASE("a batched step equals each of its sequences run alone") {
     if (!vulkan_device_here()) return;
     check_batched_equals_alone(kVulkan, kSilent);
+    // A long step through the tiled matmul and attention against short ones: within rounding.
+    check_batched_equals_alone(kVulkan, kSilent, 1e-5, true);
   }
 
   TEST_CASE("what it does not run is refused clearly when the graph is compiled") {

@@ -29,7 +29,7 @@ inline void check_cublas(cublasStatus_t s, const char* what) {
 
 // After a kernel launch: a bad configuration shows here, a fault at the next synchronization.
 inline void launched(const char* kernel) {
-  check(cudaPeekAtLastError(), kernel);
+  check(cudaGetLastError(), kernel);
 }
 
 inline unsigned blocks_for(int64_t n, int per_block) {

@@ -5,6 +5,8 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "core/error.h"
+#include "core/gpu_ops.h"
+#include "core/gpu_readback.h"
 #include "core/step_rows.h"
 
 namespace hearth::HEARTH_CUDA_NS {
@@ -45,7 +47,9 @@ void CudaBackend::allocate(const Graph& g, CuCompiled& c) const {
   c.acts = DeviceBuffer(total, "activations (a smaller --prefill-chunk needs less)");
   c.logits = DeviceBuffer(size_t(O) * size_t(c.vocab) * 4, "logits");
   c.argmax = DeviceBuffer(size_t(O) * 4, "argmax");
-  const size_t step_ints = size_t(3 * T + O) * 4;
+  c.top_k = DeviceBuffer(size_t(O) * kGpuTopKWords * 4, "top-k entries");
+  c.host_top_k = PinnedBuffer(size_t(O) * kGpuTopKWords * 4, "top-k entries");
+  const size_t step_ints = size_t(3 * T + 2 * O) * 4;
   const size_t rope_bytes = size_t(T) * std::max<size_t>(c.inv_freq.size(), 1) * 8;
   c.step = DeviceBuffer(step_ints, "step inputs");
   c.host_step = PinnedBuffer(step_ints, "step inputs");
@@ -59,13 +63,9 @@ void CudaBackend::allocate(const Graph& g, CuCompiled& c) const {
   size_t partial_floats = 0;
   int64_t max_k = 0, max_quant_rows = 0;
   for (const Node& n : g.nodes()) {
-    if (n.op == Op::Attention) {
-      size_t most = 0;
-      for (int t = 1; t <= T; ++t)
-        most = std::max(most, size_t(t) * size_t(attention_splits(t, n.p.n_heads)));
+    if (n.op == Op::Attention)
       partial_floats =
-          std::max(partial_floats, most * size_t(n.p.n_heads) * size_t(n.p.head_dim + 2));
-    }
+          std::max(partial_floats, gpu_attention_partials(T, n.p.n_heads, n.p.head_dim));
     if (n.op == Op::MatMul) {
       const Tensor& w = g.tensor(n.in[1]).weight;
       max_k = std::max(max_k, w.cols());

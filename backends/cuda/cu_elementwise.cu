@@ -26,7 +26,10 @@ __device__ float block_sum(float v, float* shared32) {
   return v;
 }
 
-__global__ void rms_norm_kernel(const float* x, WeightView w, float eps, int cols, float* out) {
+// Up to 1024 threads a block (rms_norm below): __launch_bounds__ keeps each within the 64
+// registers that leaves, or the launch would fail for want of them.
+__global__ void __launch_bounds__(1024)
+    rms_norm_kernel(const float* x, WeightView w, float eps, int cols, float* out) {
   __shared__ float shared32[32];
   const float* row = x + int64_t(blockIdx.x) * cols;
   float ss = 0.f;
@@ -96,7 +99,8 @@ __global__ void kv_store_kernel(const float* k, const float* v, StepDev step, in
 
 constexpr int kArgmaxThreads = 1024;
 
-__global__ void argmax_kernel(const float* logits, int64_t cols, int32_t* out) {
+__global__ void __launch_bounds__(kArgmaxThreads)
+    argmax_kernel(const float* logits, int64_t cols, int32_t* out) {
   __shared__ float best_v[kArgmaxThreads];
   __shared__ int best_i[kArgmaxThreads];
   const float* row = logits + int64_t(blockIdx.x) * cols;

@@ -67,8 +67,16 @@ void kv_store(const float* k, const float* v, const StepDev& step, int rows, con
 // ([rows][heads][splits][head_dim + 2] floats), then merged into out.
 void attention(const float* q, const StepDev& step, int rows, int heads, const KVLayer& kv,
                float scale, int splits, float* partials, float* out, cudaStream_t s);
+// The same attention for long steps (prefill, cu_attention_tiled.cu): the rows' queries and
+// tiles of keys and values in shared memory, each key and value read once per eight rows.
+void attention_tiled(const float* q, const StepDev& step, int rows, int heads, const KVLayer& kv,
+                     float scale, float* out, cudaStream_t s);
 // The index of each row's largest logit (first on ties, NaN ignored, -1 when none is above -inf).
 void argmax(const float* logits, int rows, int64_t cols, int32_t* out, cudaStream_t s);
+// The sampler's top-k of each row (cu_top_k.cu): the entries of core/gpu_readback.h for the rows
+// whose ks[r] is not 0, kGpuTopKWords words per row; other rows' entries are left as they were.
+void top_k(const float* logits, int rows, int64_t cols, const uint32_t* ks, uint32_t* entries,
+           cudaStream_t s);
 
 // Reads n bytes (a multiple of 16) and writes one word per block to sink: a bandwidth probe.
 void read_probe(const void* src, size_t n, uint32_t* sink, cudaStream_t s);

@@ -262,4 +262,23 @@ HEARTH_HD bool argmax_beats(float v, int i, float bv, int bi) {
   return bi < 0 || v > bv || (v == bv && i < bi);
 }
 
+// The sampler's top-k (core/gpu_readback.h) as a radix select: a logit's key orders as the float
+// does, with NaN ranked as -inf and -0 as +0 (the sampler turns NaN into -inf; -0 == +0 is a tie).
+HEARTH_HD uint32_t top_k_key(float v) {
+  uint32_t b = bits_of_f32(v);
+  if ((b & 0x7fffffffu) > 0x7f800000u) b = 0xff800000u;  // NaN
+  if (b == 0x80000000u) b = 0u;
+  return (b & 0x80000000u) != 0u ? ~b : (b | 0x80000000u);
+}
+// One pass of the select: hist[d] counts the keys that match the digits fixed so far and have
+// digit d next; `need` (>= 1, at most their sum) is how many of the largest are still to place.
+// Returns the digit of the k-th largest key and takes the keys of the digits above it off need.
+HEARTH_HD int radix_pick(const uint32_t* hist, uint32_t* need) {
+  for (int d = 255; d > 0; --d) {
+    if (hist[d] >= *need) return d;
+    *need -= hist[d];
+  }
+  return 0;
+}
+
 }  // namespace hearth::HEARTH_CUDA_NS

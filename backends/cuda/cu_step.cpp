@@ -6,6 +6,8 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "core/error.h"
+#include "core/gpu_ops.h"
+#include "core/gpu_readback.h"
 #include "core/step_rows.h"
 
 namespace hearth::HEARTH_CUDA_NS {
@@ -17,6 +19,9 @@ namespace {
 constexpr size_t kMaxGraphs = 64;
 // Steps of more rows than this multiply through cuBLAS (CudaOptions::cublas).
 constexpr int kMatvecRows = 8;
+// Steps of at least this many rows (prefill) run attention in tiles of rows and positions; shorter
+// ones (decode) split each row's positions over parts.
+constexpr int kTiledAttentionRows = 32;
 
 StepDev step_dev(const CuCompiled& c) {
   const int T = c.max_tokens;
@@ -106,6 +111,7 @@ void CudaBackend::enqueue_node(CuCompiled& c, const Node& n, int n_tokens, int n
   const Graph& g = *c.graph;
   const GraphTensor& o = g.tensor(n.out);
   const int rows = o.rows == Rows::Tokens ? n_tokens : n_out;
+  if (rows == 0) return;  // a prompt chunk that wants no logits: an empty grid is an error
   const StepDev step = step_dev(c);
   switch (n.op) {
     case Op::Embed: {
@@ -137,9 +143,14 @@ void CudaBackend::enqueue_node(CuCompiled& c, const Node& n, int n_tokens, int n
       kv.head_dim = n.p.head_dim;
       kv.block_size = c.kv->block_size;
       kv_store(act(c, n.in[1]), act(c, n.in[2]), step, rows, kv, stream_);
-      attention(act(c, n.in[0]), step, rows, n.p.n_heads, kv,
-                float(1.0 / std::sqrt(double(n.p.head_dim))), attention_splits(rows, n.p.n_heads),
-                c.partials.as<float>(), act(c, n.out), stream_);
+      const float scale = float(1.0 / std::sqrt(double(n.p.head_dim)));
+      if (rows >= kTiledAttentionRows)
+        attention_tiled(act(c, n.in[0]), step, rows, n.p.n_heads, kv, scale, act(c, n.out),
+                        stream_);
+      else
+        attention(act(c, n.in[0]), step, rows, n.p.n_heads, kv, scale,
+                  gpu_attention_splits(rows, n.p.n_heads), c.partials.as<float>(), act(c, n.out),
+                  stream_);
       return;
     }
     case Op::SiluMul:
@@ -157,9 +168,71 @@ void CudaBackend::enqueue_node(CuCompiled& c, const Node& n, int n_tokens, int n
   fail("CUDA: no kernel for ", op_name(n.op));
 }
 
-void CudaBackend::enqueue(CuCompiled& c, int n_tokens, int n_out, bool want_argmax) const {
+void CudaBackend::enqueue(CuCompiled& c, int n_tokens, int n_out, GpuReadback what) const {
   for (const Node& n : c.graph->nodes()) enqueue_node(c, n, n_tokens, n_out);
-  if (want_argmax) argmax(c.logits.as<float>(), n_out, c.vocab, c.argmax.as<int32_t>(), stream_);
+  if (n_out == 0) return;
+  if (what == GpuReadback::Argmax)
+    argmax(c.logits.as<float>(), n_out, c.vocab, c.argmax.as<int32_t>(), stream_);
+  if (what == GpuReadback::TopK)
+    top_k(c.logits.as<float>(), n_out, c.vocab,
+          c.step.as<uint32_t>() + 3 * c.max_tokens + c.max_outputs, c.top_k.as<uint32_t>(),
+          stream_);
+}
+
+// The step's launches: as they are, or through the graph captured for this shape.
+void CudaBackend::launch_step(CuCompiled& c, int n_tokens, int n_out, GpuReadback what) const {
+  if (!opt_.graphs) return enqueue(c, n_tokens, n_out, what);
+  const auto key = std::make_tuple(n_tokens, n_out, what);
+  auto it = c.graphs.find(key);
+  if (it == c.graphs.end()) {
+    if (c.graphs.size() >= kMaxGraphs) c.drop_graphs();
+    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "capturing a step");
+    cudaGraph_t graph = nullptr;
+    try {
+      enqueue(c, n_tokens, n_out, what);
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      throw;
+    }
+    check(cudaStreamEndCapture(stream_, &graph), "capturing a step");
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    check(e, "instantiating a captured step");
+    it = c.graphs.emplace(key, exec).first;
+  }
+  check(cudaGraphLaunch(it->second, stream_), "launching a step");
+}
+
+// Copies what the step asked for to the caller and waits for it. Top-k rows come back as their
+// entries; a row the device did not serve (or whose ties overflowed them) is copied whole.
+void CudaBackend::read_back(CuCompiled& c, const StepInputs& in, GpuReadback what) const {
+  const size_t row_bytes = size_t(c.vocab) * 4;
+  if (what == GpuReadback::Argmax)
+    check(cudaMemcpyAsync(in.argmax, c.argmax.get(), size_t(in.n_out) * 4, cudaMemcpyDeviceToHost,
+                          stream_),
+          "reading the argmax back");
+  else if (what == GpuReadback::Logits && in.logits)
+    check(cudaMemcpyAsync(in.logits, c.logits.get(), size_t(in.n_out) * row_bytes,
+                          cudaMemcpyDeviceToHost, stream_),
+          "reading the logits back");
+  else if (what == GpuReadback::TopK)
+    check(cudaMemcpyAsync(c.host_top_k.as<void>(), c.top_k.get(),
+                          size_t(in.n_out) * kGpuTopKWords * 4, cudaMemcpyDeviceToHost, stream_),
+          "reading the top-k back");
+  check(cudaStreamSynchronize(stream_), "running a step");
+  if (what != GpuReadback::TopK) return;
+  const uint32_t* ks = c.host_step.as<uint32_t>() + 3 * c.max_tokens + c.max_outputs;
+  for (int i = 0; i < in.n_out; ++i) {
+    float* row = in.logits + size_t(i) * size_t(c.vocab);
+    if (ks[i] &&
+        expand_gpu_top_k(c.host_top_k.as<uint32_t>() + size_t(i) * kGpuTopKWords, c.vocab, row))
+      continue;
+    check(cudaMemcpy(row, c.logits.as<char>() + size_t(i) * row_bytes, row_bytes,
+                     cudaMemcpyDeviceToHost),
+          "reading the logits back");
+  }
 }
 
 void CudaBackend::run(CompiledGraph& cg, const StepInputs& in) {
@@ -175,42 +248,18 @@ void CudaBackend::run(CompiledGraph& cg, const StepInputs& in) {
     c.kv = &kv;
     c.kv_serial = kv.serial;
   }
+  const GpuReadback what =
+      gpu_readback(in, c.host_step.as<uint32_t>() + 3 * c.max_tokens + c.max_outputs);
   fill_step(c, in);
-  const bool want_argmax = in.argmax != nullptr;
-  if (!opt_.graphs) {
-    enqueue(c, in.n_tokens, in.n_out, want_argmax);
-  } else {
-    const auto key = std::make_tuple(in.n_tokens, in.n_out, want_argmax);
-    auto it = c.graphs.find(key);
-    if (it == c.graphs.end()) {
-      if (c.graphs.size() >= kMaxGraphs) c.drop_graphs();
-      check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "capturing a step");
-      cudaGraph_t graph = nullptr;
-      try {
-        enqueue(c, in.n_tokens, in.n_out, want_argmax);
-      } catch (...) {
-        cudaStreamEndCapture(stream_, &graph);
-        if (graph) cudaGraphDestroy(graph);
-        throw;
-      }
-      check(cudaStreamEndCapture(stream_, &graph), "capturing a step");
-      cudaGraphExec_t exec = nullptr;
-      const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
-      cudaGraphDestroy(graph);
-      check(e, "instantiating a captured step");
-      it = c.graphs.emplace(key, exec).first;
-    }
-    check(cudaGraphLaunch(it->second, stream_), "launching a step");
+  try {
+    launch_step(c, in.n_tokens, in.n_out, what);
+  } catch (...) {
+    // The step's inputs may still be on their way from the page-locked copies the next step
+    // rewrites.
+    cudaStreamSynchronize(stream_);
+    throw;
   }
-  if (want_argmax)
-    check(cudaMemcpyAsync(in.argmax, c.argmax.get(), size_t(in.n_out) * 4, cudaMemcpyDeviceToHost,
-                          stream_),
-          "reading the argmax back");
-  else if (in.logits)
-    check(cudaMemcpyAsync(in.logits, c.logits.get(), size_t(in.n_out) * size_t(c.vocab) * 4,
-                          cudaMemcpyDeviceToHost, stream_),
-          "reading the logits back");
-  check(cudaStreamSynchronize(stream_), "running a step");
+  read_back(c, in, what);
 }
 
 }  // namespace hearth::HEARTH_CUDA_NS

@@ -43,6 +43,9 @@ void CudaBackend::place_weights(const Graph& g) {
     upload(t.weight.data, t.weight.nbytes, t.name);
     if (t.weight.quantized()) upload(t.weight.scales, scale_bytes(t.weight), t.name + " scales");
   }
+  // A copy from pageable memory may return before its DMA lands, and the backend's stream does
+  // not wait for the legacy one.
+  check(cudaDeviceSynchronize(), "uploading the weights");
 }
 
 WeightView CudaBackend::weight(const Tensor& t, const std::string& name) const {

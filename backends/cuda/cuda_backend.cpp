@@ -63,10 +63,6 @@ bool CudaBackend::supports_op(const Graph& g, const Node& n) const {
   return gpu_supports_op(g, n);
 }
 
-int CudaBackend::attention_splits(int n_tokens, int heads) {
-  return std::clamp(4096 / std::max(1, n_tokens * heads), 1, 64);
-}
-
 std::unique_ptr<CompiledGraph> CudaBackend::compile(const Graph& g, int max_tokens,
                                                     int max_outputs) {
   check_gpu_graph(*this, g, "CUDA", max_tokens, max_outputs);

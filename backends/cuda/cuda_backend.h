@@ -13,6 +13,7 @@
 #include "backends/cuda/cu_buffer.h"
 #include "backends/cuda/cu_kernels.h"
 #include "core/backend.h"
+#include "core/gpu_readback.h"
 
 namespace hearth::HEARTH_CUDA_NS {
 
@@ -34,15 +35,17 @@ struct CuCompiled : CompiledGraph {
   // The step's integers (tokens, positions, block-table offsets: max_tokens each, then the output
   // rows), RoPE angles (per row head_dim / 2 pairs of cos, sin) and block tables, with their
   // page-locked host copies.
-  DeviceBuffer step, rope, blocks, argmax;
-  PinnedBuffer host_step, host_rope, host_blocks;
+  // After them, per output row the k of the sampler's top-k (0: none). The argmax, and the
+  // top-k entries of core/gpu_readback.h with their page-locked copy.
+  DeviceBuffer step, rope, blocks, argmax, top_k;
+  PinnedBuffer host_step, host_rope, host_blocks, host_top_k;
   size_t blocks_capacity = 0;  // entries
   std::vector<double> inv_freq;
   // Scratch: attention's partial softmaxes; for cuBLAS steps, activations and (quantized
   // weights) weight rows widened to 16 bits.
   DeviceBuffer partials, half_acts, half_weights;
   size_t half_weight_rows = 0;  // rows of the widest quantized weight half_weights holds at once
-  std::map<std::tuple<int, int, bool>, cudaGraphExec_t> graphs;  // by (tokens, outputs, argmax)
+  std::map<std::tuple<int, int, GpuReadback>, cudaGraphExec_t> graphs;  // by step shape
   const CuKVStorage* kv = nullptr;
   uint64_t kv_serial = 0;
   void drop_graphs();
@@ -62,15 +65,14 @@ class CudaBackend : public Backend {
   void run(CompiledGraph& cg, const StepInputs& in) override;
   MachinePeaks measure_peaks(bool compute) const override;
 
-  // Attention parts per (row, head) for steps of n_tokens rows of `heads` heads.
-  static int attention_splits(int n_tokens, int heads);
-
  private:
   void place_weights(const Graph& g);                                 // cu_weights.cpp
   WeightView weight(const Tensor& t, const std::string& name) const;  // cu_weights.cpp
   void allocate(const Graph& g, CuCompiled& c) const;                 // cu_compile.cpp
   void fill_step(CuCompiled& c, const StepInputs& in) const;          // cu_step.cpp
-  void enqueue(CuCompiled& c, int n_tokens, int n_out, bool argmax) const;
+  void enqueue(CuCompiled& c, int n_tokens, int n_out, GpuReadback what) const;
+  void launch_step(CuCompiled& c, int n_tokens, int n_out, GpuReadback what) const;
+  void read_back(CuCompiled& c, const StepInputs& in, GpuReadback what) const;
   void enqueue_node(CuCompiled& c, const Node& n, int n_tokens, int n_out) const;
   void matmul(CuCompiled& c, const Node& n, int rows) const;
   void gemm(CuCompiled& c, const WeightView& w, int64_t n_rows, const float* x, int rows,

@@ -6,6 +6,7 @@
 
 #include "backends/vulkan/vulkan_backend.h"
 #include "core/error.h"
+#include "core/gpu_ops.h"
 #include "core/step_rows.h"
 
 namespace hearth::vulkan {
@@ -123,6 +124,19 @@ void node_dispatches(const Graph& g, const Node& n, uint64_t range, std::vector<
       d.binds[kBlocks] = {Bind::Blocks};
       d.binds[kKCache] = {Bind::KCache, n.p.layer};
       d.binds[kVCache] = {Bind::VCache, n.p.layer};
+      // Steps of few rows split the positions (decode); the parts, then their merge.
+      Dispatch part = d;
+      part.parts = Dispatch::Parts::Many;
+      part.binds[kOut] = {Bind::Partials};
+      out.push_back(part);
+      Dispatch merge = make(Kernel::AttentionMerge, Rows::Tokens, 0);
+      merge.parts = Dispatch::Parts::Many;
+      merge.pc.n = d.pc.n;
+      merge.pc.u0 = d.pc.u0;
+      merge.binds[kA] = {Bind::Partials};
+      merge.binds[kOut] = act(n.out);
+      out.push_back(merge);
+      d.parts = Dispatch::Parts::One;
       break;
     }
     case Op::SiluMul:
@@ -171,7 +185,7 @@ uint32_t logits_rows_per_part(const Graph& g, const VkCompiled& c, const DeviceI
 int count_dispatches(const CompiledGraph& cg, Kernel kernel) {
   const auto& c = static_cast<const VkCompiled&>(cg);
   int n = 0;
-  for (const auto* list : {&c.dispatches, &c.argmax_dispatches})
+  for (const auto* list : {&c.dispatches, &c.argmax_dispatches, &c.top_k_dispatches})
     for (const Dispatch& d : *list) n += d.kernel == kernel;
   return n;
 }
@@ -211,10 +225,21 @@ void VulkanBackend::plan_dispatches(const Graph& g, VkCompiled& c) const {
     total = align_up(total + c.act_bytes[id], align);
   }
   c.acts = Buffer(*ctx_, total, false, "activations");
+  size_t partial_floats = 1;
+  for (const Node& n : g.nodes())
+    if (n.op == Op::Attention)
+      partial_floats =
+          std::max(partial_floats, gpu_attention_partials(c.max_tokens, n.p.n_heads, n.p.head_dim));
+  if (partial_floats * 4 > info.max_storage_buffer_range)
+    fail("Vulkan: attention's partial sums of ", partial_floats * 4, " bytes exceed ", info.name,
+         "'s storage-buffer range; use a smaller --prefill-chunk");
+  c.partials = Buffer(*ctx_, VkDeviceSize(partial_floats) * 4, false, "attention's partial sums");
   const VkDeviceSize logit_bytes = VkDeviceSize(c.max_outputs) * VkDeviceSize(c.vocab) * 4;
   c.logits = Buffer(*ctx_, logit_bytes, true, "logits");
   c.argmax = Buffer(*ctx_, VkDeviceSize(c.max_outputs) * 4, true, "argmax");
-  c.step = Buffer(*ctx_, VkDeviceSize(3 * c.max_tokens + c.max_outputs) * 4, true, "step inputs");
+  c.top_k = Buffer(*ctx_, VkDeviceSize(c.max_outputs) * kGpuTopKWords * 4, true, "top-k entries");
+  c.step =
+      Buffer(*ctx_, VkDeviceSize(3 * c.max_tokens + 2 * c.max_outputs) * 4, true, "step inputs");
   c.rope = Buffer(*ctx_, VkDeviceSize(c.max_tokens) * std::max<size_t>(c.inv_freq.size(), 1) * 8,
                   true, "RoPE angles");
   c.blocks_capacity = 256;
@@ -225,6 +250,11 @@ void VulkanBackend::plan_dispatches(const Graph& g, VkCompiled& c) const {
   Dispatch am = make(Kernel::Argmax, Rows::Outputs, uint32_t(c.vocab));
   am.binds[kA] = {Bind::Act, g.output};
   am.binds[kOut] = {Bind::Argmax};
+  Dispatch tk = make(Kernel::TopK, Rows::Outputs, uint32_t(c.vocab));
+  tk.pc.u0 = uint32_t(c.max_outputs);
+  tk.binds[kA] = {Bind::Act, g.output};
+  tk.binds[kOut] = {Bind::TopK};
+  tk.binds[kStep] = {Bind::Step};
   // The logits may exceed one binding's range: the dispatches that read or write them run in
   // parts of rows_per_part output rows.
   const uint32_t rows_per_part = logits_rows_per_part(g, c, info);
@@ -240,8 +270,10 @@ void VulkanBackend::plan_dispatches(const Graph& g, VkCompiled& c) const {
   };
   for (const Dispatch& d : planned) split(d, c.dispatches);
   split(am, c.argmax_dispatches);
+  split(tk, c.top_k_dispatches);
 
-  const uint32_t sets = uint32_t(c.dispatches.size() + c.argmax_dispatches.size());
+  const uint32_t sets =
+      uint32_t(c.dispatches.size() + c.argmax_dispatches.size() + c.top_k_dispatches.size());
   VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, sets * kBindings};
   VkDescriptorPoolCreateInfo pi{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
   pi.maxSets = sets;
@@ -258,7 +290,7 @@ void VulkanBackend::plan_dispatches(const Graph& g, VkCompiled& c) const {
   check(vkAllocateDescriptorSets(ctx_->device(), &ai, allocated.data()),
         "allocating descriptor sets");
   size_t next = 0;
-  for (auto* list : {&c.dispatches, &c.argmax_dispatches})
+  for (auto* list : {&c.dispatches, &c.argmax_dispatches, &c.top_k_dispatches})
     for (Dispatch& d : *list) {
       d.set = allocated[next++];
       write_set(c, d);
@@ -308,6 +340,9 @@ void VulkanBackend::write_set(const VkCompiled& c, const Dispatch& d) const {
       case Bind::Step:
         bi.buffer = c.step.handle();
         break;
+      case Bind::Partials:
+        bi.buffer = c.partials.handle();
+        break;
       case Bind::Blocks:
         bi.buffer = c.blocks.handle();
         break;
@@ -316,6 +351,9 @@ void VulkanBackend::write_set(const VkCompiled& c, const Dispatch& d) const {
         break;
       case Bind::Argmax:
         bi = {c.argmax.handle(), VkDeviceSize(d.row0) * 4, VK_WHOLE_SIZE};
+        break;
+      case Bind::TopK:  // whole: a part's rows start at pc.u1 (row0 * 2052 bytes is not aligned)
+        bi.buffer = c.top_k.handle();
         break;
     }
     writes[b] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};

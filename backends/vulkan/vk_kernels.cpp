@@ -27,6 +27,9 @@ const uint32_t kMatMulSubgroupSpv[] = {
 const uint32_t kMatMulRowsSpv[] = {
 #include "matmul_rows.spv.inc"
 };
+const uint32_t kMatMulTiledSpv[] = {
+#include "matmul_tiled.spv.inc"
+};
 const uint32_t kBinarySpv[] = {
 #include "binary.spv.inc"
 };
@@ -39,8 +42,17 @@ const uint32_t kKvStoreSpv[] = {
 const uint32_t kAttentionSpv[] = {
 #include "attention.spv.inc"
 };
+const uint32_t kAttentionMergeSpv[] = {
+#include "attention_merge.spv.inc"
+};
+const uint32_t kAttentionTiledSpv[] = {
+#include "attention_tiled.spv.inc"
+};
 const uint32_t kArgmaxSpv[] = {
 #include "argmax.spv.inc"
+};
+const uint32_t kTopKSpv[] = {
+#include "top_k.spv.inc"
 };
 
 struct Spirv {
@@ -64,6 +76,8 @@ Spirv code_of(Kernel k, bool subgroups) {
       return subgroups ? spirv(kMatMulSubgroupSpv) : spirv(kMatMulSpv);
     case Kernel::MatMulRows:
       return spirv(kMatMulRowsSpv);
+    case Kernel::MatMulTiled:
+      return spirv(kMatMulTiledSpv);
     case Kernel::Binary:
       return spirv(kBinarySpv);
     case Kernel::Gather:
@@ -72,6 +86,12 @@ Spirv code_of(Kernel k, bool subgroups) {
       return spirv(kKvStoreSpv);
     case Kernel::Attention:
       return spirv(kAttentionSpv);
+    case Kernel::AttentionMerge:
+      return spirv(kAttentionMergeSpv);
+    case Kernel::AttentionTiled:
+      return spirv(kAttentionTiledSpv);
+    case Kernel::TopK:
+      return spirv(kTopKSpv);
     case Kernel::Argmax:
     case Kernel::kCount:
       break;
@@ -82,8 +102,11 @@ Spirv code_of(Kernel k, bool subgroups) {
 }  // namespace
 
 const char* kernel_name(Kernel k) {
-  static const char* const names[] = {"embed",  "rms_norm", "rope",     "matmul",    "matmul_rows",
-                                      "binary", "gather",   "kv_store", "attention", "argmax"};
+  static const char* const names[] = {
+      "embed",           "rms_norm",        "rope",   "matmul",   "matmul_rows",
+      "matmul_tiled",    "binary",          "gather", "kv_store", "attention",
+      "attention_merge", "attention_tiled", "argmax", "top_k"};
+  static_assert(sizeof(names) / sizeof(names[0]) == size_t(Kernel::kCount));
   return names[size_t(k)];
 }
 

@@ -18,11 +18,15 @@ enum class Kernel : uint8_t {
   Rope,
   MatMul,
   MatMulRows,
+  MatMulTiled,
   Binary,
   Gather,
   KvStore,
   Attention,
+  AttentionMerge,
+  AttentionTiled,
   Argmax,
+  TopK,
   kCount
 };
 const char* kernel_name(Kernel k);

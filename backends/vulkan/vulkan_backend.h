@@ -1,8 +1,8 @@
 // The Vulkan backend: each graph node becomes one or two compute dispatches (shaders/), recorded
-// into a command buffer per step shape (tokens, output rows, argmax) and re-submitted while the
-// shape repeats; what changes per step (tokens, positions, block tables, RoPE angles) goes through
-// small host-visible buffers. Weights are uploaded once per backend (one per model) into
-// device-local slabs; the paged KV cache lives on the device, f32, one K and one V buffer per
+// into a command buffer per step shape (tokens, output rows, what it reads back) and re-submitted
+// while the shape repeats; what changes per step (tokens, positions, block tables, RoPE angles)
+// goes through small host-visible buffers. Weights are uploaded once per backend (one per model)
+// into device-local slabs; the paged KV cache lives on the device, f32, one K and one V buffer per
 // layer.
 #pragma once
 #include <map>
@@ -14,6 +14,7 @@
 #include "backends/vulkan/vk_context.h"
 #include "backends/vulkan/vk_kernels.h"
 #include "core/backend.h"
+#include "core/gpu_readback.h"
 
 namespace hearth::vulkan {
 
@@ -41,7 +42,20 @@ int64_t weight_rows_per_part(const Tensor& t, uint64_t range, const std::string&
 
 // What one binding of a dispatch's descriptor set names.
 struct Bind {
-  enum Kind : uint8_t { None, Act, Weight, Scales, Step, Blocks, Rope, KCache, VCache, Argmax };
+  enum Kind : uint8_t {
+    None,
+    Act,
+    Weight,
+    Scales,
+    Step,
+    Blocks,
+    Rope,
+    KCache,
+    VCache,
+    Argmax,
+    TopK,
+    Partials
+  };
   Kind kind = None;
   int id = -1;   // Act, Weight, Scales: graph tensor id; KCache, VCache: layer
   int part = 0;  // Weight, Scales: which part of a weight split across bindings
@@ -55,6 +69,9 @@ struct Dispatch {
   // (the logits of a long all-logits step): rows [row0, row0 + max_rows) only; its Act and Argmax
   // bindings start at row0.
   uint32_t row0 = 0, max_rows = 0xffffffffu;
+  // Attention dispatches recorded only when the step's rows split positions over parts (Many:
+  // the parts and their merge) or do not (One: the whole in one pass).
+  enum class Parts : uint8_t { Any, One, Many } parts = Parts::Any;
   PushConstants pc;  // rows, step_T and the KV block size are filled when recorded
   Bind binds[kBindings];
   VkDescriptorSet set = VK_NULL_HANDLE;
@@ -67,15 +84,17 @@ struct VkCompiled : CompiledGraph {
   const Graph* graph = nullptr;  // must outlive this (as the runner's graph does)
   int output = -1;
   int64_t vocab = 0;
-  Buffer acts;  // every activation but the logits, at act_offset[id]
+  Buffer acts;      // every activation but the logits, at act_offset[id]
+  Buffer partials;  // split attention's partial softmaxes (attention.comp)
   std::vector<VkDeviceSize> act_offset, act_bytes;
-  Buffer logits, argmax, step, rope, blocks;  // host-visible
-  size_t blocks_capacity = 0;                 // entries
+  Buffer logits, argmax, top_k, step, rope, blocks;  // host-visible
+  size_t blocks_capacity = 0;                        // entries
   std::vector<Dispatch> dispatches;
-  std::vector<Dispatch> argmax_dispatches;  // recorded after the others when argmax is asked
+  // Recorded after the others when the step reads back the argmax, or the top-k entries.
+  std::vector<Dispatch> argmax_dispatches, top_k_dispatches;
   VkDescriptorPool pool = VK_NULL_HANDLE;
   VkFence fence = VK_NULL_HANDLE;
-  std::map<std::tuple<int, int, bool>, VkCommandBuffer> recorded;  // by (tokens, outputs, argmax)
+  std::map<std::tuple<int, int, GpuReadback>, VkCommandBuffer> recorded;  // by step shape
   const VkKVStorage* kv = nullptr;  // the storage the sets name (by serial: kv_serial)
   uint64_t kv_serial = 0;
   std::vector<double> inv_freq;  // RoPE: theta^(-2i / head_dim)
@@ -112,8 +131,9 @@ class VulkanBackend : public Backend {
   void write_set(const VkCompiled& c, const Dispatch& d) const;              // vk_compile.cpp
   void bind_kv(VkCompiled& c, const VkKVStorage& kv) const;                  // vk_step.cpp
   void fill_step(VkCompiled& c, const StepInputs& in) const;                 // vk_step.cpp
-  VkCommandBuffer recorded(VkCompiled& c, int n_tokens, int n_out, bool argmax) const;
-  void record(VkCompiled& c, VkCommandBuffer cmd, int n_tokens, int n_out, bool argmax) const;
+  VkCommandBuffer recorded(VkCompiled& c, int n_tokens, int n_out, GpuReadback what) const;
+  void record(VkCompiled& c, VkCommandBuffer cmd, int n_tokens, int n_out, GpuReadback what) const;
+  void read_back(const VkCompiled& c, const StepInputs& in, GpuReadback what) const;
 
   DType kv_dtype_;
   bool subgroups_ = false;  // the matmul reduces with subgroup arithmetic

@@ -4,12 +4,16 @@
 // Q8/Q4 codes of quant/FORMAT.md with their F16/BF16 group scales), so no shader needs 8- or
 // 16-bit storage.
 
+#ifdef HEARTH_OUT_UINT  // a shader that writes words, not floats
+layout(std430, set = 0, binding = 0) buffer OutBuf { uint out_u[]; };
+#else
 layout(std430, set = 0, binding = 0) buffer OutBuf { float out_f[]; };
+#endif
 layout(std430, set = 0, binding = 1) readonly buffer ABuf { float a_f[]; };
 layout(std430, set = 0, binding = 2) readonly buffer BBuf { float b_f[]; };
 layout(std430, set = 0, binding = 3) readonly buffer WBuf { uint w_words[]; };
 // The step's integers: tokens [0, T), positions [T, 2T), block-table offsets [2T, 3T), then the
-// rows whose logits are wanted; T is pc.step_T.
+// rows whose logits are wanted and each one's top-k (0: none), max outputs each; T is pc.step_T.
 layout(std430, set = 0, binding = 4) readonly buffer StepBuf { uint step_u[]; };
 layout(std430, set = 0, binding = 5) readonly buffer BlockBuf { uint blocks_u[]; };
 // Per step row, head_dim / 2 pairs (cos, sin), computed on the host in double.
