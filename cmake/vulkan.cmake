@@ -1,6 +1,8 @@
 # The Vulkan backend (backends/vulkan/), built when the Vulkan headers, loader and glslc are found
 # (Debian: libvulkan-dev, glslc; scripts/setup.sh installs them) unless -DHEARTH_VULKAN=OFF. Each
-# shader in backends/vulkan/shaders/ is compiled to SPIR-V words that vk_kernels.cpp embeds.
+# shader in backends/vulkan/shaders/ is compiled to SPIR-V words that vk_kernels.cpp embeds; those
+# that read 16-bit weights or KV caches also with -DHEARTH_STORAGE16 (NAME_s16), the variant for
+# devices with 16-bit storage.
 find_package(Vulkan QUIET)
 find_program(HEARTH_GLSLC glslc)
 if(HEARTH_VULKAN STREQUAL "AUTO")
@@ -22,14 +24,29 @@ if(HEARTH_VULKAN)
   set(spv_dir ${CMAKE_BINARY_DIR}/spirv)
   file(MAKE_DIRECTORY ${spv_dir})
   set(spv_outputs)
+  set(storage16_shaders embed rms_norm matmul matmul_subgroup matmul_rows matmul_tiled kv_store
+      attention attention_tiled)
   foreach(src ${shaders})
     get_filename_component(name ${src} NAME_WE)
-    set(out ${spv_dir}/${name}.spv.inc)
-    add_custom_command(OUTPUT ${out}
-      COMMAND ${HEARTH_GLSLC} --target-env=vulkan1.2 -O -Werror -mfmt=num -o ${out} ${src}
-      DEPENDS ${src} ${shader_includes}
-      COMMENT "Compiling shader ${name}.comp")
-    list(APPEND spv_outputs ${out})
+    set(variants "${name}|")
+    if(name IN_LIST storage16_shaders)
+      list(APPEND variants "${name}_s16|-DHEARTH_STORAGE16")
+    endif()
+    foreach(v ${variants})
+      string(REPLACE "|" ";" v ${v})
+      list(GET v 0 out_name)
+      list(LENGTH v n)
+      set(defs)
+      if(n GREATER 1)
+        list(GET v 1 defs)
+      endif()
+      set(out ${spv_dir}/${out_name}.spv.inc)
+      add_custom_command(OUTPUT ${out}
+        COMMAND ${HEARTH_GLSLC} --target-env=vulkan1.2 -O -Werror -mfmt=num ${defs} -o ${out} ${src}
+        DEPENDS ${src} ${shader_includes}
+        COMMENT "Compiling shader ${out_name}")
+      list(APPEND spv_outputs ${out})
+    endforeach()
   endforeach()
   add_custom_target(hearth_spirv DEPENDS ${spv_outputs})
   target_sources(hearth_obj PRIVATE ${HEARTH_VULKAN_SOURCES})

@@ -47,6 +47,10 @@ struct VulkanOptions {
   // Use subgroup arithmetic (subgroupAdd) in reductions where the device has it; off: the shared-
   // memory fallbacks, which every device runs (the tests run both).
   bool subgroups = true;
+  // Read and write 16-bit weights, scales and KV caches with 16-bit storage (storageBuffer16Bit-
+  // Access and shaderInt16) where the device has it; off: as halves of 32-bit words, which every
+  // device runs (the tests run both).
+  bool storage16 = true;
 };
 
 // What the CUDA backend alone reads.

@@ -35,11 +35,12 @@ std::vector<std::string> isas_here() {
 }
 
 // The CPU ISAs, then "vulkan" (with subgroup arithmetic where the device has it) and
-// "vulkan-nosubgroup" (the fallbacks) where there is a device, then "cuda" and "cuda-exact" where
-// there is a CUDA device: what a Harness can run on.
+// "vulkan-nosubgroup" and "vulkan-no16bit" (the fallbacks) where there is a device, then "cuda" and
+// "cuda-exact" where there is a CUDA device: what a Harness can run on.
 std::vector<std::string> targets_here() {
   auto v = isas_here();
-  if (test::vulkan_device_here()) v.insert(v.end(), {"vulkan", "vulkan-nosubgroup"});
+  if (test::vulkan_device_here())
+    v.insert(v.end(), {"vulkan", "vulkan-nosubgroup", "vulkan-no16bit"});
   if (test::cuda_device_here()) v.insert(v.end(), {"cuda", "cuda-exact"});
   // The CUDA backend's code run on the CPU (tests/cuda_emu.h), with cuBLAS and graphs, and with
   // neither: everywhere.
@@ -59,6 +60,7 @@ std::unique_ptr<Backend> make_backend(const std::string& target, int threads,
   if (target == "cuda-emu") return test::cuda_emulated(kv);
   if (target == "cuda-emu-exact") return test::cuda_emulated(kv, false, false);
   if (target == "vulkan-nosubgroup") return test::vulkan_backend(kv, 0, false);
+  if (target == "vulkan-no16bit") return test::vulkan_backend(kv, 0, true, false);
   // Bindings of at most 80 KiB: the weights and logits of the parts test below are split.
   if (target == "vulkan-small") return test::vulkan_backend(kv, 80 << 10);
   o.cpu.isa = target;

@@ -47,7 +47,8 @@ int env_positive(const char* name) {
 // Flags win; HEARTH_ISA, HEARTH_GEMM and HEARTH_GEMM_MIN_TOKENS stand in for them when absent, for
 // tests and comparisons that drive the CLI from scripts; HEARTH_CUDA_GRAPHS=0 and
 // HEARTH_CUDA_CUBLAS=0 turn off the CUDA backend's graphs and cuBLAS prefill (bench/cuda_device.sh
-// measures what each buys).
+// measures what each buys), HEARTH_VULKAN_SUBGROUPS=0 and HEARTH_VULKAN_STORAGE16=0 the Vulkan
+// backend's subgroup reductions and 16-bit storage (their fallbacks, to compare on a GPU).
 BackendOptions backend_options(const Args& args, const Qwen3Model* model) {
   BackendOptions bo;
   bo.threads = args.integer("--threads", 0);
@@ -63,6 +64,8 @@ BackendOptions backend_options(const Args& args, const Qwen3Model* model) {
   bo.cpu.gemm_min_tokens = env_positive("HEARTH_GEMM_MIN_TOKENS");
   bo.cuda.graphs = env_str("HEARTH_CUDA_GRAPHS") != "0";
   bo.cuda.cublas = env_str("HEARTH_CUDA_CUBLAS") != "0";
+  bo.vulkan.subgroups = env_str("HEARTH_VULKAN_SUBGROUPS") != "0";
+  bo.vulkan.storage16 = env_str("HEARTH_VULKAN_STORAGE16") != "0";
   if (args.has("--mmap") && args.has("--hugepages"))
     fail(
         "--mmap and --hugepages contradict each other; give one (huge-page copies are the "

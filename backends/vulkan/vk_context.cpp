@@ -59,6 +59,7 @@ DeviceInfo describe_device(VkPhysicalDevice pd, int index) {
       d.device_local_bytes = std::max<uint64_t>(d.device_local_bytes, mem.memoryHeaps[i].size);
   d.shader_float16 = f12.shaderFloat16;
   d.storage_16bit = f11.storageBuffer16BitAccess;
+  d.shader_int16 = feats.features.shaderInt16;
   return d;
 }
 
@@ -160,7 +161,7 @@ std::vector<DeviceInfo> list_devices() {
 Context::Context(const ContextOptions& opt) {
   try {
     create_instance(opt.validation);
-    create_device(opt.device);
+    create_device(opt.device, opt.storage16);
     if (opt.max_binding_bytes && opt.max_binding_bytes < info_.max_storage_buffer_range)
       info_.max_storage_buffer_range = opt.max_binding_bytes;
   } catch (...) {
@@ -193,7 +194,7 @@ void Context::create_instance(bool validation) {
   check(create(instance_, &mi, nullptr, &messenger_), "creating the validation messenger");
 }
 
-void Context::create_device(int index) {
+void Context::create_device(int index, bool storage16) {
   const auto devices = physical_devices(instance_);
   if (devices.empty())
     fail("Vulkan: no device found (VK_DRIVER_FILES may point at a missing driver)");
@@ -217,6 +218,17 @@ void Context::create_device(int index) {
   VkDeviceCreateInfo di{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
   di.queueCreateInfoCount = 1;
   di.pQueueCreateInfos = &qi;
+  // Only what the chosen shaders use: the validation layer checks each shader's capabilities
+  // against what was enabled.
+  VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
+  VkPhysicalDeviceFeatures2 feats{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+  storage16_ = storage16 && info_.storage_16bit && info_.shader_int16;
+  if (storage16_) {
+    f11.storageBuffer16BitAccess = VK_TRUE;
+    feats.features.shaderInt16 = VK_TRUE;
+    feats.pNext = &f11;
+    di.pNext = &feats;
+  }
   check(vkCreateDevice(physical_, &di, nullptr, &device_), "creating the logical device");
   vkGetDeviceQueue(device_, uint32_t(family), 0, &queue_);
 

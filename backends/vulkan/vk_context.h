@@ -27,7 +27,7 @@ struct DeviceInfo {
   uint64_t device_local_bytes = 0;  // the largest device-local heap
   uint32_t max_shared_bytes = 0;    // compute shared memory per workgroup
   uint32_t subgroup_size = 0;
-  bool shader_float16 = false, storage_16bit = false, integer_dot = false;
+  bool shader_float16 = false, storage_16bit = false, shader_int16 = false, integer_dot = false;
   bool subgroup_arithmetic = false;  // subgroupAdd and kin in compute shaders
 };
 std::string api_version_str(uint32_t v);  // "1.3.230"
@@ -40,6 +40,7 @@ struct ContextOptions {
   int device = 0;
   bool validation = false;         // enable VK_LAYER_KHRONOS_validation and count what it reports
   uint64_t max_binding_bytes = 0;  // lowers DeviceInfo::max_storage_buffer_range (0: no change)
+  bool storage16 = false;          // enable 16-bit storage and int16 where the device has both
 };
 
 class Context {
@@ -52,6 +53,8 @@ class Context {
   VkDevice device() const { return device_; }
   VkPhysicalDevice physical() const { return physical_; }
   const DeviceInfo& info() const { return info_; }
+  // Whether 16-bit storage (and int16) is enabled: ContextOptions::storage16 on a device with both.
+  bool storage16() const { return storage16_; }
   VkCommandPool command_pool() const { return pool_; }
 
   // A memory type among type_bits with all of `need`, preferring one that also has `prefer`.
@@ -72,7 +75,7 @@ class Context {
                                                   const VkDebugUtilsMessengerCallbackDataEXT* data,
                                                   void* self);
   void create_instance(bool validation);
-  void create_device(int index);
+  void create_device(int index, bool storage16);
   void release();  // what the destructor frees, also after a failed constructor
 
   VkInstance instance_ = VK_NULL_HANDLE;
@@ -84,6 +87,7 @@ class Context {
   VkFence once_fence_ = VK_NULL_HANDLE;
   VkPhysicalDeviceMemoryProperties memory_{};
   DeviceInfo info_;
+  bool storage16_ = false;
   std::mutex submit_mu_;
   mutable std::mutex report_mu_;
   int reports_ = 0;

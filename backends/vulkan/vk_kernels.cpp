@@ -55,6 +55,35 @@ const uint32_t kTopKSpv[] = {
 #include "top_k.spv.inc"
 };
 
+// The same with 16-bit storage (-DHEARTH_STORAGE16).
+const uint32_t kEmbedS16Spv[] = {
+#include "embed_s16.spv.inc"
+};
+const uint32_t kRmsNormS16Spv[] = {
+#include "rms_norm_s16.spv.inc"
+};
+const uint32_t kMatMulS16Spv[] = {
+#include "matmul_s16.spv.inc"
+};
+const uint32_t kMatMulSubgroupS16Spv[] = {
+#include "matmul_subgroup_s16.spv.inc"
+};
+const uint32_t kMatMulRowsS16Spv[] = {
+#include "matmul_rows_s16.spv.inc"
+};
+const uint32_t kMatMulTiledS16Spv[] = {
+#include "matmul_tiled_s16.spv.inc"
+};
+const uint32_t kKvStoreS16Spv[] = {
+#include "kv_store_s16.spv.inc"
+};
+const uint32_t kAttentionS16Spv[] = {
+#include "attention_s16.spv.inc"
+};
+const uint32_t kAttentionTiledS16Spv[] = {
+#include "attention_tiled_s16.spv.inc"
+};
+
 struct Spirv {
   const uint32_t* words;
   size_t bytes;
@@ -64,32 +93,33 @@ Spirv spirv(const uint32_t (&w)[N]) {
   return {w, sizeof(w)};
 }
 
-Spirv code_of(Kernel k, bool subgroups) {
+Spirv code_of(Kernel k, bool subgroups, bool s16) {
   switch (k) {
     case Kernel::Embed:
-      return spirv(kEmbedSpv);
+      return s16 ? spirv(kEmbedS16Spv) : spirv(kEmbedSpv);
     case Kernel::RmsNorm:
-      return spirv(kRmsNormSpv);
+      return s16 ? spirv(kRmsNormS16Spv) : spirv(kRmsNormSpv);
     case Kernel::Rope:
       return spirv(kRopeSpv);
     case Kernel::MatMul:
-      return subgroups ? spirv(kMatMulSubgroupSpv) : spirv(kMatMulSpv);
+      if (subgroups) return s16 ? spirv(kMatMulSubgroupS16Spv) : spirv(kMatMulSubgroupSpv);
+      return s16 ? spirv(kMatMulS16Spv) : spirv(kMatMulSpv);
     case Kernel::MatMulRows:
-      return spirv(kMatMulRowsSpv);
+      return s16 ? spirv(kMatMulRowsS16Spv) : spirv(kMatMulRowsSpv);
     case Kernel::MatMulTiled:
-      return spirv(kMatMulTiledSpv);
+      return s16 ? spirv(kMatMulTiledS16Spv) : spirv(kMatMulTiledSpv);
     case Kernel::Binary:
       return spirv(kBinarySpv);
     case Kernel::Gather:
       return spirv(kGatherSpv);
     case Kernel::KvStore:
-      return spirv(kKvStoreSpv);
+      return s16 ? spirv(kKvStoreS16Spv) : spirv(kKvStoreSpv);
     case Kernel::Attention:
-      return spirv(kAttentionSpv);
+      return s16 ? spirv(kAttentionS16Spv) : spirv(kAttentionSpv);
     case Kernel::AttentionMerge:
       return spirv(kAttentionMergeSpv);
     case Kernel::AttentionTiled:
-      return spirv(kAttentionTiledSpv);
+      return s16 ? spirv(kAttentionTiledS16Spv) : spirv(kAttentionTiledSpv);
     case Kernel::TopK:
       return spirv(kTopKSpv);
     case Kernel::Argmax:
@@ -110,16 +140,16 @@ const char* kernel_name(Kernel k) {
   return names[size_t(k)];
 }
 
-Kernels::Kernels(Context& ctx, bool subgroups) : ctx_(ctx) {
+Kernels::Kernels(Context& ctx, bool subgroups, bool storage16) : ctx_(ctx) {
   try {
-    create(subgroups);
+    create(subgroups, storage16);
   } catch (...) {
     release();
     throw;
   }
 }
 
-void Kernels::create(bool subgroups) {
+void Kernels::create(bool subgroups, bool storage16) {
   Context& ctx = ctx_;
   VkDevice dev = ctx.device();
   std::vector<VkDescriptorSetLayoutBinding> b(kBindings);
@@ -142,7 +172,7 @@ void Kernels::create(bool subgroups) {
   check(vkCreatePipelineLayout(dev, &pi, nullptr, &layout_), "creating a pipeline layout");
 
   for (size_t k = 0; k < pipelines_.size(); ++k) {
-    const Spirv code = code_of(Kernel(k), subgroups);
+    const Spirv code = code_of(Kernel(k), subgroups, storage16);
     VkShaderModuleCreateInfo mi{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
     mi.codeSize = code.bytes;
     mi.pCode = code.words;

@@ -51,8 +51,9 @@ inline uint32_t float_type(DType t) {
 
 class Kernels {
  public:
-  // subgroups: build the kernels that have a subgroup-arithmetic variant with it.
-  Kernels(Context& ctx, bool subgroups);
+  // subgroups: build the kernels that have a subgroup-arithmetic variant with it; storage16: those
+  // that read 16-bit values with 16-bit storage (the device must have it enabled).
+  Kernels(Context& ctx, bool subgroups, bool storage16);
   ~Kernels();
   Kernels(const Kernels&) = delete;
   Kernels& operator=(const Kernels&) = delete;
@@ -62,7 +63,7 @@ class Kernels {
   VkPipeline pipeline(Kernel k) const { return pipelines_[size_t(k)]; }
 
  private:
-  void create(bool subgroups);
+  void create(bool subgroups, bool storage16);
   void release();  // what the destructor frees, also after a failed constructor
   Context& ctx_;
   VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE;

@@ -11,9 +11,10 @@ VulkanBackend::VulkanBackend(const BackendOptions& opt) : kv_dtype_(opt.kv_dtype
   co.device = opt.device;
   co.validation = opt.vulkan.validation;
   co.max_binding_bytes = opt.vulkan.max_binding_bytes;
+  co.storage16 = opt.vulkan.storage16;
   ctx_ = std::make_unique<Context>(co);
   subgroups_ = opt.vulkan.subgroups && ctx_->info().subgroup_arithmetic;
-  kernels_ = std::make_unique<Kernels>(*ctx_, subgroups_);
+  kernels_ = std::make_unique<Kernels>(*ctx_, subgroups_, ctx_->storage16());
   dummy_ = Buffer(*ctx_, 16, false, "a placeholder binding");
 }
 
@@ -22,7 +23,8 @@ VulkanBackend::~VulkanBackend() = default;
 std::string VulkanBackend::describe() const {
   const DeviceInfo& d = ctx_->info();
   return "vulkan " + std::to_string(d.index) + ": " + d.name + " (" + d.type + ", Vulkan " +
-         api_version_str(d.api_version) + (subgroups_ ? ", subgroups" : "") + ")";
+         api_version_str(d.api_version) + (subgroups_ ? ", subgroups" : "") +
+         (ctx_->storage16() ? ", 16-bit storage" : "") + ")";
 }
 
 bool VulkanBackend::supports_op(const Graph& g, const Node& n) const {

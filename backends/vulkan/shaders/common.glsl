@@ -2,7 +2,13 @@
 // backend binds a dummy where a shader reads nothing), one push-constant block, and the readers of
 // weights kept in the checkpoint's own bytes as 32-bit words (F32, two F16/BF16 per word, or the
 // Q8/Q4 codes of quant/FORMAT.md with their F16/BF16 group scales), so no shader needs 8- or
-// 16-bit storage.
+// 16-bit storage. Compiled with HEARTH_STORAGE16 (devices with 16-bit storage and int16), the 16-bit
+// values of weights, scales and KV caches are read and written as 16-bit elements of the same
+// bindings instead of halves of words.
+#ifdef HEARTH_STORAGE16
+#extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int16 : require
+#endif
 
 #ifdef HEARTH_OUT_UINT  // a shader that writes words, not floats
 layout(std430, set = 0, binding = 0) buffer OutBuf { uint out_u[]; };
@@ -23,6 +29,12 @@ layout(std430, set = 0, binding = 7) buffer KBuf { uint kcache[]; };
 layout(std430, set = 0, binding = 8) buffer VBuf { uint vcache[]; };
 // A quantized weight's scales, [rows, cols / group] F16 or BF16.
 layout(std430, set = 0, binding = 9) readonly buffer SBuf { uint s_words[]; };
+#ifdef HEARTH_STORAGE16  // the same bindings as 16-bit elements
+layout(std430, set = 0, binding = 3) readonly buffer W16Buf { uint16_t w16[]; };
+layout(std430, set = 0, binding = 7) buffer K16Buf { uint16_t k16[]; };
+layout(std430, set = 0, binding = 8) buffer V16Buf { uint16_t v16[]; };
+layout(std430, set = 0, binding = 9) readonly buffer S16Buf { uint16_t s16[]; };
+#endif
 
 layout(push_constant) uniform PC {
   uint rows;    // rows of this dispatch (step tokens or output rows)
@@ -40,17 +52,27 @@ layout(push_constant) uniform PC {
 
 const uint kF32 = 0u, kF16 = 1u, kBF16 = 2u, kQ8 = 3u, kQ4 = 4u, kQ4Codebook = 5u;
 
+// 16-bit value bits h as a float of type kF16 or kBF16.
+float half_to_float(uint h, uint type) {
+  return type == kBF16 ? uintBitsToFloat(h << 16) : unpackHalf2x16(h).x;
+}
+#ifdef HEARTH_STORAGE16
+uint w_half(uint i) { return uint(w16[i]); }
+uint s_half(uint i) { return uint(s16[i]); }
+uint k_half(uint i) { return uint(k16[i]); }
+uint v_half(uint i) { return uint(v16[i]); }
+#else
+// The i-th 16-bit value of a binding of words.
+uint half_of(uint word, uint i) { return (i & 1u) != 0u ? (word >> 16) : (word & 0xffffu); }
+uint w_half(uint i) { return half_of(w_words[i >> 1], i); }
+uint s_half(uint i) { return half_of(s_words[i >> 1], i); }
+uint k_half(uint i) { return half_of(kcache[i >> 1], i); }
+uint v_half(uint i) { return half_of(vcache[i >> 1], i); }
+#endif
+
 float w_at(uint i) {
   if (pc.wtype == kF32) return uintBitsToFloat(w_words[i]);
-  const uint word = w_words[i >> 1];
-  const uint h = (i & 1u) != 0u ? (word >> 16) : (word & 0xffffu);
-  if (pc.wtype == kBF16) return uintBitsToFloat(h << 16);
-  return unpackHalf2x16(h).x;
-}
-
-float half_word_at(uint word, uint odd, uint type) {
-  const uint h = odd != 0u ? (word >> 16) : (word & 0xffffu);
-  return type == kBF16 ? uintBitsToFloat(h << 16) : unpackHalf2x16(h).x;
+  return half_to_float(w_half(i), pc.wtype);
 }
 
 // Element (row, col) of the bound weight of pc.cols columns, in any weight type. Quantized codes
@@ -74,14 +96,14 @@ float w_rc(uint row, uint col) {
       q = float(int(pc.codebook[nib >> 2] << (24u - 8u * (nib & 3u))) >> 24);
   }
   const uint si = row * (K / pc.group) + col / pc.group;
-  return q * half_word_at(s_words[si >> 1], si & 1u, pc.stype);
+  return q * half_to_float(s_half(si), pc.stype);
 }
 
 float k_at(uint i) {
-  return pc.kvtype == kF32 ? uintBitsToFloat(kcache[i]) : half_word_at(kcache[i >> 1], i & 1u, pc.kvtype);
+  return pc.kvtype == kF32 ? uintBitsToFloat(kcache[i]) : half_to_float(k_half(i), pc.kvtype);
 }
 float v_at(uint i) {
-  return pc.kvtype == kF32 ? uintBitsToFloat(vcache[i]) : half_word_at(vcache[i >> 1], i & 1u, pc.kvtype);
+  return pc.kvtype == kF32 ? uintBitsToFloat(vcache[i]) : half_to_float(v_half(i), pc.kvtype);
 }
 
 // Two values as one word of the KV type (round to nearest even, as core/dtype.h; NaN stays NaN).
@@ -90,9 +112,11 @@ uint bf16_bits(float f) {
   if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x40u;
   return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
 }
+uint kv_bits(float f) {
+  return pc.kvtype == kBF16 ? bf16_bits(f) : packHalf2x16(vec2(f, 0.0)) & 0xffffu;
+}
 uint pack_kv(float lo, float hi) {
-  if (pc.kvtype == kBF16) return bf16_bits(lo) | (bf16_bits(hi) << 16);
-  return packHalf2x16(vec2(lo, hi));
+  return kv_bits(lo) | (kv_bits(hi) << 16);
 }
 
 uint step_token(uint r) { return step_u[r]; }

@@ -19,7 +19,14 @@ void main() {
     vcache[at] = floatBitsToUint(b_f[src]);
     vcache[at + 1u] = floatBitsToUint(b_f[src + 1u]);
   } else {
+#ifdef HEARTH_STORAGE16
+    k16[at] = uint16_t(kv_bits(a_f[src]));
+    k16[at + 1u] = uint16_t(kv_bits(a_f[src + 1u]));
+    v16[at] = uint16_t(kv_bits(b_f[src]));
+    v16[at + 1u] = uint16_t(kv_bits(b_f[src + 1u]));
+#else
     kcache[at >> 1] = pack_kv(a_f[src], a_f[src + 1u]);
     vcache[at >> 1] = pack_kv(b_f[src], b_f[src + 1u]);
+#endif
   }
 }
