@@ -21,7 +21,8 @@
 # fixtures themselves (tests/test_cuda.cpp) are 54-73 MB each, too large to travel: they run
 # where ../shared is beside the checkout. Vulkan, on the machine's NVIDIA driver: the op tests on
 # the Vulkan targets under the validation layer, the same comparison with the CPU, and `hearth
-# bench --backend vulkan` on the 0.6B and 1.7B stand-ins (16-bit storage on and off).
+# bench --backend vulkan` on the 0.6B and 1.7B stand-ins (16-bit storage and integer dot products
+# on and off).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
@@ -153,6 +154,7 @@ vulkan_checks() {
   bench vulkan s06bf default
   bench vulkan s06q4 default
   bench vulkan s06bf no-16bit-storage HEARTH_VULKAN_STORAGE16=0
+  bench vulkan s06q4 no-integer-dot HEARTH_VULKAN_INTEGER_DOT=0
   [ -d $M/s17q4 ] || $H standin --out $M/s17q4 --preset 1.7b --bits 4 --rtn --tokenizer $P/tokenizer >/dev/null
   bench vulkan s17q4 default
 }

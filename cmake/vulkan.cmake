@@ -2,7 +2,8 @@
 # (Debian: libvulkan-dev, glslc; scripts/setup.sh installs them) unless -DHEARTH_VULKAN=OFF. Each
 # shader in backends/vulkan/shaders/ is compiled to SPIR-V words that vk_kernels.cpp embeds; those
 # that read 16-bit weights or KV caches also with -DHEARTH_STORAGE16 (NAME_s16), the variant for
-# devices with 16-bit storage.
+# devices with 16-bit storage. matmul_dot*.comp use integer dot products through
+# GL_EXT_spirv_intrinsics (glslang has no GLSL extension for SPV_KHR_integer_dot_product yet).
 find_package(Vulkan QUIET)
 find_program(HEARTH_GLSLC glslc)
 if(HEARTH_VULKAN STREQUAL "AUTO")

@@ -51,6 +51,10 @@ struct VulkanOptions {
   // Access and shaderInt16) where the device has it; off: as halves of 32-bit words, which every
   // device runs (the tests run both).
   bool storage16 = true;
+  // Multiply Q8 and Q4 weights in decode steps on integer dot products of int8 activations
+  // (VK_KHR_shader_integer_dot_product) where the device has them, as the CPU's SIMD kernels do;
+  // off: dequantized to f32 in the shader, which every device runs (the tests run both).
+  bool integer_dot = true;
 };
 
 // What the CUDA backend alone reads.

@@ -34,13 +34,14 @@ std::vector<std::string> isas_here() {
   return v;
 }
 
-// The CPU ISAs, then "vulkan" (with subgroup arithmetic where the device has it) and
-// "vulkan-nosubgroup" and "vulkan-no16bit" (the fallbacks) where there is a device, then "cuda" and
+// The CPU ISAs, then "vulkan" (with subgroup arithmetic, 16-bit storage and integer dot products
+// where the device has them) and "vulkan-nosubgroup", "vulkan-no16bit" and "vulkan-nodot" (the
+// fallbacks) where there is a device, then "cuda" and
 // "cuda-exact" where there is a CUDA device: what a Harness can run on.
 std::vector<std::string> targets_here() {
   auto v = isas_here();
   if (test::vulkan_device_here())
-    v.insert(v.end(), {"vulkan", "vulkan-nosubgroup", "vulkan-no16bit"});
+    v.insert(v.end(), {"vulkan", "vulkan-nosubgroup", "vulkan-no16bit", "vulkan-nodot"});
   if (test::cuda_device_here()) v.insert(v.end(), {"cuda", "cuda-exact"});
   // The CUDA backend's code run on the CPU (tests/cuda_emu.h), with cuBLAS and graphs, and with
   // neither: everywhere.
@@ -61,8 +62,10 @@ std::unique_ptr<Backend> make_backend(const std::string& target, int threads,
   if (target == "cuda-emu-exact") return test::cuda_emulated(kv, false, false);
   if (target == "vulkan-nosubgroup") return test::vulkan_backend(kv, 0, false);
   if (target == "vulkan-no16bit") return test::vulkan_backend(kv, 0, true, false);
-  // Bindings of at most 80 KiB: the weights and logits of the parts test below are split.
+  if (target == "vulkan-nodot") return test::vulkan_backend(kv, 0, true, true, false);
+  // Bindings of at most 80 KiB (or 32): the weights and logits of the parts test below are split.
   if (target == "vulkan-small") return test::vulkan_backend(kv, 80 << 10);
+  if (target == "vulkan-32k") return test::vulkan_backend(kv, 32 << 10);
   o.cpu.isa = target;
   return create_backend("cpu", o);
 }
@@ -141,6 +144,19 @@ int input(Graph& g, const std::vector<float>& table, int64_t rows, int64_t cols,
   return g.add(Op::Embed, g.activation(name, cols), {w});
 }
 
+// x rounded to int8 per block of 32 as FORMAT.md says decode kernels do (scale amax / 127, codes
+// x * (127 / amax) rounded to nearest even, in f32), back as code x scale in float64.
+std::vector<double> int8_blocks(const float* x, int64_t k) {
+  std::vector<double> out(static_cast<size_t>(k));
+  for (int64_t b = 0; b < k; b += 32) {
+    float amax = 0.f;
+    for (int64_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float inv = amax > 0.f ? 127.f / amax : 0.f, d = amax / 127.f;
+    for (int64_t i = b; i < b + 32; ++i) out[size_t(i)] = double(std::nearbyint(x[i] * inv)) * d;
+  }
+  return out;
+}
+
 int finish(Graph& g, int x) {
   g.output = g.add(Op::GatherRows, g.activation("out", g.tensor(x).cols, Rows::Outputs), {x});
   return g.output;
@@ -184,6 +200,60 @@ int check_top_k(const std::vector<float>& whole, const std::vector<float>& got,
     cut_rows += cut > 0 && kept_below == 0;
   }
   return cut_rows;
+}
+
+// Q8 and Q4 heads [300, 256] of a short step under 32 KiB bindings: the weight in parts of 128 or
+// 256 rows, 30 rows of logits in two parts, each part's integer-dot matmul reading its own rows of
+// the int8 activations (or the dequantizing matmul without integer dot products).
+void check_quantized_head_in_parts(const std::vector<float>& x_all,
+                                   const std::vector<int32_t>& toks) {
+  const int64_t N = 300, K = 256;
+  const int T = 30;
+  const std::vector<float> x(x_all.begin(), x_all.begin() + T * K);
+  const std::vector<int32_t> ids(toks.begin(), toks.begin() + T);
+  for (int bits : {8, 4}) {
+    CAPTURE(bits);
+    // A backend per weight: it serves one model, its uploads known by their host addresses.
+    Harness h("vulkan-32k", 1, {1, 1, 2}, 256);
+#ifdef HEARTH_HAVE_VULKAN
+    // A device whose storage offsets align to more than 64 bytes keeps the logits' parts at
+    // multiples of 64 rows, more than 32 KiB holds.
+    auto* vk = dynamic_cast<vulkan::VulkanBackend*>(h.be.get());
+    if (vk->context().info().min_storage_offset_alignment > 64) {
+      MESSAGE("quantized head in parts not checked: storage offsets align to more than 64 bytes");
+      return;
+    }
+#endif
+    const bool dots = test::vulkan_integer_dot(*h.be);
+    std::mt19937 rng(static_cast<unsigned>(bits));
+    std::vector<int8_t> q(size_t(N * K));
+    for (auto& c : q) c = int8_t(bits == 8 ? int(rng() % 255) - 127 : int(rng() % 16) - 8);
+    std::vector<uint16_t> scales(size_t(N * K / 32));
+    for (auto& sc : scales) sc = f32_to_f16(0.001f + 0.02f * float(rng() % 1000) / 1000.f);
+    const std::vector<uint8_t> codes = test::pack_codes(bits, q.data(), N, K);
+    Graph g;
+    int xi = input(g, x, T, K, "x");
+    int sel = g.add(Op::GatherRows, g.activation("sel", K, Rows::Outputs), {xi});
+    g.output = g.add(
+        Op::MatMul, g.activation("logits", N, Rows::Outputs),
+        {sel, g.weight("w", test::quantized_view(bits, N, K, codes, scales, DType::F16, 32))});
+    std::vector<double> want(size_t(T * N));
+    for (int t = 0; t < T; ++t) {
+      const std::vector<double> xr =
+          dots ? int8_blocks(&x[size_t(t * K)], K)
+               : std::vector<double>(x.begin() + t * K, x.begin() + (t + 1) * K);
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t k = 0; k < K; ++k)
+          want[size_t(t * N + n)] += xr[size_t(k)] * q[size_t(n * K + k)] *
+                                     f16_to_f32(scales[size_t(n * K / 32 + k / 32)]);
+    }
+#ifdef HEARTH_HAVE_VULKAN
+    const auto kernel = dots ? vulkan::Kernel::MatMulDot : vulkan::Kernel::MatMul;
+    // Weight parts (Q8: 3 of up to 128 rows, Q4: 2 of up to 256) x 2 parts of the logits' rows.
+    CHECK(vulkan::count_dispatches(*h.be->compile(g, T, T), kernel) == (bits == 8 ? 6 : 4));
+#endif
+    CHECK(nerr(h.run(g, ids), want) < (dots ? 1e-3 : 1e-6));
+  }
 }
 
 }  // namespace
@@ -238,14 +308,15 @@ TEST_SUITE("ops") {
     // Codes and scales drawn at random and packed as quant/FORMAT.md places them (by
     // tests/quant_placement.h, not quant/); the reference
     // multiplies code x scale (or codebook level x scale) in float64. K = 160 ends its rows with a
-    // chunk of one block, K = 96 is a chunk of three.
+    // chunk of one block, K = 96 is a chunk of three, K = 352 two whole chunks and one of three
+    // (past 256: Vulkan's integer-dot shader); groups of 32, 64 (K = 256) and 128 (K = 512).
     const quant::Codebook cb = {-127, -90, -66, -47, -31, -18, -8, -1,
                                 4,    11,  21,  34,  50,  70,  95, 126};
     for (const auto& target : targets_here())
       for (int kind : {8, 4, 5})  // 5: INT4 with the codebook
-        for (int64_t K : {96, 160, 256})
+        for (int64_t K : {96, 160, 256, 352, 512})
           for (DType st : {DType::F16, DType::BF16}) {
-            const int bits = kind == 8 ? 8 : 4, group = K == 96 ? 32 : 32 * (1 + int(K % 64 == 0));
+            const int bits = kind == 8 ? 8 : 4, group = K % 64 ? 32 : K == 512 ? 128 : 64;
             const int64_t N = 37;
             const int T = 3;
             CAPTURE(target);
@@ -288,11 +359,26 @@ TEST_SUITE("ops") {
               for (int64_t k = 0; k < K; ++k) want_e[size_t(t * K + k)] = wd(ids[size_t(t)], k);
             }
             Harness h(target, 2);
-            // The SIMD kernels round the activations to int8 per block of 32 (FORMAT.md, about
-            // 0.5% here); the scalar kernels and the Vulkan shaders multiply in f32.
-            const bool int8_dots = target != "scalar" && target.rfind("vulkan", 0) != 0 &&
-                                   target.rfind("cuda", 0) != 0;
-            CHECK(nerr(h.run(g, toks), want) < (int8_dots ? 1e-2 : 1e-6));
+            // The SIMD kernels and Vulkan's integer-dot shader (rows of 256 and more) round the
+            // activations to int8 per block of 32 (FORMAT.md, about 0.5% here), so they are held
+            // to the product with the activations so rounded (want_i8) too; the scalar kernels,
+            // the other Vulkan shaders and CUDA multiply in f32.
+            const bool vulkan = target.rfind("vulkan", 0) == 0;
+            const bool int8_dots = vulkan ? kind != 5 && K >= 256 && test::vulkan_integer_dot(*h.be)
+                                          : target != "scalar" && target.rfind("cuda", 0) != 0;
+            const auto got = h.run(g, toks);
+            CHECK(nerr(got, want) < (int8_dots ? 1e-2 : 1e-6));
+            if (int8_dots) {
+              std::vector<double> want_i8(want.size());
+              for (int t = 0; t < T; ++t) {
+                const std::vector<double> xq = int8_blocks(&x[size_t(t * K)], K);
+                for (int64_t n = 0; n < N; ++n)
+                  for (int64_t k = 0; k < K; ++k)
+                    want_i8[size_t(t * N + n)] += xq[size_t(k)] * wd(n, k);
+              }
+              // A GPU's division may round 127 / amax differently and move a code by one.
+              CHECK(nerr(got, want_i8) < (vulkan ? 1e-3 : 1e-5));
+            }
             CHECK(nerr(h.run(ge, ids), want_e) < 1e-7);
             const bool cuda = target.rfind("cuda", 0) == 0;
             if (!cuda && target.rfind("vulkan", 0) != 0) continue;
@@ -357,6 +443,8 @@ TEST_SUITE("ops") {
     std::vector<int32_t> ks(static_cast<size_t>(T));
     for (int t = 0; t < T; ++t) ks[size_t(t)] = 1 + t % 9;
     CHECK(check_top_k(whole, h.run(g, toks, 0, &ks), ks, N) == T);
+
+    check_quantized_head_in_parts(x, toks);
   }
 
   TEST_CASE("top-k readback: every logit at or above the k-th kept bit for bit, ties included") {

@@ -1,18 +1,26 @@
 // The Vulkan backend on the shared fixtures (lavapipe in CI; the checks every GPU backend passes,
-// tests/gpu_fixture_checks.h), with 16 MiB bindings too; clear refusals of what it does not run;
+// tests/gpu_fixture_checks.h), with 16 MiB bindings too; quantized copies against the CPU's
+// kernels; clear refusals of what it does not run;
 // and the validation layer, which must report nothing, shown to be listening. Its ops against
 // float64 are in test_ops.cpp.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
+#include "backends/cpu/cpu_features.h"
 #include "core/backend.h"
 #include "core/error.h"
 #include "core/runner.h"
 #include "core/scheduler.h"
 #include "models/qwen3_model.h"
+#include "models/standin.h"
+#include "quant/quantizer.h"
 #include "tests/fixture_models.h"
 #include "tests/gpu_fixture_checks.h"
 #include "tests/vulkan_target.h"
@@ -25,6 +33,14 @@ namespace {
 std::unique_ptr<Runner> vulkan_runner(const Qwen3Model& m, int chunk = 256, int block_size = 4,
                                       uint64_t max_binding_bytes = 0, DType kv = DType::F32) {
   return gpu_runner(vulkan_backend(kv, max_binding_bytes), m, chunk, block_size, kv);
+}
+
+// ||a - b|| / ||b||.
+double rel_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) num += double(a[i] - b[i]) * (a[i] - b[i]);
+  for (float v : b) den += double(v) * v;
+  return std::sqrt(num / den);
 }
 
 const MakeGpu kVulkan = [](DType kv) { return vulkan_backend(kv); };
@@ -65,6 +81,63 @@ TEST_SUITE("vulkan") {
     check_batched_equals_alone(kVulkan, kSilent);
     // A long step through the tiled matmul and attention against short ones: within rounding.
     check_batched_equals_alone(kVulkan, kSilent, 1e-5, true);
+  }
+
+  TEST_CASE("a quantized checkpoint decodes as the CPU's kernels multiply it") {
+    if (!vulkan_device_here()) return;
+    // INT8 and INT4 copies of a small stand-in (every matrix at least 256 wide, as the integer-dot
+    // shader takes them), decoded one token a step: on integer dot products the logits are the CPU
+    // SIMD kernels' (the same int8 activations, FORMAT.md), and the fallback's are the scalar
+    // kernels' (f32 products), each within float rounding; the two kinds differ by the
+    // activations' rounding (~1% here), far more than either tolerance. The embedding stays BF16:
+    // a Q8 one gives activations proportional to its integer codes, whose int8 rounding has exact
+    // ties that one ulp of RMSNorm rounding decides either way.
+    const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                      ("hearth_vulkan_quant_" + std::to_string(::getpid()));
+    StandinSpec spec;
+    spec.hidden = 256, spec.intermediate = 512, spec.layers = 2, spec.heads = 4, spec.kv_heads = 2;
+    spec.head_dim = 64, spec.vocab = 512, spec.max_position = 64, spec.seed = 3;
+    write_standin((dir / "f").string(), spec, "", 1);
+    const std::vector<int32_t> ids = {1, 5, 9, 200, 33, 7, 81, 4, 400, 12};
+    auto decode = [&](std::unique_ptr<Backend> be, const Qwen3Model& m) {
+      auto r = gpu_runner(std::move(be), m);
+      auto kv = r->new_kv(int(ids.size()));
+      std::vector<float> all(ids.size() * size_t(m.config().vocab_size));
+      r->forward(*kv, ids.data(), int(ids.size()), 0, all.data(), nullptr, 1);
+      check_validation_silent(r->backend());
+      return all;
+    };
+    auto cpu = [](const char* isa) {
+      BackendOptions o;
+      o.cpu.isa = isa;
+      return create_backend("cpu", o);
+    };
+    for (int bits : {8, 4}) {
+      CAPTURE(bits);
+      quant::QuantizeOptions qo;
+      qo.main = {bits, 32, DType::F16};
+      qo.head = {16, 32, DType::F16};
+      const std::string q = (dir / ("q" + std::to_string(bits))).string();
+      quant::quantize_checkpoint((dir / "f").string(), q, qo);
+      auto m = Qwen3Model::load(q);
+      const auto floats = decode(vulkan_backend(DType::F32, 0, true, true, false), *m);
+      const auto scalar = decode(cpu("scalar"), *m);
+      CHECK(rel_error(floats, scalar) < 1e-5);
+      auto be = vulkan_backend();
+      if (!vulkan_integer_dot(*be)) {
+        MESSAGE("integer-dot decode not checked: the Vulkan device has no integer dot products");
+        continue;
+      }
+      const auto dots = decode(std::move(be), *m);
+      const double drift = rel_error(dots, scalar);  // the activations' int8 rounding
+      CHECK(drift > 1e-3);
+      CHECK(drift < 3e-2);
+      // AVX-512, AVX2 and NEON round the activations alike (FORMAT.md). A GPU's division and
+      // RMSNorm may move one code by one where lavapipe's do not: 2e-3, well under the drift.
+      if (cpu::detect_cpu_features().best() != cpu::Isa::Scalar)
+        CHECK(rel_error(dots, decode(cpu(""), *m)) < 2e-3);
+    }
+    std::filesystem::remove_all(dir);
   }
 
   TEST_CASE("what it does not run is refused clearly when the graph is compiled") {

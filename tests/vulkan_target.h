@@ -41,17 +41,29 @@ inline bool vulkan_device_here() {
 // The Vulkan backend under the validation layer (whose reports check_validation_silent reads).
 // max_binding_bytes: pretend one binding spans no more (weights and logits then go in parts).
 // subgroups false: the shared-memory reductions a device without subgroup arithmetic runs;
-// storage16 false: 16-bit values as halves of words, as a device without 16-bit storage reads them.
+// storage16 false: 16-bit values as halves of words, as a device without 16-bit storage reads them;
+// integer_dot false: quantized weights dequantized in the shader, as without integer dot products.
 inline std::unique_ptr<Backend> vulkan_backend(DType kv = DType::F32,
                                                uint64_t max_binding_bytes = 0,
-                                               bool subgroups = true, bool storage16 = true) {
+                                               bool subgroups = true, bool storage16 = true,
+                                               bool integer_dot = true) {
   BackendOptions o;
   o.kv_dtype = kv;
   o.vulkan.validation = true;
   o.vulkan.subgroups = subgroups;
   o.vulkan.storage16 = storage16;
+  o.vulkan.integer_dot = integer_dot;
   o.vulkan.max_binding_bytes = max_binding_bytes;
   return create_backend("vulkan", o);
+}
+
+// Whether the backend multiplies quantized weights on integer dot products (int8 activations).
+inline bool vulkan_integer_dot(const Backend& be) {
+#ifdef HEARTH_HAVE_VULKAN
+  if (auto* v = dynamic_cast<const vulkan::VulkanBackend*>(&be)) return v->integer_dot();
+#endif
+  (void)be;
+  return false;
 }
 
 inline void check_validation_silent(const Backend& be) {

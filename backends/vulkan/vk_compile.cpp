@@ -66,7 +66,30 @@ void push_parts(const Graph& g, const Node& n, const Dispatch& d, uint64_t range
   }
 }
 
-void node_dispatches(const Graph& g, const Node& n, uint64_t range, std::vector<Dispatch>& out) {
+// Whether a matmul of w runs on integer dot products in short steps (matmul_dot.comp) where its
+// rows are long enough for a workgroup to split (as matmul.comp): Q8 and Q4 on the uniform grid (a
+// codebook's levels stay on the dequantizing shaders).
+bool dot_weight(const Tensor& w) {
+  return (w.dtype == DType::Q8 || w.dtype == DType::Q4) && !w.codebook;
+}
+
+// The int8 activations of `input` for a MatMulDot, unless the last ones quantized are already its:
+// nothing else writes them, and every activation is written by one node.
+void push_quant_act(const Graph& g, int input, std::vector<Dispatch>& out) {
+  for (auto it = out.rbegin(); it != out.rend(); ++it)
+    if (it->kernel == Kernel::QuantAct) {
+      if (it->binds[kA].id == input) return;
+      break;
+    }
+  const GraphTensor& x = g.tensor(input);
+  Dispatch q = make(Kernel::QuantAct, x.rows, uint32_t(x.cols));
+  q.binds[kA] = {Bind::Act, input};
+  q.binds[kOut] = {Bind::ActI8};
+  out.push_back(q);
+}
+
+void node_dispatches(const Graph& g, const Node& n, uint64_t range, bool integer_dot,
+                     std::vector<Dispatch>& out) {
   const GraphTensor& o = g.tensor(n.out);
   const uint32_t cols = uint32_t(o.cols);
   auto act = [](int id) { return Bind{Bind::Act, id}; };
@@ -94,6 +117,11 @@ void node_dispatches(const Graph& g, const Node& n, uint64_t range, std::vector<
       d.pc.n = uint32_t(w.rows());
       set_weight(d, n.in[1], w);
       d.binds[kA] = act(n.in[0]);
+      if (integer_dot && dot_weight(w) && d.kernel == Kernel::MatMul) {
+        push_quant_act(g, n.in[0], out);
+        d.kernel = Kernel::MatMulDot;
+        d.binds[kB] = {Bind::ActI8};
+      }
       break;
     }
     case Op::Rope:
@@ -246,7 +274,18 @@ void VulkanBackend::plan_dispatches(const Graph& g, VkCompiled& c) const {
   c.blocks = Buffer(*ctx_, c.blocks_capacity * 4, true, "block tables");
 
   std::vector<Dispatch> planned;
-  for (const Node& n : g.nodes()) node_dispatches(g, n, info.max_storage_buffer_range, planned);
+  for (const Node& n : g.nodes())
+    node_dispatches(g, n, info.max_storage_buffer_range, ctx_->integer_dot(), planned);
+  uint32_t dot_cols = 0;  // the widest input QuantAct quantizes
+  for (const Dispatch& d : planned)
+    if (d.kernel == Kernel::QuantAct) dot_cols = std::max(dot_cols, d.pc.cols);
+  if (dot_cols) {  // codes, block scales and code sums of kActI8Rows rows (shaders/common.glsl)
+    const VkDeviceSize bytes = VkDeviceSize(kActI8Rows) * (dot_cols + dot_cols / 4);
+    if (bytes > info.max_storage_buffer_range)
+      fail("Vulkan: int8 activations of ", bytes, " bytes exceed ", info.name,
+           "'s storage-buffer range (HEARTH_VULKAN_INTEGER_DOT=0 does without them)");
+    c.act_i8 = Buffer(*ctx_, bytes, false, "int8 activations");
+  }
   Dispatch am = make(Kernel::Argmax, Rows::Outputs, uint32_t(c.vocab));
   am.binds[kA] = {Bind::Act, g.output};
   am.binds[kOut] = {Bind::Argmax};
@@ -342,6 +381,9 @@ void VulkanBackend::write_set(const VkCompiled& c, const Dispatch& d) const {
         break;
       case Bind::Partials:
         bi.buffer = c.partials.handle();
+        break;
+      case Bind::ActI8:
+        bi.buffer = c.act_i8.handle();
         break;
       case Bind::Blocks:
         bi.buffer = c.blocks.handle();

@@ -1,6 +1,7 @@
 #include "backends/vulkan/vk_context.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/error.h"
 
@@ -25,6 +26,17 @@ const char* device_type_name(VkPhysicalDeviceType t) {
   }
 }
 
+bool has_extension(VkPhysicalDevice pd, const char* name) {
+  uint32_t n = 0;
+  if (vkEnumerateDeviceExtensionProperties(pd, nullptr, &n, nullptr) != VK_SUCCESS) return false;
+  std::vector<VkExtensionProperties> exts(n);
+  if (vkEnumerateDeviceExtensionProperties(pd, nullptr, &n, exts.data()) != VK_SUCCESS)
+    return false;
+  for (const auto& e : exts)
+    if (std::strcmp(e.extensionName, name) == 0) return true;
+  return false;
+}
+
 DeviceInfo describe_device(VkPhysicalDevice pd, int index) {
   VkPhysicalDeviceSubgroupProperties sub{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
   VkPhysicalDeviceDriverProperties drv{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
@@ -35,6 +47,12 @@ DeviceInfo describe_device(VkPhysicalDevice pd, int index) {
   VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
   VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
   f11.pNext = &f12;
+  // Integer dot products through the extension: the instance asks for Vulkan 1.2, where 1.3's
+  // core feature is not reachable.
+  const bool dot_ext = has_extension(pd, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
+  VkPhysicalDeviceShaderIntegerDotProductFeatures fdot{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES};
+  if (dot_ext) f12.pNext = &fdot;
   VkPhysicalDeviceFeatures2 feats{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
   feats.pNext = &f11;
   vkGetPhysicalDeviceFeatures2(pd, &feats);
@@ -60,6 +78,7 @@ DeviceInfo describe_device(VkPhysicalDevice pd, int index) {
   d.shader_float16 = f12.shaderFloat16;
   d.storage_16bit = f11.storageBuffer16BitAccess;
   d.shader_int16 = feats.features.shaderInt16;
+  d.integer_dot = dot_ext && fdot.shaderIntegerDotProduct;
   return d;
 }
 
@@ -161,7 +180,7 @@ std::vector<DeviceInfo> list_devices() {
 Context::Context(const ContextOptions& opt) {
   try {
     create_instance(opt.validation);
-    create_device(opt.device, opt.storage16);
+    create_device(opt.device, opt.storage16, opt.integer_dot);
     if (opt.max_binding_bytes && opt.max_binding_bytes < info_.max_storage_buffer_range)
       info_.max_storage_buffer_range = opt.max_binding_bytes;
   } catch (...) {
@@ -194,7 +213,7 @@ void Context::create_instance(bool validation) {
   check(create(instance_, &mi, nullptr, &messenger_), "creating the validation messenger");
 }
 
-void Context::create_device(int index, bool storage16) {
+void Context::create_device(int index, bool storage16, bool integer_dot) {
   const auto devices = physical_devices(instance_);
   if (devices.empty())
     fail("Vulkan: no device found (VK_DRIVER_FILES may point at a missing driver)");
@@ -221,13 +240,23 @@ void Context::create_device(int index, bool storage16) {
   // Only what the chosen shaders use: the validation layer checks each shader's capabilities
   // against what was enabled.
   VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
+  VkPhysicalDeviceShaderIntegerDotProductFeatures fdot{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES};
   VkPhysicalDeviceFeatures2 feats{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+  feats.pNext = &f11;
+  di.pNext = &feats;
   storage16_ = storage16 && info_.storage_16bit && info_.shader_int16;
   if (storage16_) {
     f11.storageBuffer16BitAccess = VK_TRUE;
     feats.features.shaderInt16 = VK_TRUE;
-    feats.pNext = &f11;
-    di.pNext = &feats;
+  }
+  integer_dot_ = integer_dot && info_.integer_dot;
+  const char* dot_ext = VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME;
+  if (integer_dot_) {
+    fdot.shaderIntegerDotProduct = VK_TRUE;
+    f11.pNext = &fdot;
+    di.enabledExtensionCount = 1;
+    di.ppEnabledExtensionNames = &dot_ext;
   }
   check(vkCreateDevice(physical_, &di, nullptr, &device_), "creating the logical device");
   vkGetDeviceQueue(device_, uint32_t(family), 0, &queue_);

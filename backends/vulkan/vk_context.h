@@ -41,6 +41,7 @@ struct ContextOptions {
   bool validation = false;         // enable VK_LAYER_KHRONOS_validation and count what it reports
   uint64_t max_binding_bytes = 0;  // lowers DeviceInfo::max_storage_buffer_range (0: no change)
   bool storage16 = false;          // enable 16-bit storage and int16 where the device has both
+  bool integer_dot = false;        // enable integer dot products where the device has them
 };
 
 class Context {
@@ -55,6 +56,8 @@ class Context {
   const DeviceInfo& info() const { return info_; }
   // Whether 16-bit storage (and int16) is enabled: ContextOptions::storage16 on a device with both.
   bool storage16() const { return storage16_; }
+  // Whether integer dot products are enabled: ContextOptions::integer_dot on a device with them.
+  bool integer_dot() const { return integer_dot_; }
   VkCommandPool command_pool() const { return pool_; }
 
   // A memory type among type_bits with all of `need`, preferring one that also has `prefer`.
@@ -75,7 +78,7 @@ class Context {
                                                   const VkDebugUtilsMessengerCallbackDataEXT* data,
                                                   void* self);
   void create_instance(bool validation);
-  void create_device(int index, bool storage16);
+  void create_device(int index, bool storage16, bool integer_dot);
   void release();  // what the destructor frees, also after a failed constructor
 
   VkInstance instance_ = VK_NULL_HANDLE;
@@ -87,7 +90,7 @@ class Context {
   VkFence once_fence_ = VK_NULL_HANDLE;
   VkPhysicalDeviceMemoryProperties memory_{};
   DeviceInfo info_;
-  bool storage16_ = false;
+  bool storage16_ = false, integer_dot_ = false;
   std::mutex submit_mu_;
   mutable std::mutex report_mu_;
   int reports_ = 0;

@@ -30,6 +30,15 @@ const uint32_t kMatMulRowsSpv[] = {
 const uint32_t kMatMulTiledSpv[] = {
 #include "matmul_tiled.spv.inc"
 };
+const uint32_t kQuantActSpv[] = {
+#include "quant_act.spv.inc"
+};
+const uint32_t kMatMulDotSpv[] = {
+#include "matmul_dot.spv.inc"
+};
+const uint32_t kMatMulDotSubgroupSpv[] = {
+#include "matmul_dot_subgroup.spv.inc"
+};
 const uint32_t kBinarySpv[] = {
 #include "binary.spv.inc"
 };
@@ -108,6 +117,10 @@ Spirv code_of(Kernel k, bool subgroups, bool s16) {
       return s16 ? spirv(kMatMulRowsS16Spv) : spirv(kMatMulRowsSpv);
     case Kernel::MatMulTiled:
       return s16 ? spirv(kMatMulTiledS16Spv) : spirv(kMatMulTiledSpv);
+    case Kernel::QuantAct:
+      return spirv(kQuantActSpv);
+    case Kernel::MatMulDot:
+      return subgroups ? spirv(kMatMulDotSubgroupSpv) : spirv(kMatMulDotSpv);
     case Kernel::Binary:
       return spirv(kBinarySpv);
     case Kernel::Gather:
@@ -133,23 +146,23 @@ Spirv code_of(Kernel k, bool subgroups, bool s16) {
 
 const char* kernel_name(Kernel k) {
   static const char* const names[] = {
-      "embed",           "rms_norm",        "rope",   "matmul",   "matmul_rows",
-      "matmul_tiled",    "binary",          "gather", "kv_store", "attention",
+      "embed",           "rms_norm",        "rope",   "matmul", "matmul_rows", "matmul_tiled",
+      "quant_act",       "matmul_dot",      "binary", "gather", "kv_store",    "attention",
       "attention_merge", "attention_tiled", "argmax", "top_k"};
   static_assert(sizeof(names) / sizeof(names[0]) == size_t(Kernel::kCount));
   return names[size_t(k)];
 }
 
-Kernels::Kernels(Context& ctx, bool subgroups, bool storage16) : ctx_(ctx) {
+Kernels::Kernels(Context& ctx, bool subgroups, bool storage16, bool integer_dot) : ctx_(ctx) {
   try {
-    create(subgroups, storage16);
+    create(subgroups, storage16, integer_dot);
   } catch (...) {
     release();
     throw;
   }
 }
 
-void Kernels::create(bool subgroups, bool storage16) {
+void Kernels::create(bool subgroups, bool storage16, bool integer_dot) {
   Context& ctx = ctx_;
   VkDevice dev = ctx.device();
   std::vector<VkDescriptorSetLayoutBinding> b(kBindings);
@@ -172,6 +185,7 @@ void Kernels::create(bool subgroups, bool storage16) {
   check(vkCreatePipelineLayout(dev, &pi, nullptr, &layout_), "creating a pipeline layout");
 
   for (size_t k = 0; k < pipelines_.size(); ++k) {
+    if (!integer_dot && (Kernel(k) == Kernel::QuantAct || Kernel(k) == Kernel::MatMulDot)) continue;
     const Spirv code = code_of(Kernel(k), subgroups, storage16);
     VkShaderModuleCreateInfo mi{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
     mi.codeSize = code.bytes;

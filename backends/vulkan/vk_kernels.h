@@ -19,6 +19,8 @@ enum class Kernel : uint8_t {
   MatMul,
   MatMulRows,
   MatMulTiled,
+  QuantAct,   // int8 activations for MatMulDot
+  MatMulDot,  // Q8 and Q4 on integer dot products
   Binary,
   Gather,
   KvStore,
@@ -33,6 +35,9 @@ const char* kernel_name(Kernel k);
 
 constexpr uint32_t kBindings = 10;
 enum Binding : uint32_t { kOut, kA, kB, kW, kStep, kBlocks, kRope, kKCache, kVCache, kScales };
+// Rows the int8 activations of QuantAct hold (kActI8Rows in shaders/common.glsl): steps of fewer
+// rows than the tiled shaders take (vk_step.cpp), so any short step fits.
+constexpr uint32_t kActI8Rows = 32;
 
 // Mirrors `PC` in shaders/common.glsl.
 struct PushConstants {
@@ -52,8 +57,10 @@ inline uint32_t float_type(DType t) {
 class Kernels {
  public:
   // subgroups: build the kernels that have a subgroup-arithmetic variant with it; storage16: those
-  // that read 16-bit values with 16-bit storage (the device must have it enabled).
-  Kernels(Context& ctx, bool subgroups, bool storage16);
+  // that read 16-bit values with 16-bit storage (the device must have it enabled); integer_dot:
+  // build QuantAct and MatMulDot (the device must have integer dot products enabled), else their
+  // pipelines stay null.
+  Kernels(Context& ctx, bool subgroups, bool storage16, bool integer_dot);
   ~Kernels();
   Kernels(const Kernels&) = delete;
   Kernels& operator=(const Kernels&) = delete;
@@ -63,7 +70,7 @@ class Kernels {
   VkPipeline pipeline(Kernel k) const { return pipelines_[size_t(k)]; }
 
  private:
-  void create(bool subgroups, bool storage16);
+  void create(bool subgroups, bool storage16, bool integer_dot);
   void release();  // what the destructor frees, also after a failed constructor
   Context& ctx_;
   VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE;

@@ -17,6 +17,7 @@ namespace {
 // Steps of at least this many rows (prefill) run the tiled shaders: matmul_tiled.comp (its tiles'
 // token rows) and attention_tiled.comp.
 constexpr uint32_t kTiledRows = 32;
+static_assert(kActI8Rows >= kTiledRows - 1, "every short step's rows have int8 activations");
 
 uint32_t div_up(uint64_t a, uint64_t b) {
   return uint32_t((a + b - 1) / b);
@@ -40,7 +41,11 @@ void groups(Kernel kernel, const PushConstants& pc, uint32_t rows, uint32_t g[3]
       g[0] = std::min<uint32_t>(rows, 65535), g[1] = div_up(rows, 65535);
       break;
     case Kernel::MatMul:
+    case Kernel::MatMulDot:
       g[0] = std::min<uint32_t>(pc.n, 65535), g[1] = div_up(rows, 4);
+      break;
+    case Kernel::QuantAct:  // an invocation per block of 32
+      g[0] = div_up(pc.cols / 32, 64), g[1] = rows;
       break;
     case Kernel::MatMulRows:
       g[0] = div_up(pc.n, 64), g[1] = div_up(rows, 4);
@@ -69,10 +74,13 @@ void groups(Kernel kernel, const PushConstants& pc, uint32_t rows, uint32_t g[3]
 }
 
 // The shader a dispatch runs over `rows` rows, or kCount when it is not recorded for them. Long
-// steps (prefill) run the tiled matmul and attention; short ones (decode) split attention's
-// positions over *parts (attention.comp, then attention_merge.comp).
-Kernel kernel_for(const Dispatch& d, uint32_t rows, uint32_t* parts) {
-  const bool long_step = rows >= kTiledRows;
+// steps (prefill) run the tiled matmul (on f32 activations, so without QuantAct) and attention;
+// short ones (decode) split attention's positions over *parts (attention.comp, then
+// attention_merge.comp). Long or short by all the rows of the dispatch (`all`), not those of its
+// part (`rows`: a part of the logits), so that a MatMulDot part never lacks the QuantAct of its
+// rows.
+Kernel kernel_for(const Dispatch& d, uint32_t all, uint32_t rows, uint32_t* parts) {
+  const bool long_step = all >= kTiledRows;
   *parts = d.parts == Dispatch::Parts::Any || long_step
                ? 1u
                : uint32_t(gpu_attention_splits(int(rows), int(d.pc.n)));
@@ -80,7 +88,9 @@ Kernel kernel_for(const Dispatch& d, uint32_t rows, uint32_t* parts) {
       (d.parts == Dispatch::Parts::Many && *parts == 1))
     return Kernel::kCount;
   if (!long_step) return d.kernel;
-  if (d.kernel == Kernel::MatMul || d.kernel == Kernel::MatMulRows) return Kernel::MatMulTiled;
+  if (d.kernel == Kernel::QuantAct) return Kernel::kCount;  // the tiled matmul reads f32
+  if (d.kernel == Kernel::MatMul || d.kernel == Kernel::MatMulRows || d.kernel == Kernel::MatMulDot)
+    return Kernel::MatMulTiled;
   if (d.kernel == Kernel::Attention) return Kernel::AttentionTiled;
   return d.kernel;
 }
@@ -127,7 +137,7 @@ void VulkanBackend::record(VkCompiled& c, VkCommandBuffer cmd, int n_tokens, int
     const uint32_t all = uint32_t(d.rows == Rows::Tokens ? n_tokens : n_out) * d.row_mult;
     const uint32_t rows = all > d.row0 ? std::min(all - d.row0, d.max_rows) : 0;
     uint32_t parts = 1;
-    const Kernel kernel = rows ? kernel_for(d, rows, &parts) : Kernel::kCount;
+    const Kernel kernel = rows ? kernel_for(d, all, rows, &parts) : Kernel::kCount;
     if (kernel == Kernel::kCount) return;
     pc.rows = rows;
     pc.step_T = uint32_t(c.max_tokens);
@@ -137,6 +147,7 @@ void VulkanBackend::record(VkCompiled& c, VkCommandBuffer cmd, int n_tokens, int
       pc.kvtype = float_type(c.kv->dtype);
     }
     if (kernel == Kernel::AttentionMerge) pc.u1 = parts;
+    if (kernel == Kernel::MatMulDot) pc.u0 = d.row0;  // a part of the logits' rows: its int8 rows
     uint32_t g[3];
     groups(kernel, pc, rows, g);
     if (kernel == Kernel::Attention) g[2] = parts;

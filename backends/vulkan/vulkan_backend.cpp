@@ -12,9 +12,10 @@ VulkanBackend::VulkanBackend(const BackendOptions& opt) : kv_dtype_(opt.kv_dtype
   co.validation = opt.vulkan.validation;
   co.max_binding_bytes = opt.vulkan.max_binding_bytes;
   co.storage16 = opt.vulkan.storage16;
+  co.integer_dot = opt.vulkan.integer_dot;
   ctx_ = std::make_unique<Context>(co);
   subgroups_ = opt.vulkan.subgroups && ctx_->info().subgroup_arithmetic;
-  kernels_ = std::make_unique<Kernels>(*ctx_, subgroups_, ctx_->storage16());
+  kernels_ = std::make_unique<Kernels>(*ctx_, subgroups_, ctx_->storage16(), ctx_->integer_dot());
   dummy_ = Buffer(*ctx_, 16, false, "a placeholder binding");
 }
 
@@ -24,7 +25,8 @@ std::string VulkanBackend::describe() const {
   const DeviceInfo& d = ctx_->info();
   return "vulkan " + std::to_string(d.index) + ": " + d.name + " (" + d.type + ", Vulkan " +
          api_version_str(d.api_version) + (subgroups_ ? ", subgroups" : "") +
-         (ctx_->storage16() ? ", 16-bit storage" : "") + ")";
+         (ctx_->storage16() ? ", 16-bit storage" : "") +
+         (ctx_->integer_dot() ? ", integer dot products" : "") + ")";
 }
 
 bool VulkanBackend::supports_op(const Graph& g, const Node& n) const {

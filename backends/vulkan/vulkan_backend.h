@@ -54,7 +54,8 @@ struct Bind {
     VCache,
     Argmax,
     TopK,
-    Partials
+    Partials,
+    ActI8  // int8 activations (QuantAct's output, MatMulDot's input)
   };
   Kind kind = None;
   int id = -1;   // Act, Weight, Scales: graph tensor id; KCache, VCache: layer
@@ -86,6 +87,7 @@ struct VkCompiled : CompiledGraph {
   int64_t vocab = 0;
   Buffer acts;      // every activation but the logits, at act_offset[id]
   Buffer partials;  // split attention's partial softmaxes (attention.comp)
+  Buffer act_i8;    // QuantAct's int8 activations, where the graph has a MatMulDot
   std::vector<VkDeviceSize> act_offset, act_bytes;
   Buffer logits, argmax, top_k, step, rope, blocks;  // host-visible
   size_t blocks_capacity = 0;                        // entries
@@ -119,6 +121,8 @@ class VulkanBackend : public Backend {
   void run(CompiledGraph& cg, const StepInputs& in) override;
 
   Context& context() { return *ctx_; }
+  // Whether Q8/Q4 decode matmuls run on integer dot products (VulkanOptions::integer_dot).
+  bool integer_dot() const { return ctx_->integer_dot(); }
   // Errors and warnings of the validation layer so far (BackendOptions::vulkan.validation).
   int validation_reports() const { return ctx_->validation_reports(); }
   std::string first_validation_report() const { return ctx_->first_validation_report(); }

@@ -24,7 +24,8 @@ std::vector<std::string> vulkan_devices() {
        << d.max_storage_buffer_range / (1 << 20) << " MiB, " << d.max_shared_bytes / 1024
        << " KiB shared, subgroup " << d.subgroup_size
        << (d.subgroup_arithmetic ? " with arithmetic" : "") << (d.shader_float16 ? ", float16" : "")
-       << (d.storage_16bit ? ", 16-bit storage" : "");
+       << (d.storage_16bit ? ", 16-bit storage" : "")
+       << (d.integer_dot ? ", integer dot products" : "");
     out.push_back(os.str());
   }
   return out;

@@ -4,10 +4,25 @@
 // Q8/Q4 codes of quant/FORMAT.md with their F16/BF16 group scales), so no shader needs 8- or
 // 16-bit storage. Compiled with HEARTH_STORAGE16 (devices with 16-bit storage and int16), the 16-bit
 // values of weights, scales and KV caches are read and written as 16-bit elements of the same
-// bindings instead of halves of words.
+// bindings instead of halves of words. Compiled with HEARTH_DOT (devices with integer dot
+// products), binding 2 holds int8 activations for the quantized mat-vec (matmul_body.glsl).
 #ifdef HEARTH_STORAGE16
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int16 : require
+#endif
+#ifdef HEARTH_DOT
+#extension GL_EXT_spirv_intrinsics : require
+#endif
+
+#ifdef HEARTH_DOT
+// Integer dot products of four packed bytes (SPV_KHR_integer_dot_product, which Debian's glslang
+// has no GLSL extension for): OpSDot on two signed operands, OpSUDot on a signed and an unsigned.
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018],
+                  id = 4450) int sdot_packed(uint a, uint b, spirv_literal int packed_format);
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018],
+                  id = 4452) int sudot_packed(uint a, uint b, spirv_literal int packed_format);
+int dot_ss(uint a, uint b) { return sdot_packed(a, b, 0); }  // 0: PackedVectorFormat4x8Bit
+int dot_su(uint a, uint b) { return sudot_packed(a, b, 0); }
 #endif
 
 #ifdef HEARTH_OUT_UINT  // a shader that writes words, not floats
@@ -16,7 +31,11 @@ layout(std430, set = 0, binding = 0) buffer OutBuf { uint out_u[]; };
 layout(std430, set = 0, binding = 0) buffer OutBuf { float out_f[]; };
 #endif
 layout(std430, set = 0, binding = 1) readonly buffer ABuf { float a_f[]; };
+#ifdef HEARTH_DOT  // the int8 activations quant_act.comp wrote (act_i8_* below)
+layout(std430, set = 0, binding = 2) readonly buffer BBuf { uint b_u[]; };
+#else
 layout(std430, set = 0, binding = 2) readonly buffer BBuf { float b_f[]; };
+#endif
 layout(std430, set = 0, binding = 3) readonly buffer WBuf { uint w_words[]; };
 // The step's integers: tokens [0, T), positions [T, 2T), block-table offsets [2T, 3T), then the
 // rows whose logits are wanted and each one's top-k (0: none), max outputs each; T is pc.step_T.
@@ -117,6 +136,15 @@ uint kv_bits(float f) {
 }
 uint pack_kv(float lo, float hi) {
   return kv_bits(lo) | (kv_bits(hi) << 16);
+}
+
+// Step rows' activations as int8 per block of 32 (quant_act.comp), for K = pc.cols: row t's codes
+// at words [t K / 4, (t + 1) K / 4) in element order, then every row's block scales (f32 bits),
+// then their code sums; rows below kActI8Rows (the steps shorter than the tiled shaders' 32).
+const uint kActI8Rows = 32u;
+uint act_i8_scale(uint t, uint b) { return kActI8Rows * (pc.cols / 4u) + t * (pc.cols / 32u) + b; }
+uint act_i8_sum(uint t, uint b) {
+  return kActI8Rows * (pc.cols / 4u + pc.cols / 32u) + t * (pc.cols / 32u) + b;
 }
 
 uint step_token(uint r) { return step_u[r]; }
