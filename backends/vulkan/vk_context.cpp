@@ -38,7 +38,13 @@ bool has_extension(VkPhysicalDevice pd, const char* name) {
 }
 
 DeviceInfo describe_device(VkPhysicalDevice pd, int index) {
+  // Integer dot products through the extension: the instance asks for Vulkan 1.2, where 1.3's
+  // core feature is not reachable.
+  const bool dot_ext = has_extension(pd, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
+  VkPhysicalDeviceShaderIntegerDotProductProperties pdot{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_PROPERTIES};
   VkPhysicalDeviceSubgroupProperties sub{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+  if (dot_ext) sub.pNext = &pdot;
   VkPhysicalDeviceDriverProperties drv{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
   drv.pNext = &sub;
   VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
@@ -47,9 +53,6 @@ DeviceInfo describe_device(VkPhysicalDevice pd, int index) {
   VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
   VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
   f11.pNext = &f12;
-  // Integer dot products through the extension: the instance asks for Vulkan 1.2, where 1.3's
-  // core feature is not reachable.
-  const bool dot_ext = has_extension(pd, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
   VkPhysicalDeviceShaderIntegerDotProductFeatures fdot{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES};
   if (dot_ext) f12.pNext = &fdot;
@@ -79,6 +82,10 @@ DeviceInfo describe_device(VkPhysicalDevice pd, int index) {
   d.storage_16bit = f11.storageBuffer16BitAccess;
   d.shader_int16 = feats.features.shaderInt16;
   d.integer_dot = dot_ext && fdot.shaderIntegerDotProduct;
+  // The two forms matmul_dot.comp uses (OpSDot on Q8, OpSUDot on Q4), in hardware.
+  d.integer_dot_accelerated = d.integer_dot &&
+                              pdot.integerDotProduct4x8BitPackedSignedAccelerated &&
+                              pdot.integerDotProduct4x8BitPackedMixedSignednessAccelerated;
   return d;
 }
 

@@ -28,7 +28,8 @@ struct DeviceInfo {
   uint32_t max_shared_bytes = 0;    // compute shared memory per workgroup
   uint32_t subgroup_size = 0;
   bool shader_float16 = false, storage_16bit = false, shader_int16 = false, integer_dot = false;
-  bool subgroup_arithmetic = false;  // subgroupAdd and kin in compute shaders
+  bool subgroup_arithmetic = false;      // subgroupAdd and kin in compute shaders
+  bool integer_dot_accelerated = false;  // the packed 4x8-bit dot products run in hardware
 };
 std::string api_version_str(uint32_t v);  // "1.3.230"
 

@@ -25,7 +25,9 @@ std::vector<std::string> vulkan_devices() {
        << " KiB shared, subgroup " << d.subgroup_size
        << (d.subgroup_arithmetic ? " with arithmetic" : "") << (d.shader_float16 ? ", float16" : "")
        << (d.storage_16bit ? ", 16-bit storage" : "")
-       << (d.integer_dot ? ", integer dot products" : "");
+       << (d.integer_dot ? d.integer_dot_accelerated ? ", integer dot products"
+                                                     : ", integer dot products (not accelerated)"
+                         : "");
     out.push_back(os.str());
   }
   return out;
