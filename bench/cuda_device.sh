@@ -16,10 +16,10 @@
 # memcheck over the attention and matmul op tests and one generation; CUDA against the CPU
 # backend (the reference verified on the shared fixtures) on a 0.6B stand-in made there: logits
 # of a 40-token prompt in one pass and in chunks, and 24 greedy tokens; then `hearth bench
-# --backend cuda` on 0.6B/1.7B/8B-shape stand-ins, BF16 and INT4, with CUDA graphs on and off
-# and cuBLAS prefill on and off (HEARTH_CUDA_GRAPHS=0, HEARTH_CUDA_CUBLAS=0). The shared model
-# fixtures themselves (tests/test_cuda.cpp) are 54-73 MB each, too large to travel: they run
-# where ../shared is beside the checkout. Vulkan, on the machine's NVIDIA driver: the op tests on
+# --backend cuda` on 0.6B/1.7B/8B-shape stand-ins, BF16 and INT4, with CUDA graphs, cuBLAS
+# prefill and the int8 mat-vec on and off (HEARTH_CUDA_GRAPHS=0, HEARTH_CUDA_CUBLAS=0,
+# HEARTH_CUDA_DP4A=0). The shared model fixtures themselves (tests/test_cuda.cpp) are 54-73 MB
+# each, too large to travel: they run where ../shared is beside the checkout. Vulkan, on the machine's NVIDIA driver: the op tests on
 # the Vulkan targets under the validation layer, the same comparison with the CPU, and `hearth
 # bench --backend vulkan` on the 0.6B and 1.7B stand-ins (16-bit storage and integer dot products
 # on and off).
@@ -179,6 +179,7 @@ bench cuda s06bf no-graphs HEARTH_CUDA_GRAPHS=0
 bench cuda s06q4 graphs
 bench cuda s06q4 no-graphs HEARTH_CUDA_GRAPHS=0
 bench cuda s06q4 no-cublas HEARTH_CUDA_CUBLAS=0
+bench cuda s06q4 no-dp4a HEARTH_CUDA_DP4A=0
 $H standin --out $M/s17q4 --preset 1.7b --bits 4 --rtn --tokenizer $P/tokenizer >/dev/null &&
   bench cuda s17q4 graphs
 $H standin --out $M/s8q4 --preset 8b --bits 4 --rtn --tokenizer $P/tokenizer >/dev/null &&

@@ -66,6 +66,9 @@ struct CudaOptions {
   // own type and quantized ones widened to bf16, with the activations rounded to that type; off:
   // the mat-vec once per 8 rows, f32 throughout (the tests run both).
   bool cublas = true;
+  // Q8 and Q4 weights in the mat-vec meet int8 activations on dp4a, rounded per block of 32 as the
+  // CPU's kernels round them; off: the codes widened to f32 (the tests run both).
+  bool int8_dots = true;
 };
 
 // Options for creating a model's backend: the generic ones, then one set per backend kind. The

@@ -39,11 +39,13 @@ inline bool cuda_device_here() {
   return here;
 }
 
-// cublas false: every matmul through the f32 mat-vec (exact); graphs false: launches every step.
+// cublas false: every matmul through the f32 mat-vec, quantized ones without int8 activations too
+// (exact); graphs false: launches every step.
 inline BackendOptions cuda_options(DType kv, bool cublas, bool graphs) {
   BackendOptions o;
   o.kv_dtype = kv;
   o.cuda.cublas = cublas;
+  o.cuda.int8_dots = cublas;
   o.cuda.graphs = graphs;
   return o;
 }

@@ -1,6 +1,7 @@
 // The CUDA backend's kernels themselves (backends/cuda/*.cu), run on the CPU through the
 // emulation in tests/cuda_emu.h (threads as coroutines; barriers and warp shuffles as on the
-// GPU), against float64: the mat-vec for every weight type on both its paths, attention over a
+// GPU), against float64: the mat-vec for every weight type on both its paths, the int8 mat-vec,
+// attention over a
 // paged cache written by kv_store (every KV type, head sizes 16 to 128, any split), and the small
 // kernels. Every build runs them, a GPU or not; what they cannot check is the GPU's memory model
 // and speed (bench/cuda_device.sh on a lent GPU does).
@@ -64,6 +65,52 @@ TEST_SUITE("cuda_math") {
           }
         CHECK(max_rel_err(out, want) < 1e-5);
         CHECK(out[size_t(rows * N)] == -1.f);  // nothing written past the output
+      }
+  }
+
+  TEST_CASE("emulated int8 mat-vec: Q8 and Q4, 1 to 11 token rows, against the rounded product") {
+    // quant_act then matvec_i8, against float64 of the weights and of the activations rounded to
+    // int8 per block of 32 as quant/FORMAT.md says (an independent rounding here).
+    struct Case {
+      uint32_t type;
+      int64_t K;
+      int group;
+    };
+    const std::vector<Case> cases = {{cu::kQ8, 160, 32},
+                                     {cu::kQ8, 1088, 64},
+                                     {cu::kQ4, 96, 32},
+                                     {cu::kQ4, 416, 32},
+                                     {cu::kQ4, 2048, 128}};
+    for (const Case& c : cases)
+      for (int rows : {1, 3, 8, 11}) {
+        CAPTURE(c.type);
+        CAPTURE(c.K);
+        CAPTURE(rows);
+        const int64_t N = 19;
+        const auto w = cu::testing::make_weight(c.type, N, c.K, c.group, c.K % 64 == 0,
+                                                uint32_t(c.type * 17 + c.K));
+        const auto x = randn(size_t(rows * c.K), 9);
+        std::vector<uint32_t> codes(size_t(rows * c.K / 4));
+        std::vector<float> scales(size_t(rows * c.K / 32));
+        cu::quant_act(x.data(), rows, c.K, codes.data(), scales.data(), nullptr);
+        std::vector<float> out(size_t(rows * N) + 5, -1.f);
+        cu::matvec_i8(w.view, N, codes.data(), scales.data(), rows, out.data(), N, nullptr);
+        std::vector<double> want(size_t(rows * N)), xr(size_t(rows * c.K));
+        for (int64_t b = 0; b < rows * c.K; b += 32) {
+          float amax = 0.f;
+          for (int64_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(x[size_t(i)]));
+          for (int64_t i = b; i < b + 32; ++i)
+            xr[size_t(i)] = std::nearbyint(x[size_t(i)] * (127.f / amax)) * double(amax / 127.f);
+        }
+        for (int t = 0; t < rows; ++t)
+          for (int64_t n = 0; n < N; ++n) {
+            double s = 0;
+            for (int64_t k = 0; k < c.K; ++k)
+              s += xr[size_t(t * c.K + k)] * w.want[size_t(n * c.K + k)];
+            want[size_t(t * N + n)] = s;
+          }
+        CHECK(max_rel_err(out, want) < 1e-5);
+        CHECK(out[size_t(rows * N)] == -1.f);
       }
   }
 

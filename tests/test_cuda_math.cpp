@@ -1,7 +1,8 @@
 // The CUDA kernels' index and number math (backends/cuda/cu_math.h), run here on the CPU, so that
 // a build without a GPU (CI) still catches layout and indexing mistakes: the columns and values of
 // every 16-byte weight piece against codes packed straight from quant/FORMAT.md
-// (tests/quant_placement.h), the 16-bit conversions against core/dtype.h, the split of attention
+// (tests/quant_placement.h), the int8 runs, dot products and activation rounding of the int8
+// mat-vec, the 16-bit conversions against core/dtype.h, the split of attention
 // over positions and the merge of partial softmaxes against float64, the argmax order.
 #include <doctest/doctest.h>
 
@@ -72,6 +73,63 @@ TEST_SUITE("cuda_math") {
         }
       }
     CHECK(checked == int(shapes.size()) * 2 * 3);
+  }
+
+  TEST_CASE("int8 runs: codes, dot products and activations as the layout and FORMAT.md say") {
+    // Every Q8/Q4 run's four codes as signed bytes are the run's levels (run_values).
+    for (uint32_t t : {cu::kQ8, cu::kQ4})
+      for (int64_t K : {96, 160, 416}) {
+        CAPTURE(t);
+        CAPTURE(K);
+        const auto w = cu::testing::make_weight(t, 2, K, 32, false, uint32_t(t + K));
+        for (int64_t j = 0; j < 2 * cu::pieces_per_row(w.view); ++j) {
+          uint32_t words[4];
+          std::memcpy(words, w.view.codes + 16 * j, 16);
+          for (int i = 0; i < cu::runs_per_piece(w.view); ++i) {
+            float v[4];
+            cu::run_values(w.view, words, i, v);
+            const uint32_t codes = cu::run_codes_i8(w.view, words, i);
+            for (int e = 0; e < 4; ++e) CHECK(float(int8_t(codes >> (8 * e))) == v[e]);
+          }
+        }
+      }
+    // q4_centered on every nibble in every byte position; dot4_i8 against plain products.
+    for (uint32_t n = 0; n < 16; ++n)
+      for (int e = 0; e < 4; ++e) {
+        const uint32_t word = (n << (8 * e)) | (uint32_t(15 - n) << (8 * ((e + 1) % 4)));
+        const uint32_t c = cu::q4_centered(word);
+        CHECK(int8_t(c >> (8 * e)) == int(n) - 8);
+        CHECK(int8_t(c >> (8 * ((e + 1) % 4))) == 7 - int(n));
+      }
+    std::mt19937 rng(3);
+    for (int i = 0; i < 1000; ++i) {
+      const uint32_t a = rng(), b = rng();
+      int want = 0;
+      for (int e = 0; e < 4; ++e) want += int(int8_t(a >> (8 * e))) * int(int8_t(b >> (8 * e)));
+      CHECK(cu::dot4_i8(a, b) == want);
+    }
+    // A block's codes and scale: x * (127 / amax) to nearest even (ties included), amax / 127.
+    std::vector<float> x(32);
+    for (int k = 0; k < 32; ++k) x[size_t(k)] = float((k * 37) % 100) * 0.93f - 46.f;
+    x[31] = -127.f;  // amax 127: 127 / amax is 1, so the ties below stay ties
+    x[5] = 63.5f;    // rounds to 64
+    x[6] = -62.5f;   // and to -62
+    uint32_t codes[8];
+    const float d = cu::quantize_block_i8(x.data(), codes);
+    const float amax = 127.f;
+    CHECK(d == amax / 127.f);
+    for (int k = 0; k < 32; ++k) {
+      const int q = int8_t(codes[k / 4] >> (8 * (k % 4)));
+      CHECK(q == int(std::nearbyint(x[size_t(k)] * (127.f / amax))));
+    }
+    CHECK(int8_t(codes[1] >> 8) == 64);
+    CHECK(int8_t(codes[1] >> 16) == -62);
+    x[9] = std::numeric_limits<float>::infinity();
+    CHECK(std::isnan(cu::quantize_block_i8(x.data(), codes)));
+    for (uint32_t c : codes) CHECK(c == 0u);
+    std::vector<float> tiny(32, 1e-38f);
+    CHECK(cu::quantize_block_i8(tiny.data(), codes) == 1e-38f / 127.f);
+    for (uint32_t c : codes) CHECK(c == 0u);
   }
 
   TEST_CASE("rows that are not whole pieces take the element path") {

@@ -60,6 +60,11 @@ std::unique_ptr<Backend> make_backend(const std::string& target, int threads,
   if (target == "cuda-exact") return test::cuda_backend(kv, false);
   if (target == "cuda-emu") return test::cuda_emulated(kv);
   if (target == "cuda-emu-exact") return test::cuda_emulated(kv, false, false);
+  if (target == "cuda-emu-i8") {  // no cuBLAS, the int8 mat-vec on
+    BackendOptions e = test::cuda_options(kv, false, true);
+    e.cuda.int8_dots = true;
+    return cuda_emu::make_emulated_backend(e);
+  }
   if (target == "vulkan-nosubgroup") return test::vulkan_backend(kv, 0, false);
   if (target == "vulkan-no16bit") return test::vulkan_backend(kv, 0, true, false);
   if (target == "vulkan-nodot") return test::vulkan_backend(kv, 0, true, true, false);
@@ -359,13 +364,16 @@ TEST_SUITE("ops") {
               for (int64_t k = 0; k < K; ++k) want_e[size_t(t * K + k)] = wd(ids[size_t(t)], k);
             }
             Harness h(target, 2);
-            // The SIMD kernels and Vulkan's integer-dot shader (rows of 256 and more) round the
-            // activations to int8 per block of 32 (FORMAT.md, about 0.5% here), so they are held
-            // to the product with the activations so rounded (want_i8) too; the scalar kernels,
-            // the other Vulkan shaders and CUDA multiply in f32.
+            // The SIMD kernels, Vulkan's integer-dot shader (rows of 256 and more) and CUDA's int8
+            // mat-vec round the activations to int8 per block of 32 (FORMAT.md, about 0.5% here),
+            // so they are held to the product with the activations so rounded (want_i8) too; the
+            // scalar kernels, the other Vulkan shaders and CUDA's exact targets multiply in f32.
             const bool vulkan = target.rfind("vulkan", 0) == 0;
+            const bool cuda_target = target.rfind("cuda", 0) == 0;
             const bool int8_dots = vulkan ? kind != 5 && K >= 256 && test::vulkan_integer_dot(*h.be)
-                                          : target != "scalar" && target.rfind("cuda", 0) != 0;
+                                   : cuda_target
+                                       ? kind != 5 && target.find("exact") == std::string::npos
+                                       : target != "scalar";
             const auto got = h.run(g, toks);
             CHECK(nerr(got, want) < (int8_dots ? 1e-2 : 1e-6));
             if (int8_dots) {
@@ -399,6 +407,17 @@ TEST_SUITE("ops") {
             }
             const bool exact = !cuda || target.find("exact") != std::string::npos;
             CHECK(nerr(h.run(gl, toks_l), want_l) < (exact ? 1e-6 : 1e-2));
+            if (target != "cuda-emu" || kind == 5) continue;
+            // Without cuBLAS, int8 on: the int8 mat-vec over all eleven rows (8, then 3).
+            std::vector<double> want_li8(want_l.size());
+            for (int t = 0; t < TL; ++t) {
+              const std::vector<double> xq = int8_blocks(&xl[size_t(t * K)], K);
+              for (int64_t n = 0; n < N; ++n)
+                for (int64_t k = 0; k < K; ++k)
+                  want_li8[size_t(t * N + n)] += xq[size_t(k)] * wd(n, k);
+            }
+            Harness hi8("cuda-emu-i8", 2);
+            CHECK(nerr(hi8.run(gl, toks_l), want_li8) < 1e-5);
           }
   }
 

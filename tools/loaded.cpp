@@ -45,11 +45,11 @@ int env_positive(const char* name) {
 }  // namespace
 
 // Flags win; HEARTH_ISA, HEARTH_GEMM and HEARTH_GEMM_MIN_TOKENS stand in for them when absent, for
-// tests and comparisons that drive the CLI from scripts; HEARTH_CUDA_GRAPHS=0 and
-// HEARTH_CUDA_CUBLAS=0 turn off the CUDA backend's graphs and cuBLAS prefill (bench/cuda_device.sh
-// measures what each buys), HEARTH_VULKAN_SUBGROUPS=0, HEARTH_VULKAN_STORAGE16=0 and
-// HEARTH_VULKAN_INTEGER_DOT=0 the Vulkan backend's subgroup reductions, 16-bit storage and integer
-// dot products (their fallbacks, to compare on a GPU).
+// tests and comparisons that drive the CLI from scripts; HEARTH_CUDA_GRAPHS=0, HEARTH_CUDA_CUBLAS=0
+// and HEARTH_CUDA_DP4A=0 turn off the CUDA backend's graphs, cuBLAS prefill and int8 mat-vec
+// (bench/cuda_device.sh measures what each buys), HEARTH_VULKAN_SUBGROUPS=0,
+// HEARTH_VULKAN_STORAGE16=0 and HEARTH_VULKAN_INTEGER_DOT=0 the Vulkan backend's subgroup
+// reductions, 16-bit storage and integer dot products (their fallbacks, to compare on a GPU).
 BackendOptions backend_options(const Args& args, const Qwen3Model* model) {
   BackendOptions bo;
   bo.threads = args.integer("--threads", 0);
@@ -65,6 +65,7 @@ BackendOptions backend_options(const Args& args, const Qwen3Model* model) {
   bo.cpu.gemm_min_tokens = env_positive("HEARTH_GEMM_MIN_TOKENS");
   bo.cuda.graphs = env_str("HEARTH_CUDA_GRAPHS") != "0";
   bo.cuda.cublas = env_str("HEARTH_CUDA_CUBLAS") != "0";
+  bo.cuda.int8_dots = env_str("HEARTH_CUDA_DP4A") != "0";
   bo.vulkan.subgroups = env_str("HEARTH_VULKAN_SUBGROUPS") != "0";
   bo.vulkan.storage16 = env_str("HEARTH_VULKAN_STORAGE16") != "0";
   bo.vulkan.integer_dot = env_str("HEARTH_VULKAN_INTEGER_DOT") != "0";

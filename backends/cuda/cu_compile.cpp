@@ -1,6 +1,6 @@
 // A graph's device memory, allocated once when it is compiled: the activation arena, the logits,
-// the step's inputs (with page-locked host copies), attention's partials and cuBLAS's 16-bit
-// scratch.
+// the step's inputs (with page-locked host copies), attention's partials, cuBLAS's 16-bit scratch
+// and the mat-vec's int8 activations.
 #include <algorithm>
 
 #include "backends/cuda/cuda_backend.h"
@@ -61,7 +61,7 @@ void CudaBackend::allocate(const Graph& g, CuCompiled& c) const {
 
   // Attention's partials: the most (rows x parts) of any step size, per head.
   size_t partial_floats = 0;
-  int64_t max_k = 0, max_quant_rows = 0;
+  int64_t max_k = 0, max_quant_rows = 0, max_i8_k = 0;
   for (const Node& n : g.nodes()) {
     if (n.op == Op::Attention)
       partial_floats =
@@ -70,9 +70,17 @@ void CudaBackend::allocate(const Graph& g, CuCompiled& c) const {
       const Tensor& w = g.tensor(n.in[1]).weight;
       max_k = std::max(max_k, w.cols());
       if (w.quantized()) max_quant_rows = std::max(max_quant_rows, w.rows());
+      if (int8_dot_weight(w)) max_i8_k = std::max(max_i8_k, w.cols());
     }
   }
   c.partials = DeviceBuffer(partial_floats * 4, "attention's partial sums");
+  if (opt_.int8_dots && max_i8_k) {  // rows the mat-vec may take (the head's: output rows)
+    const int most = std::max(T, O);
+    const size_t rows = size_t(opt_.cublas ? std::min(most, kMatvecRows) : most);
+    c.act_i8_scales = align_up(rows * size_t(max_i8_k));
+    c.act_i8 = DeviceBuffer(c.act_i8_scales + rows * size_t(max_i8_k / 32) * 4,
+                            "int8 activations for the mat-vec");
+  }
   if (opt_.cublas && T > 8) {  // steps of up to 8 rows never reach cuBLAS
     c.half_acts = DeviceBuffer(size_t(T) * size_t(max_k) * 2, "16-bit activations for cuBLAS");
     c.half_weight_rows = size_t(std::min(max_quant_rows, kHalfWeightRows));

@@ -47,6 +47,13 @@ void gather_rows(const float* x, const int32_t* out_rows, int rows, int cols, fl
 // A warp per output row, the weight read once for up to 8 token rows (more rows: once per 8).
 void matvec(const WeightView& w, int64_t n_rows, const float* x, int rows, float* out, int64_t ldo,
             cudaStream_t s);
+// Rows of x ([rows, cols], cols a multiple of 32) to int8 per block of 32 (quantize_block_i8):
+// codes [rows][cols / 4] words, scales [rows][cols / 32].
+void quant_act(const float* x, int rows, int64_t cols, uint32_t* codes, float* scales,
+               cudaStream_t s);
+// matvec for Q8 and Q4 (uniform grid) weights on the int8 activations quant_act wrote, with dp4a.
+void matvec_i8(const WeightView& w, int64_t n_rows, const uint32_t* xq, const float* xd, int rows,
+               float* out, int64_t ldo, cudaStream_t s);
 // W rows [r0, r0 + n) widened to 16-bit (bf16, or f16 when to_f16) for cuBLAS.
 void dequant_rows(const WeightView& w, int64_t r0, int64_t n, bool to_f16, uint16_t* out,
                   cudaStream_t s);

@@ -219,6 +219,55 @@ HEARTH_HD void run_values(const WeightView& w, const uint32_t words[4], int i, f
   }
 }
 
+// Decode's int8 activations (CudaOptions::int8_dots), rounded as the CPU kernels round them
+// (quant/FORMAT.md): per block of 32, codes x * (127 / amax) to nearest even and the scale
+// amax / 127; a block with a NaN or infinity gets scale NaN and codes 0, one whose amax is below
+// 7.5e-37 (about 2^-120, where 127 / amax nears the f32 range) counts as zeros. Codes go to `codes`
+// as 8 words of four (element order, lowest byte first).
+HEARTH_HD float quantize_block_i8(const float* x, uint32_t codes[8]) {
+  float amax = 0.f;
+  bool finite = true;
+  for (int i = 0; i < 32; ++i) {
+    finite = finite && (bits_of_f32(x[i]) & 0x7f800000u) != 0x7f800000u;
+    const float a = fabsf(x[i]);
+    amax = a > amax ? a : amax;
+  }
+  const float inv = finite && amax >= 7.5e-37f ? 127.f / amax : 0.f;
+  for (int w = 0; w < 8; ++w) {
+    uint32_t word = 0;
+    for (int e = 0; e < 4; ++e) {
+      const int q = finite ? int(rintf(x[4 * w + e] * inv)) : 0;  // to nearest even
+      word |= uint32_t(q & 0xff) << (8 * e);
+    }
+    codes[w] = word;
+  }
+  return finite ? amax / 127.f : f32_from_bits(0x7fc00000u);
+}
+
+// The dot product of two words of four signed bytes.
+HEARTH_HD int32_t dot4_i8(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 610
+  return __dp4a(int(a), int(b), 0);
+#else
+  int32_t s = 0;
+  for (int e = 0; e < 4; ++e) s += int32_t(int8_t(a >> (8 * e))) * int32_t(int8_t(b >> (8 * e)));
+  return s;
+#endif
+}
+
+// Four Q4 nibbles n (one per byte, 0..15) as the signed bytes n - 8: n ^ 8 sign-extended from its
+// bit 3 (each byte's 0x08 times 30 is 0xf0, with no carry into the next byte).
+HEARTH_HD uint32_t q4_centered(uint32_t n) {
+  const uint32_t t = n ^ 0x08080808u;
+  return t | ((t & 0x08080808u) * 30u);
+}
+
+// Run i's four codes of a Q8 or Q4 (uniform grid) piece as signed bytes (run_values as integers).
+HEARTH_HD uint32_t run_codes_i8(const WeightView& w, const uint32_t words[4], int i) {
+  if (w.type == kQ8) return words[i];
+  return q4_centered((words[i % 4] >> (4 * (i / 4))) & 0x0f0f0f0fu);
+}
+
 // The paged KV cache of one layer: block b holds [kv head][block_size][head_dim] elements.
 HEARTH_HD int64_t kv_index(int32_t block, int kv_head, int n_kv_heads, int pos_in_block,
                            int block_size, int head_dim) {

@@ -1,7 +1,8 @@
 // Mat-vec for decode: out[t, n] = sum_k x[t, k] W[n, k], W [n_rows, K] in its stored type, x f32
 // [rows, K] row-major. A warp per output row: its lanes read the row in 16-byte pieces (one
 // 128-bit load each, the next one in flight while the current is multiplied; cu_math.h says which
-// columns a piece holds), each piece against up to NT token rows, then a warp-shuffle sum.
+// columns a piece holds), each piece against up to NT token rows, then a warp-shuffle sum. Q8 and
+// Q4 weights may instead meet int8 activations (quant_act, matvec_i8): one dp4a per run of four.
 #include "backends/cuda/cu_check.h"
 #include "backends/cuda/cu_kernels.h"
 
@@ -72,6 +73,84 @@ __global__ void matvec_kernel(WeightView w, int64_t n_rows, const float* x, int 
   }
 }
 
+// matvec_kernel's whole-piece loop on int8 activations (matvec_i8): each run of four codes is one
+// dot4_i8 against the four activation codes of its columns, times the weight's group scale and
+// the activations' block scale.
+template <uint32_t TYPE, int NT>
+__global__ void matvec_i8_kernel(WeightView w, int64_t n_rows, const uint32_t* xq, const float* xd,
+                                 int rows, float* out, int64_t ldo) {
+  w.type = TYPE;
+  const int64_t n = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32, nt = rows < NT ? rows : NT;
+  if (n >= n_rows) return;  // the whole warp leaves together
+  const int64_t words_per_row = w.cols / 4, blocks_per_row = w.cols / 32;
+  float acc[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) acc[t] = 0.f;
+  const uint4* row = reinterpret_cast<const uint4*>(w.codes + n * row_bytes(w));
+  const int64_t pieces = pieces_per_row(w);
+  for (int64_t j = lane; j < pieces; j += 32) {
+    const uint4 u = __ldg(row + j);
+    const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < runs_per_piece(w); ++i) {
+      const uint32_t codes = run_codes_i8(w, words, i);
+      const int64_t c = run_col(w, j, i);
+      const float sc = scale_at(w, n, c);
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        if (t >= nt) break;
+        const int32_t d = dot4_i8(codes, __ldg(xq + t * words_per_row + c / 4));
+        acc[t] += sc * __ldg(xd + t * blocks_per_row + c / 32) * float(d);
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    float s = acc[t];
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0 && t < nt) out[t * ldo + n] = s;
+  }
+}
+
+// A thread per block of 32 of each row: its int8 codes and scale (quantize_block_i8).
+__global__ void quant_act_kernel(const float* x, int rows, int64_t cols, uint32_t* codes,
+                                 float* scales) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, nb = cols / 32;
+  if (i >= rows * nb) return;
+  const int64_t r = i / nb, b = i % nb;
+  uint32_t words[8];
+  scales[i] = quantize_block_i8(x + r * cols + 32 * b, words);
+  for (int w = 0; w < 8; ++w) codes[(r * cols + 32 * b) / 4 + w] = words[w];
+}
+
+template <uint32_t TYPE, int NT>
+void launch_i8(const WeightView& w, int64_t n_rows, const uint32_t* xq, const float* xd, int rows,
+               float* out, int64_t ldo, cudaStream_t s) {
+  HEARTH_LAUNCH(blocks_for(n_rows, kWarpsPerBlock), 32 * kWarpsPerBlock, s,
+                matvec_i8_kernel<TYPE, NT>)
+  (w, n_rows, xq, xd, rows, out, ldo);
+}
+
+template <uint32_t TYPE>
+void launch_rows_i8(const WeightView& w, int64_t n_rows, const uint32_t* xq, const float* xd,
+                    int rows, float* out, int64_t ldo, cudaStream_t s) {
+  for (int t0 = 0; t0 < rows; t0 += 8) {
+    const int nt = rows - t0 < 8 ? rows - t0 : 8;
+    const uint32_t* qt = xq + int64_t(t0) * (w.cols / 4);
+    const float* dt = xd + int64_t(t0) * (w.cols / 32);
+    float* ot = out + int64_t(t0) * ldo;
+    if (nt == 1)
+      launch_i8<TYPE, 1>(w, n_rows, qt, dt, nt, ot, ldo, s);
+    else if (nt == 2)
+      launch_i8<TYPE, 2>(w, n_rows, qt, dt, nt, ot, ldo, s);
+    else if (nt <= 4)
+      launch_i8<TYPE, 4>(w, n_rows, qt, dt, nt, ot, ldo, s);
+    else
+      launch_i8<TYPE, 8>(w, n_rows, qt, dt, nt, ot, ldo, s);
+  }
+}
+
 template <uint32_t TYPE, int NT>
 void launch(const WeightView& w, int64_t n_rows, const float* x, int rows, float* out, int64_t ldo,
             cudaStream_t s) {
@@ -127,6 +206,22 @@ void matvec(const WeightView& w, int64_t n_rows, const float* x, int rows, float
       break;
   }
   launched("matvec");
+}
+
+void quant_act(const float* x, int rows, int64_t cols, uint32_t* codes, float* scales,
+               cudaStream_t s) {
+  const int64_t n = int64_t(rows) * (cols / 32);
+  HEARTH_LAUNCH(unsigned((n + 255) / 256), 256, s, quant_act_kernel)(x, rows, cols, codes, scales);
+  launched("quant_act");
+}
+
+void matvec_i8(const WeightView& w, int64_t n_rows, const uint32_t* xq, const float* xd, int rows,
+               float* out, int64_t ldo, cudaStream_t s) {
+  if (w.type == kQ8)
+    launch_rows_i8<kQ8>(w, n_rows, xq, xd, rows, out, ldo, s);
+  else
+    launch_rows_i8<kQ4>(w, n_rows, xq, xd, rows, out, ldo, s);
+  launched("matvec_i8");
 }
 
 }  // namespace hearth::HEARTH_CUDA_NS

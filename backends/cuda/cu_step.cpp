@@ -17,8 +17,6 @@ namespace {
 // At most this many captured step shapes per compiled graph (a scheduler's steps, prompt chunks
 // beside decode rows, come in many); then they are captured again as they come.
 constexpr size_t kMaxGraphs = 64;
-// Steps of more rows than this multiply through cuBLAS (CudaOptions::cublas).
-constexpr int kMatvecRows = 8;
 // Steps of at least this many rows (prefill) run attention in tiles of rows and positions; shorter
 // ones (decode) split each row's positions over parts.
 constexpr int kTiledAttentionRows = 32;
@@ -101,10 +99,19 @@ void CudaBackend::matmul(CuCompiled& c, const Node& n, int rows) const {
   const GraphTensor& wt = c.graph->tensor(n.in[1]);
   const WeightView w = weight(wt.weight, wt.name);
   const int64_t n_rows = wt.weight.rows();
-  if (rows <= kMatvecRows || !opt_.cublas)
+  // The int8 mat-vec reads whole 16-byte pieces (device allocations are 256-byte aligned).
+  const bool i8 = opt_.int8_dots && int8_dot_weight(wt.weight) &&
+                  reinterpret_cast<uintptr_t>(w.codes) % 16 == 0;
+  if ((rows <= kMatvecRows || !opt_.cublas) && i8) {
+    auto* codes = c.act_i8.as<uint32_t>();
+    auto* scales = reinterpret_cast<float*>(c.act_i8.as<char>() + c.act_i8_scales);
+    quant_act(act(c, n.in[0]), rows, w.cols, codes, scales, stream_);
+    matvec_i8(w, n_rows, codes, scales, rows, act(c, n.out), n_rows, stream_);
+  } else if (rows <= kMatvecRows || !opt_.cublas) {
     matvec(w, n_rows, act(c, n.in[0]), rows, act(c, n.out), n_rows, stream_);
-  else
+  } else {
     gemm(c, w, n_rows, act(c, n.in[0]), rows, act(c, n.out));
+  }
 }
 
 void CudaBackend::enqueue_node(CuCompiled& c, const Node& n, int n_tokens, int n_out) const {

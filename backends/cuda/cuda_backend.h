@@ -1,9 +1,10 @@
 // The CUDA backend: weights uploaded once per backend (one per model) with cudaMalloc in their
 // checkpoint bytes (F32, F16, BF16, hearth's Q8/Q4), the paged KV cache on the device, every
 // activation in one arena allocated when a graph is compiled. A step is the graph's nodes as
-// kernel launches on one stream (cu_kernels.h): mat-vecs for steps of up to 8 rows, cuBLAS for
-// longer ones; each step shape's launches are captured once in a CUDA graph and re-launched, what
-// changes per step (tokens, positions, block tables, RoPE angles) copied in before the launch.
+// kernel launches on one stream (cu_kernels.h): mat-vecs for steps of up to 8 rows (Q8/Q4 on
+// int8 activations), cuBLAS for longer ones; each step shape's launches are captured once in a
+// CUDA graph and re-launched, what changes per step (tokens, positions, block tables, RoPE angles)
+// copied in before the launch.
 #pragma once
 #include <map>
 #include <memory>
@@ -26,6 +27,15 @@ struct CuKVStorage : KVStorage {
   uint64_t serial = 0;  // tells compiled graphs which storage their captured launches name
 };
 
+// Steps of more rows than this multiply through cuBLAS (CudaOptions::cublas).
+constexpr int kMatvecRows = 8;
+
+// Whether the mat-vec multiplies w on int8 activations when CudaOptions::int8_dots is on: Q8 and
+// Q4 on the uniform grid (a codebook's levels stay on the f32 mat-vec).
+inline bool int8_dot_weight(const Tensor& w) {
+  return (w.dtype == DType::Q8 || w.dtype == DType::Q4) && !w.codebook;
+}
+
 struct CuCompiled : CompiledGraph {
   ~CuCompiled() override;
   const Graph* graph = nullptr;  // must outlive this (as the runner's graph does)
@@ -44,6 +54,9 @@ struct CuCompiled : CompiledGraph {
   // Scratch: attention's partial softmaxes; for cuBLAS steps, activations and (quantized
   // weights) weight rows widened to 16 bits.
   DeviceBuffer partials, half_acts, half_weights;
+  // For CudaOptions::int8_dots: the mat-vec's int8 activations (codes, then block scales).
+  DeviceBuffer act_i8;
+  size_t act_i8_scales = 0;     // the byte offset of the scales in act_i8
   size_t half_weight_rows = 0;  // rows of the widest quantized weight half_weights holds at once
   std::map<std::tuple<int, int, GpuReadback>, cudaGraphExec_t> graphs;  // by step shape
   const CuKVStorage* kv = nullptr;

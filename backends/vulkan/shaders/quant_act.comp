@@ -19,8 +19,9 @@ void main() {
   }
   // A NaN or infinite input makes the block's scale NaN, so every dot it enters is NaN, as in
   // float arithmetic and on the CPU (and no NaN reaches an integer conversion).
-  // Below 2^-120 the block counts as zeros: 127 / amax would overflow (the CPU's conversions of
-  // an infinite product happen to give 0; a shader's are undefined).
+  // Below 7.5e-37 (about 2^-120) the block counts as zeros, as on CUDA: 127 / amax nears the f32
+  // range (the CPU's conversions of an infinite product happen to give 0; a shader's are
+  // undefined).
   const float inv = finite && amax >= 7.5e-37 ? 127.0 / amax : 0.0;
   int sum = 0;
   for (uint w = 0u; w < 8u; ++w) {
