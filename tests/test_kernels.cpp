@@ -731,9 +731,11 @@ TEST_SUITE("kernels") {
             };
             const auto mine = run(w.codes, nullptr), theirs = run(other.codes, nullptr);
             const auto got = run(w.codes, packed.data());
-            // Decode reads whole groups from the copy; the GEMM when its panels start on a group.
+            // AVX-512: decode reads whole groups from the copy, the GEMM when its panels start on
+            // a group; AVX2 (and AVX-VNNI) read whole groups from it for any number of tokens.
             const bool reads =
-                qt.kt.isa == Isa::Avx512 && (T < kQuantGemmMinTokens || r0 % shape.rows == 0);
+                (qt.kt.isa == Isa::Avx512 && (T < kQuantGemmMinTokens || r0 % shape.rows == 0)) ||
+                qt.kt.isa == Isa::Avx2;
             bool ok = true;
             for (int t = 0; t < T; ++t)
               for (int64_t r = r0; r < r1; ++r) {

@@ -317,7 +317,10 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
                              : w.dtype == DType::Q4 ? kPackQ4
                                                     : PackShape{0, 0};
       const int64_t row_bytes = int64_t(w.nbytes) / std::max<int64_t>(w.rows(), 1);
-      if (!(logits && w.dtype == DType::BF16) && pack.chunk && kernels_.isa == Isa::Avx512 &&
+      // The AVX-512 kernels read every packed type; the AVX2 ones the quantized types.
+      const bool reads_packed =
+          kernels_.isa == Isa::Avx512 || (kernels_.isa == Isa::Avx2 && w.quantized());
+      if (!(logits && w.dtype == DType::BF16) && pack.chunk && reads_packed &&
           pack_fits(pack, w.rows(), row_bytes))
         cg->w_il[size_t(id)] = weight_copies_->get(w.data, kPacked, w.nbytes, [&](void* dst) {
           in_parallel(w.rows(), pack.rows, [&](int64_t b, int64_t e) {
