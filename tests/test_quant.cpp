@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/quant_format.h"
 #include "core/session.h"
+#include "core/weight_store.h"
 #include "models/quant_config.h"
 #include "models/qwen3_model.h"
 #include "models/safetensors.h"
@@ -474,10 +475,13 @@ TEST_SUITE("quant") {
       quant::quantize_checkpoint(d.str("f"), q, o);
       auto m = Qwen3Model::load(q);
       const int V = m->config().vocab_size;
-      auto logits = [&](const std::string& isa, const std::string& gemm, int chunk) {
+      auto logits = [&](const std::string& isa, const std::string& gemm, int chunk, bool copies) {
         BackendOptions bo;
         bo.cpu.isa = isa;
         bo.cpu.gemm = gemm;
+        // Weight copies: the kernels of AVX-512 and AVX2 read their packed copies, and the
+        // library's steps must unpack those too.
+        if (copies) bo.cpu.weight_copies = std::make_shared<WeightStore>();
         bo.cpu.gemm_min_tokens = 32;  // the 48-token step goes to the library, when there is one
         bo.threads = 2;
         Runner r(create_backend("cpu", bo), m->graph(), V, 512, 64);
@@ -487,12 +491,13 @@ TEST_SUITE("quant") {
         return out;
       };
       // Scalar kernels, no library: dequantize then multiply in f32, the reference.
-      const std::vector<float> ref = logits("scalar", "native", 64);
+      const std::vector<float> ref = logits("scalar", "native", 64, false);
       std::vector<double> want(ref.begin(), ref.end());
       struct Path {
         std::string isa, gemm;
         int chunk;
         double tol;
+        bool copies = false;
       };
       // Rounding activations (and dequantized weights) to bf16 or int8 moves these random
       // models' logits by 1-2% (the float model's paths agree to 1e-6); a misplaced code by O(1).
@@ -504,9 +509,12 @@ TEST_SUITE("quant") {
           {"", "native", 64, 3e-2},  // int8 activations: GEMM (AVX-512) / token tiles (AVX2)
           {"", "native", 1, 4e-2}};  // decode: int8 activations
       const cpu::GemmKind lib = cpu::choose_gemm("auto", false);  // the f32 library
-      if (lib !=
-          cpu::GemmKind::Native)  // named, the library gets the step: f32 on dequantized rows
-        paths.push_back({"", cpu::gemm_name(lib), 64, 1e-4});
+      if (lib != cpu::GemmKind::Native) {  // named, the library gets the step: f32 on
+        paths.push_back({"", cpu::gemm_name(lib), 64, 1e-4});        // dequantized rows
+        paths.push_back({"", cpu::gemm_name(lib), 64, 1e-4, true});  // of the packed copy
+        if (cpu::detect_cpu_features().best() == cpu::Isa::Avx512)
+          paths.push_back({"avx2", "auto", 64, 1e-4, true});  // AVX2's default: the library
+      }
       if (cpu::detect_cpu_features().best() == cpu::Isa::Avx512)
         paths.push_back({"", "dnnl-bf16", 64, 3e-2});  // library bf16 GEMM on dequantized rows
       for (const std::string& isa :
@@ -514,13 +522,15 @@ TEST_SUITE("quant") {
         if (isa != "scalar" && cpu::parse_isa(isa) != cpu::detect_cpu_features().best()) {
           paths.push_back({isa, "native", 64, 3e-2});
           paths.push_back({isa, "native", 1, 4e-2});
+          paths.push_back({isa, "native", 1, 4e-2, true});  // decode from the packed copy
         }
       for (const Path& p : paths) {
         CAPTURE(variant);
         CAPTURE(p.isa);
         CAPTURE(p.gemm);
         CAPTURE(p.chunk);
-        CHECK(nerr(logits(p.isa, p.gemm, p.chunk), want) < p.tol);
+        CAPTURE(p.copies);
+        CHECK(nerr(logits(p.isa, p.gemm, p.chunk, p.copies), want) < p.tol);
       }
     }
   }

@@ -141,7 +141,7 @@ void gemm_rows(const StepCtx& c, const Tensor& w, const void* w_il, const float*
                const uint16_t* xb, int64_t T, int64_t r0, int64_t r1, float* y, int64_t ldy) {
   const int64_t K = w.cols();
   if (r0 >= r1) return;
-  if (w_il) {
+  if (w_il && w.dtype == DType::BF16) {
     // The backend's packed copy, unpacked block by block, so the model's mapping of the same
     // weight is never read (and never made resident) once the copy exists.
     auto* rows = reinterpret_cast<uint16_t*>(c.scratch() + c.cg.off_unpack);
@@ -164,9 +164,23 @@ void gemm_rows(const StepCtx& c, const Tensor& w, const void* w_il, const float*
                                : w.codebook         ? c.kt.dequant_q4cb
                                                     : c.kt.dequant_q4;
     float* wide = c.scratch() + c.cg.off_wide;
+    const int64_t row_bytes = int64_t(w.nbytes) / w.rows();
     for (int64_t r = r0; r < r1; r += kGemmBlockRows) {
       const int64_t n = std::min(r1, r + kGemmBlockRows) - r;
-      deq(w, r, n, wide, xb != nullptr);
+      if (w_il) {
+        // The packed copy's rows back to row-major first, as for BF16 above (a block of codes
+        // takes at most half of what the unpacked BF16 rows may).
+        auto* codes = reinterpret_cast<uint8_t*>(c.scratch() + c.cg.off_unpack);
+        unpack_rows(w_il, r, n, row_bytes, w.dtype == DType::Q8 ? kPackQ8 : kPackQ4, codes);
+        Tensor block = w;
+        block.shape[0] = n;
+        block.data = codes;
+        block.nbytes = size_t(n * row_bytes);
+        block.scales = static_cast<const uint16_t*>(w.scales) + r * (K / w.group_size);
+        deq(block, 0, n, wide, xb != nullptr);
+      } else {
+        deq(w, r, n, wide, xb != nullptr);
+      }
       if (xb)
         c.gemm->bf16(c.tid, int(T), n, K, xb, K, reinterpret_cast<const uint16_t*>(wide),
                      y + (r - r0), ldy);
