@@ -105,7 +105,8 @@ void CudaBackend::matmul(CuCompiled& c, const Node& n, int rows) const {
   if ((rows <= kMatvecRows || !opt_.cublas) && i8) {
     auto* codes = c.act_i8.as<uint32_t>();
     auto* scales = reinterpret_cast<float*>(c.act_i8.as<char>() + c.act_i8_scales);
-    quant_act(act(c, n.in[0]), rows, w.cols, codes, scales, stream_);
+    if (c.i8_input != n.in[0]) quant_act(act(c, n.in[0]), rows, w.cols, codes, scales, stream_);
+    c.i8_input = n.in[0];
     matvec_i8(w, n_rows, codes, scales, rows, act(c, n.out), n_rows, stream_);
   } else if (rows <= kMatvecRows || !opt_.cublas) {
     matvec(w, n_rows, act(c, n.in[0]), rows, act(c, n.out), n_rows, stream_);
@@ -176,6 +177,7 @@ void CudaBackend::enqueue_node(CuCompiled& c, const Node& n, int n_tokens, int n
 }
 
 void CudaBackend::enqueue(CuCompiled& c, int n_tokens, int n_out, GpuReadback what) const {
+  c.i8_input = -1;
   for (const Node& n : c.graph->nodes()) enqueue_node(c, n, n_tokens, n_out);
   if (n_out == 0) return;
   if (what == GpuReadback::Argmax)

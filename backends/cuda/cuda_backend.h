@@ -56,7 +56,9 @@ struct CuCompiled : CompiledGraph {
   DeviceBuffer partials, half_acts, half_weights;
   // For CudaOptions::int8_dots: the mat-vec's int8 activations (codes, then block scales).
   DeviceBuffer act_i8;
-  size_t act_i8_scales = 0;     // the byte offset of the scales in act_i8
+  size_t act_i8_scales = 0;  // the byte offset of the scales in act_i8
+  // While a step is enqueued: the activation act_i8 holds (q, k and v share one quantization).
+  int i8_input = -1;
   size_t half_weight_rows = 0;  // rows of the widest quantized weight half_weights holds at once
   std::map<std::tuple<int, int, GpuReadback>, cudaGraphExec_t> graphs;  // by step shape
   const CuKVStorage* kv = nullptr;
