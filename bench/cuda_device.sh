@@ -102,9 +102,9 @@ compare() {
   ids=$(seq -s, 100 139)
   for m in s06bf s06q4; do
     $H logits --model $M/$m --ids "$ids" --out $M/$m.cpu.f32 --mmap
-    HEARTH_CUDA_CUBLAS=0 $H logits --model $M/$m --ids "$ids" --out $M/$m.one.f32 --backend $be
-    $H logits --model $M/$m --ids "$ids" --out $M/$m.long.f32 --backend $be
-    $H logits --model $M/$m --ids "$ids" --out $M/$m.chunks.f32 --backend $be --chunks 7,1,32
+    HEARTH_CUDA_CUBLAS=0 $H logits --model $M/$m --ids "$ids" --out $M/$m.one.f32 --backend $be --ctx 4096
+    $H logits --model $M/$m --ids "$ids" --out $M/$m.long.f32 --backend $be --ctx 4096
+    $H logits --model $M/$m --ids "$ids" --out $M/$m.chunks.f32 --backend $be --ctx 4096 --chunks 7,1,32
     python3 - "$M/$m" "$be" <<'EOF'
 import sys, numpy as np
 base, be = sys.argv[1], sys.argv[2]
@@ -120,7 +120,7 @@ for kind in ("one", "long", "chunks"):
     print(f"{be} {base.split('/')[-1]} {kind}: max |diff| / max |ref| {err:.2e}, worst KL {kl(got):.2e}, argmax agree {same:.3f}")
 EOF
     a=$($H generate --model $M/$m --ids "$ids" --max-new-tokens 24 --greedy --mmap | tail -1)
-    b=$($H generate --model $M/$m --ids "$ids" --max-new-tokens 24 --greedy --backend $be | tail -1)
+    b=$($H generate --model $M/$m --ids "$ids" --max-new-tokens 24 --greedy --backend $be --ctx 4096 | tail -1)
     echo "$m greedy cpu: $a"
     echo "$m greedy $be: $b"
     [ "$a" = "$b" ] && echo "$m greedy: identical" || echo "$m greedy: DIFFERENT"
@@ -169,7 +169,7 @@ compare cuda
 if [ -n "$SAN" ]; then
   step "compute-sanitizer memcheck: one generation"
   timeout 180 "$SAN" --tool memcheck --error-exitcode 9 $H generate --model $M/s06q4 \
-    --ids 1,2,3,4,5,6,7,8,9,10 --max-new-tokens 4 --greedy --backend cuda --prefill-chunk 4
+    --ids 1,2,3,4,5,6,7,8,9,10 --max-new-tokens 4 --greedy --backend cuda --prefill-chunk 4 --ctx 4096
   echo "memcheck exit: $?"
 fi
 
