@@ -67,6 +67,10 @@ void check_gpu_kv_dtype(DType kv, const std::string& backend) {
          " (use --kv f32, f16 or bf16)");
 }
 
+bool gpu_int8_dot_weight(const Tensor& w) {
+  return (w.dtype == DType::Q8 || w.dtype == DType::Q4) && !w.codebook;
+}
+
 int gpu_attention_splits(int n_tokens, int heads) {
   return std::clamp(4096 / std::max(1, n_tokens * heads), 1, 64);
 }

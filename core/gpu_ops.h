@@ -18,6 +18,10 @@ void check_gpu_graph(const Backend& be, const Graph& g, const std::string& backe
 // Throws, naming `backend`, unless kv is a KV type the GPU backends keep.
 void check_gpu_kv_dtype(DType kv, const std::string& backend);
 
+// Whether a GPU backend's decode matmuls may multiply w on int8 activations (Vulkan's integer
+// dot products, CUDA's dp4a): Q8 and Q4 on the uniform grid (a codebook's levels are not).
+bool gpu_int8_dot_weight(const Tensor& w);
+
 // Decode attention splits each (row, query head)'s positions over this many parts (flash-decoding,
 // at least 32 positions a part, a second pass merging them), so that a step of few rows still
 // fills a large GPU with about 4096 workgroups; 1 for long steps (prefill).

@@ -312,10 +312,7 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
     if (weight_copies_ && cg->weight[size_t(id)].empty() && !embedded.count(w.data)) {
       const size_t scale_bytes =
           w.quantized() ? size_t(w.rows() * (w.cols() / w.group_size)) * 2 : 0;
-      const PackShape pack = w.dtype == DType::BF16 ? kPackBf16
-                             : w.dtype == DType::Q8 ? kPackQ8
-                             : w.dtype == DType::Q4 ? kPackQ4
-                                                    : PackShape{0, 0};
+      const PackShape pack = pack_shape(w.dtype);
       const int64_t row_bytes = int64_t(w.nbytes) / std::max<int64_t>(w.rows(), 1);
       // The AVX-512 kernels read every packed type; the AVX2 ones the quantized types.
       const bool reads_packed =

@@ -171,7 +171,7 @@ void gemm_rows(const StepCtx& c, const Tensor& w, const void* w_il, const float*
         // The packed copy's rows back to row-major first, as for BF16 above (a block of codes
         // takes at most half of what the unpacked BF16 rows may).
         auto* codes = reinterpret_cast<uint8_t*>(c.scratch() + c.cg.off_unpack);
-        unpack_rows(w_il, r, n, row_bytes, w.dtype == DType::Q8 ? kPackQ8 : kPackQ4, codes);
+        unpack_rows(w_il, r, n, row_bytes, pack_shape(w.dtype), codes);
         Tensor block = w;
         block.shape[0] = n;
         block.data = codes;

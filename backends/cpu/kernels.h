@@ -46,6 +46,13 @@ struct PackShape {
 constexpr PackShape kPackBf16{4, 16};
 constexpr PackShape kPackQ8{128, 4};  // one 128-element chunk (quant/FORMAT.md), 4 rows per pass
 constexpr PackShape kPackQ4{64, 4};   // the same in nibbles, 4 rows per pass
+// The packed layout of a weight type (a codebook's Q4 as Q4), or {0, 0} for one never packed.
+inline PackShape pack_shape(DType t) {
+  return t == DType::BF16 ? kPackBf16
+         : t == DType::Q8 ? kPackQ8
+         : t == DType::Q4 ? kPackQ4
+                          : PackShape{0, 0};
+}
 inline bool pack_fits(PackShape p, int64_t rows, int64_t row_bytes) {
   return rows % p.rows == 0 && row_bytes % p.chunk == 0;
 }

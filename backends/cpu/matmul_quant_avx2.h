@@ -129,7 +129,8 @@ void matmul_quant_avx2(const QuantMatmulArgs& a, const Codes& cd) {
   const int per_group = a.group / int(kBlock);
   ActTile at;
   float* sw = carve_act_tile(a.scratch, k, &at);  // [nb] block scales of the row
-  float* P = sw + (nb + 15) / 16 * 16;
+  const int64_t nbp = (nb + 15) / 16 * 16;        // a row's block factors, padded
+  float* P = sw + nbp;
   const auto* codes = static_cast<const uint8_t*>(a.w);
   const auto* scales = static_cast<const uint16_t*>(a.scales);
   // Whole groups of the packed copy (MatmulArgs::w_il: kPackQ8 / kPackQ4, each row's chunk j
@@ -141,8 +142,7 @@ void matmul_quant_avx2(const QuantMatmulArgs& a, const Codes& cd) {
   const auto* packed = static_cast<const uint8_t*>(a.w_il);
   const WholeGroups groups =
       packed && kc == k ? whole_groups(a.r0, a.r1, kGroup) : WholeGroups{a.r1, a.r1};
-  const int64_t nbp = (nb + 15) / 16 * 16;  // a row's block factors, padded
-  float* sw4 = P + nbp;                     // [kGroup][nbp]: sw and P of a group's rows
+  float* sw4 = P + nbp;  // [kGroup][nbp]: sw and P of a group's rows
   float* P4 = sw4 + kGroup * nbp;
   // With one token tile the previous call's activations are still in the scratch (reuse_x).
   const bool reuse = a.reuse_x && a.n_tokens <= kTokenTile;

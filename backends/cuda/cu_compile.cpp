@@ -70,7 +70,7 @@ void CudaBackend::allocate(const Graph& g, CuCompiled& c) const {
       const Tensor& w = g.tensor(n.in[1]).weight;
       max_k = std::max(max_k, w.cols());
       if (w.quantized()) max_quant_rows = std::max(max_quant_rows, w.rows());
-      if (int8_dot_weight(w)) max_i8_k = std::max(max_i8_k, w.cols());
+      if (gpu_int8_dot_weight(w)) max_i8_k = std::max(max_i8_k, w.cols());
     }
   }
   c.partials = DeviceBuffer(partial_floats * 4, "attention's partial sums");

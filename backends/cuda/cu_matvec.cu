@@ -3,6 +3,8 @@
 // 128-bit load each, the next one in flight while the current is multiplied; cu_math.h says which
 // columns a piece holds), each piece against up to NT token rows, then a warp-shuffle sum. Q8 and
 // Q4 weights may instead meet int8 activations (quant_act, matvec_i8): one dp4a per run of four.
+#include <type_traits>
+
 #include "backends/cuda/cu_check.h"
 #include "backends/cuda/cu_kernels.h"
 
@@ -132,23 +134,31 @@ void launch_i8(const WeightView& w, int64_t n_rows, const uint32_t* xq, const fl
   (w, n_rows, xq, xd, rows, out, ldo);
 }
 
+// Calls launch(t0, nt, tag) for each block of up to 8 of the step's rows, tag an
+// std::integral_constant<int, NT> of the smallest NT in 1, 2, 4, 8 that holds the block's nt.
+template <class Launch>
+void for_row_blocks(int rows, Launch launch) {
+  for (int t0 = 0; t0 < rows; t0 += 8) {
+    const int nt = rows - t0 < 8 ? rows - t0 : 8;
+    if (nt == 1)
+      launch(t0, nt, std::integral_constant<int, 1>());
+    else if (nt == 2)
+      launch(t0, nt, std::integral_constant<int, 2>());
+    else if (nt <= 4)
+      launch(t0, nt, std::integral_constant<int, 4>());
+    else
+      launch(t0, nt, std::integral_constant<int, 8>());
+  }
+}
+
 template <uint32_t TYPE>
 void launch_rows_i8(const WeightView& w, int64_t n_rows, const uint32_t* xq, const float* xd,
                     int rows, float* out, int64_t ldo, cudaStream_t s) {
-  for (int t0 = 0; t0 < rows; t0 += 8) {
-    const int nt = rows - t0 < 8 ? rows - t0 : 8;
-    const uint32_t* qt = xq + int64_t(t0) * (w.cols / 4);
-    const float* dt = xd + int64_t(t0) * (w.cols / 32);
-    float* ot = out + int64_t(t0) * ldo;
-    if (nt == 1)
-      launch_i8<TYPE, 1>(w, n_rows, qt, dt, nt, ot, ldo, s);
-    else if (nt == 2)
-      launch_i8<TYPE, 2>(w, n_rows, qt, dt, nt, ot, ldo, s);
-    else if (nt <= 4)
-      launch_i8<TYPE, 4>(w, n_rows, qt, dt, nt, ot, ldo, s);
-    else
-      launch_i8<TYPE, 8>(w, n_rows, qt, dt, nt, ot, ldo, s);
-  }
+  for_row_blocks(rows, [&](int t0, int nt, auto tag) {
+    launch_i8<TYPE, decltype(tag)::value>(w, n_rows, xq + int64_t(t0) * (w.cols / 4),
+                                          xd + int64_t(t0) * (w.cols / 32), nt,
+                                          out + int64_t(t0) * ldo, ldo, s);
+  });
 }
 
 template <uint32_t TYPE, int NT>
@@ -166,19 +176,10 @@ void launch(const WeightView& w, int64_t n_rows, const float* x, int rows, float
 template <uint32_t TYPE>
 void launch_rows(const WeightView& w, int64_t n_rows, const float* x, int rows, float* out,
                  int64_t ldo, cudaStream_t s) {
-  for (int t0 = 0; t0 < rows; t0 += 8) {
-    const int nt = rows - t0 < 8 ? rows - t0 : 8;
-    const float* xt = x + int64_t(t0) * w.cols;
-    float* ot = out + int64_t(t0) * ldo;
-    if (nt == 1)
-      launch<TYPE, 1>(w, n_rows, xt, nt, ot, ldo, s);
-    else if (nt == 2)
-      launch<TYPE, 2>(w, n_rows, xt, nt, ot, ldo, s);
-    else if (nt <= 4)
-      launch<TYPE, 4>(w, n_rows, xt, nt, ot, ldo, s);
-    else
-      launch<TYPE, 8>(w, n_rows, xt, nt, ot, ldo, s);
-  }
+  for_row_blocks(rows, [&](int t0, int nt, auto tag) {
+    launch<TYPE, decltype(tag)::value>(w, n_rows, x + int64_t(t0) * w.cols, nt,
+                                       out + int64_t(t0) * ldo, ldo, s);
+  });
 }
 
 }  // namespace

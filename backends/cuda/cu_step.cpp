@@ -99,20 +99,17 @@ void CudaBackend::matmul(CuCompiled& c, const Node& n, int rows) const {
   const GraphTensor& wt = c.graph->tensor(n.in[1]);
   const WeightView w = weight(wt.weight, wt.name);
   const int64_t n_rows = wt.weight.rows();
+  if (rows > kMatvecRows && opt_.cublas)
+    return gemm(c, w, n_rows, act(c, n.in[0]), rows, act(c, n.out));
   // The int8 mat-vec reads whole 16-byte pieces (device allocations are 256-byte aligned).
-  const bool i8 = opt_.int8_dots && int8_dot_weight(wt.weight) &&
-                  reinterpret_cast<uintptr_t>(w.codes) % 16 == 0;
-  if ((rows <= kMatvecRows || !opt_.cublas) && i8) {
-    auto* codes = c.act_i8.as<uint32_t>();
-    auto* scales = reinterpret_cast<float*>(c.act_i8.as<char>() + c.act_i8_scales);
-    if (c.i8_input != n.in[0]) quant_act(act(c, n.in[0]), rows, w.cols, codes, scales, stream_);
-    c.i8_input = n.in[0];
-    matvec_i8(w, n_rows, codes, scales, rows, act(c, n.out), n_rows, stream_);
-  } else if (rows <= kMatvecRows || !opt_.cublas) {
-    matvec(w, n_rows, act(c, n.in[0]), rows, act(c, n.out), n_rows, stream_);
-  } else {
-    gemm(c, w, n_rows, act(c, n.in[0]), rows, act(c, n.out));
-  }
+  if (!opt_.int8_dots || !gpu_int8_dot_weight(wt.weight) ||
+      reinterpret_cast<uintptr_t>(w.codes) % 16 != 0)
+    return matvec(w, n_rows, act(c, n.in[0]), rows, act(c, n.out), n_rows, stream_);
+  auto* codes = c.act_i8.as<uint32_t>();
+  auto* scales = reinterpret_cast<float*>(c.act_i8.as<char>() + c.act_i8_scales);
+  if (c.i8_input != n.in[0]) quant_act(act(c, n.in[0]), rows, w.cols, codes, scales, stream_);
+  c.i8_input = n.in[0];
+  matvec_i8(w, n_rows, codes, scales, rows, act(c, n.out), n_rows, stream_);
 }
 
 void CudaBackend::enqueue_node(CuCompiled& c, const Node& n, int n_tokens, int n_out) const {

@@ -30,12 +30,6 @@ struct CuKVStorage : KVStorage {
 // Steps of more rows than this multiply through cuBLAS (CudaOptions::cublas).
 constexpr int kMatvecRows = 8;
 
-// Whether the mat-vec multiplies w on int8 activations when CudaOptions::int8_dots is on: Q8 and
-// Q4 on the uniform grid (a codebook's levels stay on the f32 mat-vec).
-inline bool int8_dot_weight(const Tensor& w) {
-  return (w.dtype == DType::Q8 || w.dtype == DType::Q4) && !w.codebook;
-}
-
 struct CuCompiled : CompiledGraph {
   ~CuCompiled() override;
   const Graph* graph = nullptr;  // must outlive this (as the runner's graph does)

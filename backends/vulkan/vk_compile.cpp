@@ -66,13 +66,6 @@ void push_parts(const Graph& g, const Node& n, const Dispatch& d, uint64_t range
   }
 }
 
-// Whether a matmul of w runs on integer dot products in short steps (matmul_dot.comp) where its
-// rows are long enough for a workgroup to split (as matmul.comp): Q8 and Q4 on the uniform grid (a
-// codebook's levels stay on the dequantizing shaders).
-bool dot_weight(const Tensor& w) {
-  return (w.dtype == DType::Q8 || w.dtype == DType::Q4) && !w.codebook;
-}
-
 // The int8 activations of `input` for a MatMulDot, unless the last ones quantized are already its:
 // nothing else writes them, and every activation is written by one node.
 void push_quant_act(const Graph& g, int input, std::vector<Dispatch>& out) {
@@ -117,7 +110,9 @@ void node_dispatches(const Graph& g, const Node& n, uint64_t range, bool integer
       d.pc.n = uint32_t(w.rows());
       set_weight(d, n.in[1], w);
       d.binds[kA] = act(n.in[0]);
-      if (integer_dot && dot_weight(w) && d.kernel == Kernel::MatMul) {
+      // Integer dot products (matmul_dot.comp) where rows are long enough for a workgroup to
+      // split them (as matmul.comp does).
+      if (integer_dot && gpu_int8_dot_weight(w) && d.kernel == Kernel::MatMul) {
         push_quant_act(g, n.in[0], out);
         d.kernel = Kernel::MatMulDot;
         d.binds[kB] = {Bind::ActI8};
