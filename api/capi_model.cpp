@@ -131,8 +131,13 @@ std::unique_ptr<Runner> ModelCore::make_runner() const {
     throw ApiError(HEARTH_ERR_UNSUPPORTED, e.what());
   }
   const auto& c = model->config();
-  return std::make_unique<Runner>(std::move(backend), model->graph(), c.vocab_size,
-                                  c.max_position_embeddings, runner_options);
+  // Without a KV budget the pool holds one whole context: as long as the backend has room for.
+  const int positions =
+      runner_options.kv_budget_bytes
+          ? c.max_position_embeddings
+          : fitting_positions(*backend, model->graph(), c.max_position_embeddings);
+  return std::make_unique<Runner>(std::move(backend), model->graph(), c.vocab_size, positions,
+                                  runner_options);
 }
 
 std::vector<int32_t> ModelCore::encode(const char* text, size_t len) const {

@@ -163,12 +163,14 @@ hearth_status hearth_session_new(hearth_model* model, const hearth_session_param
     const hearth_session_params p =
         read_struct("hearth_session_params", params, hearth_session_params_default(),
                     HEARTH_FIELD_END(hearth_session_params, system_prompt));
-    const int max_ctx = model->core->model->config().max_position_embeddings;
+    // The model's context, or less where the backend's memory holds less (fitting_positions).
+    const int max_ctx = model->core->runner->max_positions();
     HEARTH_CHECK_ARG(p.n_threads >= 0 && p.n_threads <= 4096, "hearth_session_params.n_threads is ",
                      p.n_threads, "; expected 0 (the model's) or a positive count");
     HEARTH_CHECK_ARG(p.context_length >= 0 && p.context_length <= max_ctx,
                      "hearth_session_params.context_length is ", p.context_length,
-                     "; expected 0 (the model's) up to the model's ", max_ctx);
+                     "; expected 0 (the model's) up to ", max_ctx, " (the model's, or what the ",
+                     model->core->runner->backend().name(), " backend's memory holds)");
     auto s = std::make_unique<hearth_session>();
     s->core = model->core;
     s->context_length = p.context_length > 0 ? p.context_length : max_ctx;

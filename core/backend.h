@@ -147,6 +147,13 @@ struct MachinePeaks {
   }
 };
 
+// Room for a KV cache: bytes the whole pool may take (0: no limit known) and the most one layer's
+// keys (or values) may span, where the backend keeps each layer in one buffer.
+struct KVRoom {
+  size_t total_bytes = 0;
+  size_t layer_bytes = SIZE_MAX;
+};
+
 struct CompiledGraph {
   virtual ~CompiledGraph() = default;
   int max_tokens = 0;
@@ -174,6 +181,9 @@ class Backend {
   // Memory for n_blocks KV blocks of block_size positions; pages are committed as blocks are first
   // written, so a generous pool costs only what is used.
   virtual std::unique_ptr<KVStorage> alloc_kv(const KVSpec& spec, int n_blocks, int block_size) = 0;
+  // How large a KV cache for `g` this backend can hold, asked before `g`'s weights are placed (a
+  // backend that allocates its pool up front leaves room for them). Default: no limit known.
+  virtual KVRoom kv_room(const Graph& /*g*/) const { return {}; }
   // Copies block `from` of kv into block `to` (copy on write of a shared block).
   virtual void copy_kv_block(KVStorage& kv, int from, int to) = 0;
   virtual void run(CompiledGraph& cg, const StepInputs& in) = 0;

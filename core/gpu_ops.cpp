@@ -1,6 +1,7 @@
 #include "core/gpu_ops.h"
 
 #include <algorithm>
+#include <set>
 
 #include "core/backend.h"
 #include "core/error.h"
@@ -80,6 +81,17 @@ size_t gpu_attention_partials(int max_tokens, int heads, int head_dim) {
   for (int t = 1; t <= max_tokens; ++t)
     most = std::max(most, size_t(t) * size_t(gpu_attention_splits(t, heads)));
   return most * size_t(heads) * size_t(head_dim + 2);
+}
+
+KVRoom gpu_kv_room(const Graph& g, size_t device_bytes, size_t layer_bytes) {
+  std::set<const void*> seen;  // a tied head is the embedding's bytes
+  size_t weights = 0;
+  for (const GraphTensor& t : g.tensors())
+    if (t.kind == TensorKind::Weight && seen.insert(t.weight.data).second)
+      weights += quant::weight_bytes(t.weight);
+  const size_t usable = device_bytes - device_bytes / 8;
+  // Weights that leave no room give a room of one byte, so that the caller says so.
+  return {usable > weights ? usable - weights : 1, layer_bytes ? layer_bytes : SIZE_MAX};
 }
 
 }  // namespace hearth

@@ -30,4 +30,8 @@ int gpu_attention_splits(int n_tokens, int heads);
 // to max_tokens rows.
 size_t gpu_attention_partials(int max_tokens, int heads, int head_dim);
 
+// The KV room on a device of `device_bytes` for g (Backend::kv_room): what its weights leave, less
+// an eighth for activations and the driver, each layer in one buffer of at most layer_bytes.
+struct KVRoom;
+KVRoom gpu_kv_room(const Graph& g, size_t device_bytes, size_t layer_bytes);
 }  // namespace hearth

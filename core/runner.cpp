@@ -9,7 +9,19 @@
 
 namespace hearth {
 
-namespace {}  // namespace
+int fitting_positions(const Backend& backend, const Graph& g, int max_positions) {
+  const KVRoom room = backend.kv_room(g);
+  const size_t all_layers = KVStorage::position_bytes(g.kv, backend.kv_dtype());
+  const size_t one_layer = all_layers / size_t(std::max(1, 2 * g.kv.n_layers));
+  size_t fit = size_t(max_positions);
+  if (room.total_bytes) fit = std::min(fit, room.total_bytes / std::max<size_t>(all_layers, 1));
+  fit = std::min(fit, room.layer_bytes / std::max<size_t>(one_layer, 1));
+  if (fit >= size_t(max_positions)) return max_positions;
+  if (fit < 16)
+    fail("the ", backend.name(), " backend has room for the KV cache of only ", fit,
+         " positions of this model (", all_layers, " bytes each)");
+  return int(fit >= 256 ? fit / 256 * 256 : fit / 16 * 16);
+}
 
 KVCache::KVCache(KVPool& p, int cap, size_t pos_bytes)
     : pool(p), capacity(cap), position_bytes(pos_bytes) {}

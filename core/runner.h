@@ -39,6 +39,11 @@ struct KVCache {
   std::vector<int32_t> blocks;
 };
 
+// The positions a sequence may use by default: max_positions, or fewer where the backend's KVRoom
+// for `g` would not hold that many in `kv_dtype` (then a multiple of 256, or of 16 below 256).
+// Throws, saying so, where not even 16 positions fit.
+int fitting_positions(const Backend& backend, const Graph& g, int max_positions);
+
 class Runner {
  public:
   // The graph must outlive the runner. vocab_size bounds token ids; max_positions bounds sequences.

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "backends/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "core/kv_pool.h"
 #include "core/runner.h"
@@ -30,6 +31,13 @@ using namespace hearth;
 using namespace hearth::test;
 
 namespace {
+
+// A CPU backend that reports a given KV room, as a device with that much memory would.
+struct RoomBackend : cpu::CpuBackend {
+  RoomBackend(const BackendOptions& o, KVRoom room) : CpuBackend(o), room(room) {}
+  KVRoom kv_room(const Graph&) const override { return room; }
+  KVRoom room;
+};
 
 struct RunnerSpec {
   std::string isa;  // empty: best
@@ -1032,5 +1040,30 @@ TEST_SUITE("engine") {
     }
     for (auto* s : sessions) hearth_session_free(s);
     hearth_model_free(model);
+  }
+
+  TEST_CASE("the default context is what the backend's KV room holds") {
+    auto m = Qwen3Model::load(kModels + kFixtures[0]);
+    const auto& c = m->config();
+    // From the config, not from KVStorage: f32 keys and values of every layer, and of one layer.
+    const size_t layer = size_t(c.num_key_value_heads) * size_t(c.head_dim) * 4;
+    const size_t all = size_t(c.num_hidden_layers) * 2 * layer;
+    const int max = c.max_position_embeddings;
+    BackendOptions o;
+    o.kv_dtype = DType::F32;
+    auto fits = [&](KVRoom room) {
+      return fitting_positions(RoomBackend(o, room), m->graph(), max);
+    };
+    CHECK(fits({}) == max);
+    CHECK(fits({all * size_t(max), SIZE_MAX}) == max);
+    CHECK(fits({all * 1000 + all / 2, SIZE_MAX}) == 768);  // 1000 positions: down to 256s
+    CHECK(fits({0, layer * 100}) == 96);                   // under 256: down to 16s
+    CHECK(fits({all * 5000, layer * 3000}) == 2816);       // the tighter of the two
+    CHECK_THROWS_WITH_AS(fits({all * 15, SIZE_MAX}), doctest::Contains("room for the KV cache"),
+                         Error);
+    // What fits is what a runner can allocate.
+    Runner r(std::make_unique<RoomBackend>(o, KVRoom{all * 1000, SIZE_MAX}), m->graph(),
+             c.vocab_size, fits({all * 1000, SIZE_MAX}), RunnerOptions{});
+    CHECK(r.kv_pool().n_blocks() * r.kv_pool().block_size() >= 768);
   }
 }

@@ -155,6 +155,25 @@ TEST_SUITE("vulkan") {
     check_validation_silent(*be);
   }
 
+  TEST_CASE("the default context is what one binding holds of each layer's cache") {
+    if (!vulkan_device_here()) return;
+    auto m = Qwen3Model::load(kModels + kFixtures[0]);
+    const auto& c = m->config();
+    const size_t layer_position = size_t(c.num_key_value_heads) * size_t(c.head_dim) * 4;  // f32
+    const uint64_t binding = 4096 * layer_position + 1000;  // 4096 positions and a bit
+    const int max = c.max_position_embeddings;
+    REQUIRE(size_t(max) * layer_position > binding);
+    const int fit = fitting_positions(*vulkan_backend(DType::F32, binding), m->graph(), max);
+    CHECK(fit == 4096);
+    // The whole context does not fit: it is refused with advice, and what fits is allocated.
+    CHECK_THROWS_WITH_AS(
+        Runner(vulkan_backend(DType::F32, binding), m->graph(), c.vocab_size, max, RunnerOptions{}),
+        doctest::Contains("--ctx"), Error);
+    Runner r(vulkan_backend(DType::F32, binding), m->graph(), c.vocab_size, fit, RunnerOptions{});
+    CHECK(r.kv_pool().n_blocks() * r.kv_pool().block_size() == fit);
+    check_validation_silent(r.backend());
+  }
+
 #ifdef HEARTH_HAVE_VULKAN
   TEST_CASE("the validation layer's reports are counted") {
     if (!vulkan_device_here()) return;

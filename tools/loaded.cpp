@@ -110,23 +110,7 @@ Loaded load_engine(const Args& args) {
   return load_engine(args, runner_options(args), SchedulerOptions{});
 }
 
-namespace {
-
-// MemAvailable from /proc/meminfo, in bytes; 0 where there is none.
-size_t mem_available_bytes() {
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  size_t kb = 0;
-  while (f >> key >> kb) {
-    if (key == "MemAvailable:") return kb << 10;
-    f.ignore(1 << 10, '\n');
-  }
-  return 0;
-}
-
-}  // namespace
-
-int context_length(const Args& args, const Qwen3Model& m, DType kv_dtype) {
+int context_length(const Args& args, const Qwen3Model& m, const Backend& backend) {
   const int max = m.config().max_position_embeddings;
   if (args.has("--ctx")) {
     const int n = args.integer("--ctx", 0);
@@ -135,12 +119,13 @@ int context_length(const Args& args, const Qwen3Model& m, DType kv_dtype) {
     return n;
   }
   if (args.has("--kv-budget")) return max;
-  // The model's whole context, unless its KV cache would take more than half the memory free now
-  // (pages are committed as they fill, so this bounds what a long conversation can grow to).
-  const size_t avail = mem_available_bytes();
-  const size_t per_position = KVStorage::position_bytes(m.graph().kv, kv_dtype);
-  if (avail == 0 || per_position == 0 || avail / 2 / per_position >= size_t(max)) return max;
-  return std::max(256, int(avail / 2 / per_position) / 256 * 256);
+  const int fit = fitting_positions(backend, m.graph(), max);
+  if (fit < max)
+    std::fprintf(stderr,
+                 "note: a context of %d positions, what the %s backend's memory holds of the "
+                 "model's %d (--ctx chooses)\n",
+                 fit, backend.name().c_str(), max);
+  return fit;
 }
 
 Loaded load_engine(const Args& args, const RunnerOptions& ro, const SchedulerOptions& so) {
@@ -149,9 +134,9 @@ Loaded load_engine(const Args& args, const RunnerOptions& ro, const SchedulerOpt
   l.model = load_model(args);
   const BackendOptions bo = backend_options(args, l.model.get());
   const auto& c = l.model->config();
-  const int ctx = context_length(args, *l.model, bo.kv_dtype);
-  l.runner = std::make_unique<Runner>(create_backend(args.str("--backend"), bo), l.model->graph(),
-                                      c.vocab_size, ctx, ro);
+  auto backend = create_backend(args.str("--backend"), bo);
+  const int ctx = context_length(args, *l.model, *backend);
+  l.runner = std::make_unique<Runner>(std::move(backend), l.model->graph(), c.vocab_size, ctx, ro);
   l.runner->prepare();  // the weight copies, made now rather than in the first reply
   l.engine = std::make_unique<Engine>(*l.runner, so);
   l.load_ms =

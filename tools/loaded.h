@@ -32,9 +32,9 @@ Loaded load_engine(const Args& args, const RunnerOptions& ro, const SchedulerOpt
 // the page cache, not to disk: WeightStore::add_file_mapping).
 std::unique_ptr<Qwen3Model> load_model(const Args& args);
 BackendOptions backend_options(const Args& args, const Qwen3Model* model = nullptr);
-// --ctx, else the model's max_position_embeddings or less where the free memory would not hold its
-// KV cache.
-int context_length(const Args& args, const Qwen3Model& m, DType kv_dtype);
+// --ctx, else the model's max_position_embeddings or less where the backend's memory would not hold
+// its KV cache (fitting_positions).
+int context_length(const Args& args, const Qwen3Model& m, const Backend& backend);
 // --prefill-chunk, --kv-budget (MiB), --kv-block and --max-batch (sequences per step).
 RunnerOptions runner_options(const Args& args);
 

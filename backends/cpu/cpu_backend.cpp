@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <set>
@@ -542,6 +543,17 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
   cg->best_val.resize(size_t(pool_.size()) * size_t(max_outputs));
   cg->best_idx.resize(size_t(pool_.size()) * size_t(max_outputs));
   return cg;
+}
+
+KVRoom CpuBackend::kv_room(const Graph& /*g*/) const {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  size_t kb = 0;
+  while (f >> key >> kb) {
+    if (key == "MemAvailable:") return {(kb << 10) / 2, SIZE_MAX};
+    f.ignore(1 << 10, '\n');
+  }
+  return {};  // no /proc/meminfo: no limit known
 }
 
 std::unique_ptr<KVStorage> CpuBackend::alloc_kv(const KVSpec& spec, int n_blocks, int block_size) {

@@ -60,6 +60,9 @@ class CpuBackend : public Backend {
   std::unique_ptr<CompiledGraph> compile(const Graph& g, int max_tokens, int max_outputs) override;
   DType kv_dtype() const override { return kv_dtype_; }
   std::unique_ptr<KVStorage> alloc_kv(const KVSpec& spec, int n_blocks, int block_size) override;
+  // Half the memory available now: the pool's pages are committed as they fill, so this bounds
+  // what a long conversation can grow to, not what is taken up front.
+  KVRoom kv_room(const Graph& g) const override;
   void copy_kv_block(KVStorage& kv, int from, int to) override;
   void run(CompiledGraph& cg, const StepInputs& in) override;
   double argmax_bytes_saved() const override;

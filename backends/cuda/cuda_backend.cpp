@@ -77,6 +77,13 @@ std::unique_ptr<CompiledGraph> CudaBackend::compile(const Graph& g, int max_toke
   return c;
 }
 
+KVRoom CudaBackend::kv_room(const Graph& g) const {
+  check(cudaSetDevice(device_), "selecting the device");
+  size_t free = 0, total = 0;
+  check(cudaMemGetInfo(&free, &total), "reading free memory");
+  return gpu_kv_room(g, free, 0);
+}
+
 std::unique_ptr<KVStorage> CudaBackend::alloc_kv(const KVSpec& spec, int n_blocks, int block_size) {
   check(cudaSetDevice(device_), "selecting the device");
   auto kv = std::make_unique<CuKVStorage>();

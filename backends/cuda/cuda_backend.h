@@ -69,6 +69,8 @@ class CudaBackend : public Backend {
   bool supports_op(const Graph& g, const Node& n) const override;
   std::unique_ptr<CompiledGraph> compile(const Graph& g, int max_tokens, int max_outputs) override;
   DType kv_dtype() const override { return kv_dtype_; }
+  // The device's free memory less the graph's weights.
+  KVRoom kv_room(const Graph& g) const override;
   std::unique_ptr<KVStorage> alloc_kv(const KVSpec& spec, int n_blocks, int block_size) override;
   void copy_kv_block(KVStorage& kv, int from, int to) override;
   void run(CompiledGraph& cg, const StepInputs& in) override;

@@ -46,6 +46,10 @@ std::unique_ptr<CompiledGraph> VulkanBackend::compile(const Graph& g, int max_to
   return c;
 }
 
+KVRoom VulkanBackend::kv_room(const Graph& g) const {
+  return gpu_kv_room(g, ctx_->info().device_local_bytes, ctx_->info().max_storage_buffer_range);
+}
+
 std::unique_ptr<KVStorage> VulkanBackend::alloc_kv(const KVSpec& spec, int n_blocks,
                                                    int block_size) {
   auto kv = std::make_unique<VkKVStorage>();
