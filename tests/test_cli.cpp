@@ -94,6 +94,16 @@ TEST_SUITE("cli") {
     simdjson::dom::element gout = p2.parse(g.out);
     CHECK(std::string_view(gout["decode_sampling"]) == "greedy");
     CHECK(double(gout["head_screen_saving_bytes"]) == 0);  // no copies, no screen
+    CHECK(int64_t(gout["kv_block"]) == 32);                // the engine's default
+
+    // The KV block size as every model command takes it, in the single and the batched bench.
+    for (const std::string mode : {"", " --parallel 1,2"}) {
+      Result b = run(base + mode + " --kv-block 8");
+      REQUIRE(b.status == 0);
+      simdjson::dom::parser p3;
+      CHECK(int64_t(p3.parse(b.out)["kv_block"]) == 8);
+    }
+    expect_error(base + " --kv-block 0", "--kv-block must be in [1, 4096]");
     expect_error(base + " --depth 8,0", "--depth: list the depths in ascending order");
     expect_error(base + " --mmap --hugepages", "--mmap and --hugepages contradict each other");
   }

@@ -15,7 +15,8 @@
 //   hearth_version             the library's version (HEARTH_VERSION)
 //   cpu_model                  /proc/cpuinfo's "model name" (Arm: "Hardware", else the implementer
 //                              and part numbers), "unknown" without
-//   model_dir, weight_dtypes, backend_detail, threads, kv_dtype, prompt_tokens, gen_tokens, reps
+//   model_dir, weight_dtypes, backend_detail, threads, kv_dtype, kv_block (positions per KV
+//   block, --kv-block), prompt_tokens, gen_tokens, reps
 //   depth                      --depth N (as llama-bench -d N): positions already in the cache
 //                              before each prefill (N random tokens, filled once, untimed) and
 //                              before each decode (a sequence of those N tokens, their blocks
@@ -75,7 +76,7 @@
 // phase. The decode phase is every step after it. After a warm-up (a lone sequence, then the
 // largest N with short prompts), each of --reps rounds (default 1 here) runs every N in the list,
 // each preceded by a bandwidth probe. New random prompts every run, so the KV pool's prefix cache
-// never hits. JSON (--json): model_dir, weight_dtypes, backend_detail, threads, kv_dtype,
+// never hits. JSON (--json): model_dir, weight_dtypes, backend_detail, threads, kv_dtype, kv_block,
 // prompt_tokens, gen_tokens, reps, prefill_chunk, peak_gflops, peak_int8_gops, peak_bf16_gflops,
 // peak_bf16_tile_gflops, mem_bw_gbs (best probe), mem_bw_runs, peak_rss_mb, load_ms, and
 // "parallel": one object per N
@@ -308,7 +309,8 @@ void begin_report(JsonWriter& w, const Qwen3Model& model, Runner& runner, DType 
   w.field("model_dir", model.dir()).field("weight_dtypes", model.weight_dtypes());
   w.field("backend_detail", runner.backend().describe())
       .field("threads", runner.backend().threads());
-  w.field("kv_dtype", dtype_name(kv)).field("prompt_tokens", prompt).field("gen_tokens", gen);
+  w.field("kv_dtype", dtype_name(kv)).field("kv_block", runner.kv_pool().block_size());
+  w.field("prompt_tokens", prompt).field("gen_tokens", gen);
   w.field("decode_sampling", sampling_text(sampling));
 }
 
@@ -430,7 +432,7 @@ int bench_parallel(const Args& args) {
     fail("--prompt + --gen must stay below max_position_embeddings");
   const BackendOptions bo = backend_options(args, model.get());
   const SamplingParams sampling = bench_sampling(args, *model);
-  RunnerOptions ro;
+  RunnerOptions ro = runner_options(args);  // --kv-block; the rest is set below
   ro.prefill_chunk = args.integer("--prefill-chunk", 512);
   if (ro.prefill_chunk < max_n) fail("--prefill-chunk must be at least the largest --parallel N");
   ro.max_seqs = max_n;
@@ -687,7 +689,7 @@ std::vector<std::string> bench_options() {
   std::vector<std::string> o = {
       "--model=",    "--threads=", "--isa=",    "--kv=",    "--gemm=",     "--prefill-chunk=",
       "--prompt=",   "--gen=",     "--reps=",   "--json",   "--hugepages", "--mmap",
-      "--parallel=", "--backend=", "--device=", "--depth=", "--plot="};
+      "--parallel=", "--backend=", "--device=", "--depth=", "--plot=",     "--kv-block="};
   for (const std::string& s : sampling_options())
     if (s != "--max-new-tokens=" && s != "--ignore-eos") o.push_back(s);
   return o;
@@ -833,7 +835,7 @@ int cmd_bench(int argc, char** argv) {
   if (deepest + prompt + 1 > max_pos || deepest + gen + 1 > max_pos)
     fail("--depth + --prompt and --depth + --gen must stay below max_position_embeddings (",
          max_pos, ")");
-  RunnerOptions ro;
+  RunnerOptions ro = runner_options(args);  // --kv-block; the rest is set below
   ro.prefill_chunk = chunk;
   // The prefill's cache and the decode's sequences each hold the context (the decode's blocks of
   // every depth stay cached): the pool holds that, not the model's whole context, which a GPU

@@ -189,7 +189,7 @@ const char* kBenchPage =
     "  --depth N1,N2,..     positions in the context before prefill and decode, for each N\n"
     "                       (default 0; as llama-bench -d)\n"
     "  --plot FILE.svg      draw decode tokens/s against the bandwidth ceiling per depth\n"
-    "  --isa, --kv, --gemm, --mmap        as for every model command\n"
+    "  --isa, --kv, --kv-block, --gemm, --mmap   as for every model command\n"
     "  --greedy, --temperature, --top-k, ...   decode's sampling (default: the checkpoint's,\n"
     "                       as hearth run samples; seed 1234 unless --seed)\n"
     "  --backend NAME, --device N          cpu (default), vulkan or cuda, and its device\n"
