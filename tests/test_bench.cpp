@@ -90,7 +90,9 @@ TEST_SUITE("kernels") {
     // The Q8 LM head runs on one row per sequence: not a prefill path, not named.
     CHECK(dq.find("int4 weights: ") != std::string::npos);
     CHECK(dq.find("bf16") == std::string::npos);
-    if (int8_gemm_here()) CHECK(dq.find("int8 GEMM from 16 tokens") != std::string::npos);
+    if (int8_gemm_here())
+      CHECK(dq.find("int8 GEMM from " + std::to_string(hearth::cpu::kQuantGemmMinTokens) +
+                    " tokens") != std::string::npos);
     CHECK(dq.size() < 80);
 
     Runner rn(cpu_backend("scalar", "native"), q4->graph(), q4->config().vocab_size, 256, 64);

@@ -711,7 +711,7 @@ TEST_SUITE("kernels") {
       unpack_rows(packed.data(), 0, N, row_bytes, shape, back.data());
       CHECK(back == other.codes);
       for (const QuantTable& qt : quant_tables())
-        for (int T : {1, 3, 8, 20})
+        for (int T : {1, 3, 8, 20, 37})
           // Whole groups are read two at a time: {4, 16} leaves a third one alone.
           for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, N}, {2, 46}, {8, 40}, {4, 16}}) {
             CAPTURE(qt.name);
@@ -792,7 +792,7 @@ TEST_SUITE("kernels") {
               CHECK(deq_ok);
               CHECK(bf16_ok);
 
-              for (int T : {1, 2, 3, 4, 5, 6, 7, 9, 15, 16, 40}) {
+              for (int T : {1, 2, 3, 4, 5, 6, 7, 9, 15, 16, 31, 40}) {
                 CAPTURE(T);
                 const int64_t ldx = k + 5, ldy = r1 - r0 + 3;
                 std::vector<float> x = randn(size_t(T * ldx), uint32_t(T + k));

@@ -94,8 +94,12 @@ using QuantMatmulFn = void (*)(const QuantMatmulArgs&);
 // From this many tokens on, kernels with KernelTable::quant_prefill take their int8 GEMM path,
 // which reads QuantMatmulArgs::xq when given. Below it, the decode kernels unpack each chunk once
 // for up to four tokens (batched decode): at 8 sequences they beat the GEMM, which repacks its
-// weight panels on every call (0.6B INT4, one Xeon thread, 8 sequences: 40 -> 74 t/s).
-constexpr int kQuantGemmMinTokens = 16;
+// weight panels on every call (0.6B INT4, one Xeon thread, 8 sequences: 40 -> 74 t/s), and up to
+// about 48 tokens (Zen 5, one thread, 0.6B INT4 prefill in chunks of 16 / 24 / 32 / 48 / 64
+// tokens: kernels 312 / 247 / 313 / 322 / 328 t/s, GEMM 171 / 191 / 268 / 316 / 351; 16
+// sequences decoding: 117 -> 187-208 t/s). At most kTokenTile (32): the decode kernels quantize
+// every token of a step at once.
+constexpr int kQuantGemmMinTokens = 32;
 // One token's activations to int8 per 32-element block for the kernels' prefill GEMM: codes in
 // element order (x * 127 / amax rounded to nearest even), block scales amax / 127, code sums.
 using QuantActFn = void (*)(const float* x, int64_t k, int8_t* q, float* d, int32_t* sum);
@@ -104,11 +108,11 @@ using QuantActFn = void (*)(const float* x, int64_t k, int8_t* q, float* d, int3
 using QuantDequantFn = void (*)(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16);
 // Per-thread scratch (floats) of the quantized matmuls for steps of up to max_tokens tokens:
 // decode quantizes up to 32 tokens of activations to int8 (about 10 k floats) and keeps block
-// factors for 8 rows and the codes' offset lanes; prefill holds every token's int8 activations
-// (1.25 bytes per element with their block scales) and a panel of 32 repacked rows (36 bytes per
-// column).
+// factors for 8 rows and the codes' offset lanes (k / 8 per token); prefill holds every token's
+// int8 activations (1.25 bytes per element with their block scales) and a panel of 32 repacked rows
+// (36 bytes per column).
 inline int64_t quant_matmul_scratch_floats(int64_t k, int max_tokens) {
-  const int64_t decode = 12 * k + 2048;
+  const int64_t decode = 14 * k + 2048;
   const int64_t prefill = 9 * k + 5 * int64_t(max_tokens) * k / 16 + 256;
   return decode > prefill ? decode : prefill;
 }

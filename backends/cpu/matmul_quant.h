@@ -20,6 +20,7 @@ constexpr int64_t kBlock = 32;                       // activation block = small
 constexpr int64_t kChunk = 128;                      // 4 blocks: the unit of the slot order
 constexpr int kTokenTile = 32;                       // tokens quantized together on the int8 path
 constexpr int kPrefillTokens = kQuantGemmMinTokens;  // AVX-512's int8 GEMM path from here on
+static_assert(kPrefillTokens <= kTokenTile, "decode_quant quantizes a step's tokens at once");
 
 // Activations of one token tile: codes [n][k] in slot order, block scales and block code sums
 // [n][k / 32] in block order.
