@@ -52,7 +52,7 @@ class CpuBackend : public Backend {
   CpuBackend(const BackendOptions& opt, const CpuFeatures& cpu);
   std::string name() const override { return "cpu"; }
   // ISA and threads; then, once a graph was given (expect, compile), what multiplies its weights
-  // in prefill-sized steps: "cpu avx512, 2 threads, int4 weights: int8 GEMM from 16 tokens".
+  // in prefill-sized steps: "cpu avx512, 2 threads, int4 weights: int8 GEMM from 32 tokens".
   std::string describe() const override;
   void expect(const Graph& g) override;
   int threads() const override { return pool_.size(); }
