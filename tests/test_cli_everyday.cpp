@@ -204,8 +204,7 @@ TEST_SUITE("cli") {
       const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       if (in < 0 || o < 0 || e < 0) ::_exit(99);
       ::dup2(in, 0), ::dup2(o, 1), ::dup2(e, 2);
-      const std::string model = kTiny;
-      ::execl(HEARTH_BINARY, HEARTH_BINARY, "run", "--model", model.c_str(), "hi", "--ignore-eos",
+      ::execl(HEARTH_BINARY, HEARTH_BINARY, "run", "--model", kTiny.c_str(), "hi", "--ignore-eos",
               "--max-new-tokens", "40000", static_cast<char*>(nullptr));
       ::_exit(98);
     }

@@ -94,11 +94,9 @@ using QuantMatmulFn = void (*)(const QuantMatmulArgs&);
 // From this many tokens on, kernels with KernelTable::quant_prefill take their int8 GEMM path,
 // which reads QuantMatmulArgs::xq when given. Below it, the decode kernels unpack each chunk once
 // for up to four tokens (batched decode): at 8 sequences they beat the GEMM, which repacks its
-// weight panels on every call (0.6B INT4, one Xeon thread, 8 sequences: 40 -> 74 t/s), and up to
-// about 48 tokens (Zen 5, one thread, 0.6B INT4 prefill in chunks of 16 / 24 / 32 / 48 / 64
-// tokens: kernels 312 / 247 / 313 / 322 / 328 t/s, GEMM 171 / 191 / 268 / 316 / 351; 16
-// sequences decoding: 117 -> 187-208 t/s). At most kTokenTile (32): the decode kernels quantize
-// every token of a step at once.
+// weight panels on every call, and stay ahead up to about 48 tokens (bench/RESULTS.md, "batched
+// steps up to 31 tokens"). At most kTokenTile (32): the decode kernels quantize every token of a
+// step at once.
 constexpr int kQuantGemmMinTokens = 32;
 // One token's activations to int8 per 32-element block for the kernels' prefill GEMM: codes in
 // element order (x * 127 / amax rounded to nearest even), block scales amax / 127, code sums.

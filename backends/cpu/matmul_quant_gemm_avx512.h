@@ -15,9 +15,8 @@ namespace {
 
 constexpr int kPanelRows = 32;  // weight rows repacked together: two 16-lane vectors
 // Tokens per register tile: at 6 x 32 rows the tile's 12 integer and 12 f32 accumulators, two
-// weight vectors and a broadcast fit the 32 registers. At 8 (the best on the Xeon VM, with another
-// compiler schedule) GCC 12 spilled accumulators to the stack: 0.6B INT4 pp512 on one Zen 5 core
-// 348-356 t/s against 435-442 at 6 (7: 366-378; 4 tokens x 48 rows 430-436; 3 x 64: 389).
+// weight vectors and a broadcast fit the 32 registers; at 8, GCC 12 spilled accumulators to the
+// stack in the inner loop (bench/RESULTS.md, "The int8 prefill GEMM's register tile").
 constexpr int kTileTokens = 6;
 
 // The activations of every token of the step: codes [T][k] in element order, block scales and
