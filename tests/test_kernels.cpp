@@ -580,13 +580,14 @@ TEST_SUITE("kernels") {
       double flops = 0;
       CHECK(std::isfinite(kt.fma_loop(1000, &flops)));
       CHECK(flops > 0);
-      // The int8 peak loop exists where an int8 GEMM does; its chains start at 0..15 and each
-      // step adds 4 products of 3 and -2 to every lane.
+      // The int8 peak loop exists where an int8 GEMM does; its 16 chains of 16 lanes (AVX-512)
+      // or 8 (AVX-VNNI) start at 0..15 and each step adds 4 products of 3 and -2 to every lane.
       CHECK((kt.dot_i8_loop != nullptr) == kt.quant_prefill);
       if (kt.dot_i8_loop) {
+        const int lanes = isa == Isa::Avx512 ? 16 : 8;
         double ops = 0;
-        CHECK(kt.dot_i8_loop(1000, &ops) == float(16 * 120 - 256 * 24 * 1000));
-        CHECK(ops == 1000.0 * 16 * 64 * 2);
+        CHECK(kt.dot_i8_loop(1000, &ops) == float(lanes * 120 - 16 * lanes * 24 * 1000));
+        CHECK(ops == 1000.0 * 16 * lanes * 4 * 2);
       }
       // The bf16 one with every AVX-512 table; each step adds 2 x 0.5 x 0.5 to every lane.
       CHECK((kt.dot_bf16_loop != nullptr) == (isa == Isa::Avx512));
@@ -750,14 +751,52 @@ TEST_SUITE("kernels") {
     }
   }
 
+  TEST_CASE("quant_act: the int8 GEMM's activations against a float reference") {
+    // Element order, amax / 127 per block, nearest even; a block of zeros has scale 0 and a block
+    // with a NaN a NaN scale (so every dot it enters is NaN) and no codes.
+    const int64_t k = 160;
+    std::vector<float> x = randn(size_t(k), 5, 3.f);
+    x[3] = 12.7f, x[4] = -0.5f * x[3] / 127.f * 3.f;  // a tie: 1.5 steps rounds to 2
+    for (int i = 32; i < 64; ++i) x[size_t(i)] = 0.f;
+    x[70] = NAN;
+    std::vector<int> want_q;
+    std::vector<float> want_d;
+    quantize_act_ref(x.data(), k, want_q, want_d);
+    for (const QuantTable& qt : quant_tables()) {
+      if (!qt.kt.quant_act) continue;
+      CAPTURE(qt.name);
+      std::vector<int8_t> q(size_t(k), 99);
+      std::vector<float> d(size_t(k / 32));
+      std::vector<int32_t> sum(size_t(k / 32));
+      qt.kt.quant_act(x.data(), k, q.data(), d.data(), sum.data());
+      for (int64_t b = 0; b < k / 32; ++b) {
+        CAPTURE(b);
+        int32_t want_sum = 0;
+        bool codes_ok = true;
+        for (int i = 0; i < 32; ++i) {
+          const int w = b == 2 ? 0 : want_q[size_t(32 * b + i)];
+          codes_ok &= q[size_t(32 * b + i)] == w;
+          want_sum += w;
+        }
+        CHECK(codes_ok);
+        CHECK(sum[size_t(b)] == want_sum);
+        if (b == 2)
+          CHECK(std::isnan(d[size_t(b)]));
+        else
+          CHECK(d[size_t(b)] == want_d[size_t(b)]);
+      }
+    }
+  }
+
   TEST_CASE("Q8/Q4 matmul and dequant: groups, scale types, short chunks, row ranges, tokens") {
     // Q4 with a codebook: non-uniform, asymmetric, both extremes of the int8 range and a zero.
     const int8_t cb[16] = {-127, -91, -66, -46, -31, -19, -10, -4, 0, 5, 12, 22, 35, 52, 75, 105};
     struct Shape {
       int64_t rows, cols;  // cols % 128 / 32: the blocks of the short last chunk
     };
-    const Shape shapes[] = {{11, 128}, {11, 160}, {9, 96},  {10, 320},
-                            {13, 224}, {7, 32},   {9, 1024}};
+    // {21, 224}: more rows than the AVX-VNNI GEMM's 16-row panels, with a short last chunk.
+    const Shape shapes[] = {{11, 128}, {11, 160}, {9, 96},   {10, 320},
+                            {13, 224}, {7, 32},   {9, 1024}, {21, 224}};
     for (const QuantTable& qt : quant_tables()) {
       MESSAGE("Q8/Q4 kernels checked on: ", qt.name);
       for (int variant : {8, 4, 0})  // 0: Q4 with a codebook

@@ -66,6 +66,7 @@ KernelTable make_kernel_table(Isa isa, const CpuFeatures& f) {
     if (f.avxvnni) {
       fill_matmul_q8_avxvnni(k);
       fill_matmul_q4_avxvnni(k);
+      fill_matmul_q4cb_avxvnni(k);
     }
   }
   if (isa >= Isa::Avx512) {

@@ -50,6 +50,15 @@ struct Q4Codes {
     *h0 = _mm512_and_si512(v, m4);
     *h1 = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
   }
+  static void lanes16(const uint8_t* const rows[16], __m512i* h0, __m512i* h1) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512i t[16];
+    transpose16(rows, 0, t);
+    for (int j = 0; j < 16; ++j) {
+      h0[j] = _mm512_and_si512(t[j], m4);
+      h1[j] = _mm512_and_si512(_mm512_srli_epi16(t[j], 4), m4);
+    }
+  }
 };
 
 // One row in element order, as bf16 or f32: nibble - 8 times its group's scale.

@@ -2,7 +2,8 @@
 // loop (matmul_q4_avx2.cpp: 64-byte chunks of nibbles in slot order, low nibbles the first half),
 // each chunk's four nibble vectors multiplied into the int32 lanes by vpdpbusd instead of
 // maddubs, 16-bit adds and madd: the same exact integer dots in 4 instructions instead of 8.
-#include "backends/cpu/matmul_quant_avx2.h"
+// Prefill repacks panels of rows for the int8 GEMM (matmul_quant_gemm_avxvnni.h).
+#include "backends/cpu/matmul_quant_gemm_avxvnni.h"
 
 namespace hearth::cpu {
 
@@ -23,9 +24,27 @@ struct Q4CodesVnni {
   static void tail(const uint8_t* c, const int8_t* x, int m, int32_t* isum) {
     tail_block_dots(4, c, x, m, isum);
   }
+  // The GEMM's panels: slot lane L of both halves, nibbles as they are (q + 8).
+  static constexpr int kOffsetLog2 = 3;
+  static void dwords(const uint8_t* c, int, int L, uint32_t* h0, uint32_t* h1) {
+    uint32_t v;
+    std::memcpy(&v, c + 4 * L, 4);
+    *h0 = v & 0x0F0F0F0Fu;
+    *h1 = (v >> 4) & 0x0F0F0F0Fu;
+  }
+  static void lanes8(const uint8_t* const rows[8], int L0, __m256i* h0, __m256i* h1) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256i t[8];
+    transpose8(rows, 4 * L0, t);
+    for (int j = 0; j < 8; ++j) {
+      h0[j] = _mm256_and_si256(t[j], m4);
+      h1[j] = _mm256_and_si256(_mm256_srli_epi16(t[j], 4), m4);
+    }
+  }
 };
 
 void matmul_q4_avxvnni(const QuantMatmulArgs& a) {
+  if (a.n_tokens >= kPrefillTokens) return gemm_quant(a, Q4CodesVnni());
   matmul_quant_avx2(a, Q4CodesVnni());
 }
 
@@ -33,6 +52,7 @@ void matmul_q4_avxvnni(const QuantMatmulArgs& a) {
 
 void fill_matmul_q4_avxvnni(KernelTable& k) {
   k.matmul_q4 = matmul_q4_avxvnni;
+  fill_quant_prefill(k);
 }
 
 }  // namespace hearth::cpu

@@ -50,6 +50,15 @@ struct Q8Codes {
     *h0 = _mm512_xor_si512(_mm512_mask_i32gather_epi32(z, valid, at, row0, 1), flip);
     *h1 = _mm512_xor_si512(_mm512_mask_i32gather_epi32(z, valid, at, row0 + 16 * m, 1), flip);
   }
+  static void lanes16(const uint8_t* const rows[16], __m512i* h0, __m512i* h1) {
+    const __m512i flip = _mm512_set1_epi8(char(0x80));
+    transpose16(rows, 0, h0);
+    transpose16(rows, 64, h1);
+    for (int j = 0; j < 16; ++j) {
+      h0[j] = _mm512_xor_si512(h0[j], flip);
+      h1[j] = _mm512_xor_si512(h1[j], flip);
+    }
+  }
 };
 
 // One row in element order, as bf16 or f32.

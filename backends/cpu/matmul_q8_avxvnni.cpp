@@ -1,8 +1,9 @@
 // Q8 matmul, AVX2 with AVX-VNNI (Intel since Alder Lake, AMD Zen 5): the AVX2 kernel's layout and
 // loop (matmul_q8_avx2.cpp: 128-byte chunks in slot order, |code| against the activation carrying
 // the code's sign), each 32 bytes multiplied into the int32 lanes by one vpdpbusd instead of
-// maddubs and madd: the same exact integer dots.
-#include "backends/cpu/matmul_quant_avx2.h"
+// maddubs and madd: the same exact integer dots. Prefill repacks panels of rows for the int8 GEMM
+// (matmul_quant_gemm_avxvnni.h).
+#include "backends/cpu/matmul_quant_gemm_avxvnni.h"
 
 namespace hearth::cpu {
 
@@ -27,9 +28,28 @@ struct Q8CodesVnni {
   static void tail(const uint8_t* c, const int8_t* x, int m, int32_t* isum) {
     tail_block_dots(8, c, x, m, isum);
   }
+  // The GEMM's panels: slot lane L of both halves (16m bytes apart) as q + 128.
+  static constexpr int kOffsetLog2 = 7;
+  static void dwords(const uint8_t* c, int m, int L, uint32_t* h0, uint32_t* h1) {
+    uint32_t v0, v1;
+    std::memcpy(&v0, c + 4 * L, 4);
+    std::memcpy(&v1, c + 16 * m + 4 * L, 4);
+    *h0 = v0 ^ 0x80808080u;
+    *h1 = v1 ^ 0x80808080u;
+  }
+  static void lanes8(const uint8_t* const rows[8], int L0, __m256i* h0, __m256i* h1) {
+    const __m256i flip = _mm256_set1_epi8(-128);
+    transpose8(rows, 4 * L0, h0);
+    transpose8(rows, 64 + 4 * L0, h1);
+    for (int j = 0; j < 8; ++j) {
+      h0[j] = _mm256_xor_si256(h0[j], flip);
+      h1[j] = _mm256_xor_si256(h1[j], flip);
+    }
+  }
 };
 
 void matmul_q8_avxvnni(const QuantMatmulArgs& a) {
+  if (a.n_tokens >= kPrefillTokens) return gemm_quant(a, Q8CodesVnni());
   matmul_quant_avx2(a, Q8CodesVnni());
 }
 
@@ -37,6 +57,7 @@ void matmul_q8_avxvnni(const QuantMatmulArgs& a) {
 
 void fill_matmul_q8_avxvnni(KernelTable& k) {
   k.matmul_q8 = matmul_q8_avxvnni;
+  fill_quant_prefill(k);
 }
 
 }  // namespace hearth::cpu

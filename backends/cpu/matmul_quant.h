@@ -4,8 +4,8 @@
 // and stored in the weights' slot order, so byte j of an activation chunk meets byte j of a Q8
 // chunk (or nibble j of a Q4 chunk). Every 4-byte lane of a vpdpbusd / maddubs result then sums
 // elements of one block, block (lane mod 4), and is scaled by (activation scale * weight scale)
-// with one 4-float broadcast. Prefill (many tokens) on AVX-512: the same int8 activations, in
-// element order, against panels of rows repacked once and reused by every token.
+// with one 4-float broadcast. Prefill (many tokens) on AVX-512 and AVX-VNNI: the same int8
+// activations, in element order, against panels of rows repacked once and reused by every token.
 //
 // Only plain declarations here: this header is included by files built for different ISAs, and an
 // inline function compiled with AVX-512 in one of them could be the copy the linker keeps.
@@ -19,7 +19,7 @@ namespace hearth::cpu::qk {
 constexpr int64_t kBlock = 32;                       // activation block = smallest weight group
 constexpr int64_t kChunk = 128;                      // 4 blocks: the unit of the slot order
 constexpr int kTokenTile = 32;                       // tokens quantized together on the int8 path
-constexpr int kPrefillTokens = kQuantGemmMinTokens;  // AVX-512's int8 GEMM path from here on
+constexpr int kPrefillTokens = kQuantGemmMinTokens;  // the int8 GEMM path from here on
 static_assert(kPrefillTokens <= kTokenTile, "decode_quant quantizes a step's tokens at once");
 
 // Activations of one token tile: codes [n][k] in slot order, block scales and block code sums

@@ -3,11 +3,11 @@
 // one scale per 32-element block, and vpdpbusd with 16 rows in the lanes of a vector and one
 // token's 4 activation codes broadcast. Integer dots stay exact within a block; each block's total
 // is scaled by (weight scale x activation scale) into f32 accumulators. vpdpbusd does 64
-// multiply-adds where an f32 FMA does 16: about 390 GOP/s on one core of the Xeon development VM
-// (half the instruction's peak; each block's scaling costs 3 ops per 8) against 160 GFLOP/s for
-// oneDNN's f32 GEMM on dequantized rows. Include only from *_avx512.cpp files, after
-// matmul_quant_avx512.h.
+// multiply-adds where an f32 FMA does 16 (figures: bench/RESULTS.md). Include only from
+// *_avx512.cpp files.
 #pragma once
+#include <cmath>
+
 #include "backends/cpu/matmul_quant_avx512.h"
 
 namespace hearth::cpu::qk {
@@ -31,19 +31,24 @@ struct GemmActs {
   int offset_log2;  // of the weights' unsigned codes (Codes::kOffsetLog2)
 };
 
-// The QuantActFn: as quantize_act_scalar rounds (amax / 127 per block, nearest even), in element
+// The QuantActFn: as quantize_act_scalar rounds (amax / 127 per block, nearest even; a block with
+// a NaN or infinity gets a NaN scale and zero codes, so every dot it enters is NaN), in element
 // order.
 inline void quantize_act_blocks_avx512(const float* x, int64_t k, int8_t* q, float* d,
                                        int32_t* sum) {
+  const __m512 big = _mm512_set1_ps(3.4028235e38f);
   for (int64_t b = 0; b < k / kBlock; ++b) {
     const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
-    const float amax = hmax(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-    const __m512 inv = _mm512_set1_ps(amax > 0.f ? 127.f / amax : 0.f);
-    const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, inv));
-    const __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, inv));
+    const __m512 a0 = _mm512_abs_ps(v0), a1 = _mm512_abs_ps(v1);
+    const bool finite =
+        (_mm512_cmp_ps_mask(a0, big, _CMP_NLE_UQ) | _mm512_cmp_ps_mask(a1, big, _CMP_NLE_UQ)) == 0;
+    const float amax = hmax(_mm512_max_ps(a0, a1));
+    const __m512 inv = _mm512_set1_ps(finite && amax > 0.f ? 127.f / amax : 0.f);
+    const __m512i i0 = finite ? _mm512_cvtps_epi32(_mm512_mul_ps(v0, inv)) : _mm512_setzero_si512();
+    const __m512i i1 = finite ? _mm512_cvtps_epi32(_mm512_mul_ps(v1, inv)) : _mm512_setzero_si512();
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b), _mm512_cvtepi32_epi8(i0));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b + 16), _mm512_cvtepi32_epi8(i1));
-    d[b] = amax / 127.f;
+    d[b] = finite ? amax / 127.f : NAN;
     sum[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
   }
 }
@@ -79,11 +84,40 @@ inline GemmActs gemm_acts(const QuantMatmulArgs& a, int offset_log2) {
   return g;
 }
 
+// t[j] = dword j of each of the 16 rows' 64 bytes at p[i] + off, row i in lane i: 4x4 transposes
+// within 128-bit lanes, then two rounds of 128-bit lane shuffles.
+inline void transpose16(const uint8_t* const p[16], int64_t off, __m512i t[16]) {
+  __m512i a[16], b[16];
+  for (int i = 0; i < 16; ++i) a[i] = _mm512_loadu_si512(p[i] + off);
+  for (int i = 0; i < 16; i += 2) {
+    b[i] = _mm512_unpacklo_epi32(a[i], a[i + 1]);      // rows i, i+1: dwords 4l, 4l+1 of lane l
+    b[i + 1] = _mm512_unpackhi_epi32(a[i], a[i + 1]);  // 4l+2, 4l+3
+  }
+  // c[4g + q]: lane l holds dword 4l + q of rows 4g .. 4g + 3.
+  for (int i = 0; i < 16; i += 4)
+    for (int h = 0; h < 2; ++h) {
+      a[i + 2 * h] = _mm512_unpacklo_epi64(b[i + h], b[i + 2 + h]);
+      a[i + 2 * h + 1] = _mm512_unpackhi_epi64(b[i + h], b[i + 2 + h]);
+    }
+  constexpr int kEven = _MM_SHUFFLE(2, 0, 2, 0), kOdd = _MM_SHUFFLE(3, 1, 3, 1);
+  for (int q = 0; q < 4; ++q) {
+    const __m512i e0 = _mm512_shuffle_i32x4(a[q], a[4 + q], kEven);  // lanes 0, 2 of groups 0, 1
+    const __m512i e1 = _mm512_shuffle_i32x4(a[q], a[4 + q], kOdd);   // lanes 1, 3
+    const __m512i f0 = _mm512_shuffle_i32x4(a[8 + q], a[12 + q], kEven);
+    const __m512i f1 = _mm512_shuffle_i32x4(a[8 + q], a[12 + q], kOdd);
+    t[q] = _mm512_shuffle_i32x4(e0, f0, kEven);
+    t[8 + q] = _mm512_shuffle_i32x4(e0, f0, kOdd);
+    t[4 + q] = _mm512_shuffle_i32x4(e1, f1, kEven);
+    t[12 + q] = _mm512_shuffle_i32x4(e1, f1, kOdd);
+  }
+}
+
 // Repacks rows [0, n) (n <= 32) of codes into the panel and their scales into g.scales. A chunk's
 // slot lane L of half h holds the natural dword 8b + 4h + q (b = L mod m, q = L / m for a chunk of
-// m blocks, quant/FORMAT.md), so one gather per (chunk, lane) moves 16 rows' dwords into place.
-// Codes::gather(row0, offsets, valid, chunk_byte, m, L, &h0, &h1) returns both halves' lane L as
-// unsigned codes.
+// m blocks, quant/FORMAT.md). A full chunk's 16 lanes come from 16 rows at once,
+// Codes::lanes16(rows, h0, h1) giving both halves' lanes as unsigned codes (transpose16); a short
+// last chunk goes by one gather per lane, Codes::gather(row0, offsets, valid, chunk_byte, m, L,
+// &h0, &h1).
 // packed: the rows are packed (pack_rows, Codes::kPack; k a multiple of 128) and `codes` starts a
 // group.
 template <class Codes, int G>
@@ -112,9 +146,23 @@ void pack_panel(const Codes& cd, const uint8_t* codes, int64_t row_bytes, bool p
                      _mm512_mullo_epi32(in_group, _mm512_set1_epi32(int32_t(Codes::kChunkBytes))))
                : _mm512_mullo_epi32(lane, _mm512_set1_epi32(int32_t(row_bytes)));
     const uint8_t* row0 = codes + 16 * v * row_bytes;
+    alignas(64) int32_t off[16];
+    _mm512_store_si512(off, offs);
     for (int64_t c0 = 0; c0 < k; c0 += kChunk) {
       const int m = int(min64(kChunk, k - c0) / kBlock);
       const int64_t chunk_byte = c0 * Codes::kChunkBytes / kChunk * (packed ? R : 1);
+      if (m == 4) {  // a full chunk: 16 rows' lanes by one transposition (absent rows: row 0's)
+        const uint8_t* at[16];
+        for (int i = 0; i < 16; ++i) at[i] = row0 + (i < rows ? off[i] : 0) + chunk_byte;
+        __m512i h0[16], h1[16];
+        cd.lanes16(at, h0, h1);
+        for (int L = 0; L < 16; ++L) {
+          const int64_t dw = c0 / 4 + 8 * (L % 4) + L / 4;
+          _mm512_storeu_si512(col + dw * kPanelRows, h0[L]);
+          _mm512_storeu_si512(col + (dw + 4) * kPanelRows, h1[L]);
+        }
+        continue;
+      }
       for (int L = 0; L < 4 * m; ++L) {
         __m512i h0, h1;
         cd.gather(row0, offs, valid, chunk_byte, m, L, &h0, &h1);

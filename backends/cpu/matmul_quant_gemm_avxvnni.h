@@ -1,0 +1,287 @@
+// Prefill for Q8, Q4 and Q4-codebook weights on AVX-VNNI (AVX2 machines since Intel Alder Lake, and
+// Zen 5 held to AVX2): panels of 16 rows repacked as [k / 4][16] dwords of 4 unsigned codes
+// (q + offset), int8 activations in element order with one scale per 32-element block, and the
+// 256-bit vpdpbusd with 8 rows in the lanes of a vector and one token's 4 activation codes
+// broadcast. The AVX-512 GEMM's scheme (matmul_quant_gemm_avx512.h) on half-width vectors and 16
+// registers, replacing the f32 library GEMM on dequantized rows, which does a quarter of the
+// multiply-adds per instruction. Include only from *_avxvnni.cpp files.
+#pragma once
+#include <cmath>
+
+#include "backends/cpu/matmul_quant_avx2.h"
+
+namespace hearth::cpu::qk {
+namespace {
+
+constexpr int kPanelRows = 16;  // weight rows repacked together: two 8-lane vectors
+// Tokens per register tile: 3 tokens x 16 rows are 6 integer and 6 f32 accumulators, two weight
+// vectors and a broadcast, 15 of the 16 registers.
+constexpr int kTileTokens = 3;
+
+// As GemmActs of the AVX-512 GEMM: every token's activations and this thread's panel.
+struct GemmActs {
+  const int8_t* q;     // [T][k] codes in element order
+  const float* d;      // [T][k / 32] block scales
+  const int32_t* sum;  // [T][k / 32] block code sums
+  uint32_t* panel;     // [k / 4][kPanelRows] repacked codes
+  float* scales;       // [k / 32][kPanelRows] f32 weight scale of each (block, row)
+  int offset_log2;     // of the weights' unsigned codes (Codes::kOffsetLog2)
+};
+
+inline float hmax8(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
+}
+
+// The QuantActFn: as quantize_act_scalar rounds (amax / 127 per block, nearest even; a block with
+// a NaN or infinity gets a NaN scale and zero codes), in element order.
+inline void quantize_act_blocks_avxvnni(const float* x, int64_t k, int8_t* q, float* d,
+                                        int32_t* sum) {
+  const __m256 sign = _mm256_set1_ps(-0.f), big = _mm256_set1_ps(3.4028235e38f);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t b = 0; b < k / kBlock; ++b) {
+    __m256 v[4], amax = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+      v[i] = _mm256_loadu_ps(x + 32 * b + 8 * i);
+      const __m256 a = _mm256_andnot_ps(sign, v[i]);
+      amax = _mm256_max_ps(amax, a);
+      bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, big, _CMP_NLE_UQ));  // NaN or infinite
+    }
+    const bool finite = _mm256_movemask_ps(bad) == 0;
+    const float m = hmax8(amax);
+    const __m256 inv = _mm256_set1_ps(finite && m > 0.f ? 127.f / m : 0.f);
+    __m256i c[4];
+    for (int i = 0; i < 4; ++i)
+      c[i] = finite ? _mm256_cvtps_epi32(_mm256_mul_ps(v[i], inv)) : _mm256_setzero_si256();
+    // packs work within 128-bit lanes: bytes come out as [c0 0-3, c1 0-3, c2 0-3, c3 0-3 |
+    // c0 4-7, ...] in dwords; one dword permute puts them back in element order.
+    const __m256i b8 =
+        _mm256_packs_epi16(_mm256_packs_epi32(c[0], c[1]), _mm256_packs_epi32(c[2], c[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b),
+                        _mm256_permutevar8x32_epi32(b8, order));
+    const __m256i s = _mm256_add_epi32(_mm256_add_epi32(c[0], c[1]), _mm256_add_epi32(c[2], c[3]));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+    d[b] = finite ? m / 127.f : NAN;
+    sum[b] = _mm_cvtsi128_si32(s4);
+  }
+}
+
+// The int8 peak loop of these tables: the 256-bit vpdpbusd, 32 multiply-adds each.
+inline float dot_i8_loop_avxvnni(int64_t iters, double* ops) {
+  const __m256i u = _mm256_set1_epi8(3), v = _mm256_set1_epi8(-2);
+  __m256i acc[16];
+  for (int j = 0; j < 16; ++j) acc[j] = _mm256_set1_epi32(j);
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) acc[j] = _mm256_dpbusd_avx_epi32(acc[j], u, v);
+  }
+  *ops = double(iters) * 16 * 32 * 2;
+  // The chains wrap (vpdpbusd does); summed as unsigned, so the sum wraps too, not UB.
+  uint32_t sum = 0;
+  for (int j = 0; j < 16; ++j) {
+    uint32_t lanes[8];
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), acc[j]);
+    for (uint32_t l : lanes) sum += l;
+  }
+  return float(int32_t(sum));
+}
+
+// What every Q8/Q4 AVX-VNNI fill function sets: the int8 prefill GEMM, its activations and peak.
+inline void fill_quant_prefill(KernelTable& k) {
+  k.quant_prefill = true;
+  k.quant_act = quantize_act_blocks_avxvnni;
+  k.dot_i8_loop = dot_i8_loop_avxvnni;
+}
+
+// The panel in the scratch, and the activations: the caller's shared ones, else quantized here
+// after the panel (unless reuse_x: this thread's previous call left them there).
+inline GemmActs gemm_acts(const QuantMatmulArgs& a, int offset_log2) {
+  const int64_t k = a.k, nb = k / kBlock;
+  auto round64 = [](int64_t bytes) { return (bytes + 63) / 64 * 64; };
+  auto* p = reinterpret_cast<char*>(a.scratch);
+  GemmActs g;
+  g.offset_log2 = offset_log2;
+  g.panel = reinterpret_cast<uint32_t*>(p), p += round64(kPanelRows * k);
+  g.scales = reinterpret_cast<float*>(p), p += round64(kPanelRows * nb * 4);
+  if (a.xq) {
+    g.q = a.xq, g.d = a.xd, g.sum = a.xsum;
+    return g;
+  }
+  auto* d = reinterpret_cast<float*>(p);
+  p += round64(a.n_tokens * nb * 4);
+  auto* sum = reinterpret_cast<int32_t*>(p);
+  p += round64(a.n_tokens * nb * 4);
+  auto* q = reinterpret_cast<int8_t*>(p);
+  for (int t = 0; t < a.n_tokens && !a.reuse_x; ++t)
+    quantize_act_blocks_avxvnni(a.x + t * a.ldx, k, q + t * k, d + t * nb, sum + t * nb);
+  g.q = q, g.d = d, g.sum = sum;
+  return g;
+}
+
+// Where rows' codes are: rows of whole 4-row groups inside [r0, r1) in the packed copy
+// (MatmulArgs::w_il, kPackQ8 / kPackQ4), as the decode kernels read them, the others row-major.
+struct RowCodes {
+  const uint8_t *w, *packed;
+  int64_t row_bytes, chunk_bytes, r0, r1;
+  const uint8_t* chunk(int64_t r, int64_t c0) const {
+    const int64_t j = c0 / kChunk, g = r / 4 * 4;
+    if (packed && g >= r0 && g + 4 <= r1)
+      return packed + (g * (row_bytes / chunk_bytes) + 4 * j + (r - g)) * chunk_bytes;
+    return w + r * row_bytes + j * chunk_bytes;
+  }
+};
+
+// t[j] = dword j of each of the 8 rows' 32 bytes at p[i] + off, row i in lane i.
+inline void transpose8(const uint8_t* const p[8], int64_t off, __m256i t[8]) {
+  __m256i a[8], b[8];
+  for (int i = 0; i < 8; ++i) a[i] = load256(p[i] + off);
+  for (int i = 0; i < 8; i += 2) {
+    b[i] = _mm256_unpacklo_epi32(a[i], a[i + 1]);      // rows i, i+1: dwords 0 1 | 4 5
+    b[i + 1] = _mm256_unpackhi_epi32(a[i], a[i + 1]);  // 2 3 | 6 7
+  }
+  for (int i = 0; i < 8; i += 4)
+    for (int h = 0; h < 2; ++h) {
+      a[i + 2 * h] = _mm256_unpacklo_epi64(b[i + h], b[i + 2 + h]);  // rows i..i+3: dword 2h | 2h+4
+      a[i + 2 * h + 1] = _mm256_unpackhi_epi64(b[i + h], b[i + 2 + h]);  // 2h+1 | 2h+5
+    }
+  for (int j = 0; j < 4; ++j) {
+    t[j] = _mm256_permute2x128_si256(a[j], a[4 + j], 0x20);
+    t[j + 4] = _mm256_permute2x128_si256(a[j], a[4 + j], 0x31);
+  }
+}
+
+// Repacks rows [r, r + n) (n <= 16) into the panel and their scales into g.scales. Slot lane L of
+// half h of a chunk of m blocks holds the natural dword 8b + 4h + q (b = L mod m, q = L / m;
+// quant/FORMAT.md). Full chunks go 8 rows x 8 lanes at a time: Codes::lanes8(rows, byte, L0,
+// h0, h1) gives lanes L0 .. L0 + 7 of both halves as unsigned codes, one vector of the 8 rows per
+// lane (transpose8); a short last chunk goes a lane at a time (Codes::dwords). Rows past n repeat
+// the last one with zero scales: their results are never stored.
+template <class Codes>
+void pack_panel(const Codes& cd, const RowCodes& rc, const uint16_t* scales, DType st, int group,
+                int64_t k, int64_t r, int n, const GemmActs& g) {
+  const int64_t nb = k / kBlock;
+  for (int v = 0; v < (n + 7) / 8; ++v) {
+    const uint8_t* rows[8];
+    for (int c0 = 0; c0 < k; c0 += int(kChunk)) {
+      for (int i = 0; i < 8; ++i) rows[i] = rc.chunk(r + min64(8 * v + i, n - 1), c0);
+      uint32_t* col = g.panel + 8 * v;
+      if (c0 + kChunk <= k) {
+        for (int L0 = 0; L0 < 16; L0 += 8) {
+          __m256i h0[8], h1[8];
+          cd.lanes8(rows, L0, h0, h1);
+          for (int j = 0; j < 8; ++j) {
+            const int L = L0 + j;
+            const int64_t dw = c0 / 4 + 8 * (L % 4) + L / 4;
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(col + dw * kPanelRows), h0[j]);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(col + (dw + 4) * kPanelRows), h1[j]);
+          }
+        }
+        continue;
+      }
+      const int m = int((k - c0) / kBlock);
+      for (int i = 0; i < 8; ++i)
+        for (int L = 0; L < 4 * m; ++L) {
+          uint32_t h0, h1;
+          cd.dwords(rows[i], m, L, &h0, &h1);
+          const int64_t dw = c0 / 4 + 8 * (L % m) + L / m;
+          col[dw * kPanelRows + i] = h0;
+          col[(dw + 4) * kPanelRows + i] = h1;
+        }
+    }
+    for (int i = 8 * v; i < 8 * v + 8; ++i) {
+      const uint16_t* sr = scales + (r + i) * (k / group);
+      for (int64_t b = 0; b < nb; ++b)
+        g.scales[b * kPanelRows + i] = i < n ? scale_f32(st, sr[b * kBlock / group]) : 0.f;
+    }
+  }
+}
+
+// y[t][8 v + i] for NV vectors of 8 panel rows and NT tokens over the whole of k. The codes carry
+// the unsigned offset 2^g.offset_log2, cancelled exactly by starting each block's integer dot at
+// -(offset x the block's activation code sum).
+template <int NV, int NT>
+inline void gemm_tile(const GemmActs& g, int64_t k, int t0, float* y, int64_t ldy, int n) {
+  const int64_t nb = k / kBlock;
+  __m256 out[NT][NV];
+  for (int t = 0; t < NT; ++t)
+    for (int v = 0; v < NV; ++v) out[t][v] = _mm256_setzero_ps();
+  const int8_t* xq = g.q + t0 * k;
+  const int32_t* sum = g.sum + t0 * nb;
+  const float* dx = g.d + t0 * nb;
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i acc[NT][NV];
+    for (int t = 0; t < NT; ++t)
+      for (int v = 0; v < NV; ++v)
+        acc[t][v] = _mm256_set1_epi32(-sum[t * nb + b] * (1 << g.offset_log2));
+    const uint32_t* p = g.panel + b * 8 * kPanelRows;
+    for (int kk = 0; kk < 8; ++kk) {
+      __m256i w[NV];
+      for (int v = 0; v < NV; ++v) w[v] = load256(p + kk * kPanelRows + 8 * v);
+      for (int t = 0; t < NT; ++t) {
+        int32_t x4;
+        std::memcpy(&x4, xq + t * k + 32 * b + 4 * kk, 4);
+        const __m256i xv = _mm256_set1_epi32(x4);
+        for (int v = 0; v < NV; ++v) acc[t][v] = _mm256_dpbusd_avx_epi32(acc[t][v], w[v], xv);
+      }
+    }
+    for (int v = 0; v < NV; ++v) {
+      const __m256 sw = _mm256_loadu_ps(g.scales + b * kPanelRows + 8 * v);
+      for (int t = 0; t < NT; ++t)
+        out[t][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t][v]),
+                                    _mm256_mul_ps(sw, _mm256_set1_ps(dx[t * nb + b])), out[t][v]);
+    }
+  }
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int v = 0; v < NV; ++v) {
+    const __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - 8 * v), lane);
+    for (int t = 0; t < NT; ++t) _mm256_maskstore_ps(y + t * ldy + 8 * v, keep, out[t][v]);
+  }
+}
+
+// The last `left` (< kTileTokens) tokens as one tile of exactly that many.
+template <int NV, int NT = kTileTokens - 1>
+inline void gemm_tail(const GemmActs& g, int64_t k, int t, int left, float* y, int64_t ldy, int n) {
+  if constexpr (NT > 0) {
+    if (left == NT) return gemm_tile<NV, NT>(g, k, t, y, ldy, n);
+    gemm_tail<NV, NT - 1>(g, k, t, left, y, ldy, n);
+  }
+}
+
+template <int NV>
+inline void gemm_tokens(const GemmActs& g, int64_t k, int n_tokens, float* y, int64_t ldy, int n) {
+  int t = 0;
+  for (; t + kTileTokens <= n_tokens; t += kTileTokens)
+    gemm_tile<NV, kTileTokens>(g, k, t, y + t * ldy, ldy, n);
+  gemm_tail<NV>(g, k, t, n_tokens - t, y + t * ldy, ldy, n);
+}
+
+// The prefill QuantMatmulFn body: rows [r0, r1) for every token. Scratch: see gemm_acts
+// (quant_matmul_scratch_floats covers it).
+template <class Codes>
+void gemm_quant(const QuantMatmulArgs& a, const Codes& cd = Codes()) {
+  const int64_t k = a.k;
+  const GemmActs g = gemm_acts(a, Codes::kOffsetLog2);
+  const int64_t row_bytes = k * Codes::kChunkBytes / kChunk;
+  const RowCodes rc{static_cast<const uint8_t*>(a.w),
+                    k % kChunk == 0 ? static_cast<const uint8_t*>(a.w_il) : nullptr,
+                    row_bytes,
+                    Codes::kChunkBytes,
+                    a.r0,
+                    a.r1};
+  const auto* scales = static_cast<const uint16_t*>(a.scales);
+  for (int64_t r = a.r0; r < a.r1; r += kPanelRows) {
+    const int n = int(min64(kPanelRows, a.r1 - r));
+    pack_panel(cd, rc, scales, a.scale_dtype, a.group, k, r, n, g);
+    float* y = a.y + (r - a.r0);
+    if (n > 8)
+      gemm_tokens<2>(g, k, a.n_tokens, y, a.ldy, n);
+    else
+      gemm_tokens<1>(g, k, a.n_tokens, y, a.ldy, n);
+  }
+}
+
+}  // namespace
+}  // namespace hearth::cpu::qk
