@@ -504,16 +504,19 @@ TEST_SUITE("quant") {
       const bool int8_gemm =
           cpu::make_kernel_table(cpu::detect_cpu_features().best()).quant_prefill;
       std::vector<Path> paths = {
-          // the int8 GEMM of the kernels (AVX-512), else the library's f32 GEMM
+          // the int8 GEMM of the kernels (AVX-512, AVX-VNNI), else the library's f32 GEMM
           {"", "auto", 64, int8_gemm ? 3e-2 : 1e-4},
-          {"", "native", 64, 3e-2},  // int8 activations: GEMM (AVX-512) / token tiles (AVX2)
+          {"", "native", 64, 3e-2},  // int8 activations: the GEMM, or token tiles
           {"", "native", 1, 4e-2}};  // decode: int8 activations
       const cpu::GemmKind lib = cpu::choose_gemm("auto", false);  // the f32 library
       if (lib != cpu::GemmKind::Native) {  // named, the library gets the step: f32 on
         paths.push_back({"", cpu::gemm_name(lib), 64, 1e-4});        // dequantized rows
         paths.push_back({"", cpu::gemm_name(lib), 64, 1e-4, true});  // of the packed copy
-        if (cpu::detect_cpu_features().best() == cpu::Isa::Avx512)
-          paths.push_back({"avx2", "auto", 64, 1e-4, true});  // AVX2's default: the library
+        if (cpu::detect_cpu_features().best() == cpu::Isa::Avx512) {
+          // AVX2's default: the int8 GEMM where the CPU has AVX-VNNI, else the library.
+          const bool vnni = cpu::make_kernel_table(cpu::Isa::Avx2).quant_prefill;
+          paths.push_back({"avx2", "auto", 64, vnni ? 3e-2 : 1e-4, true});
+        }
       }
       if (cpu::detect_cpu_features().best() == cpu::Isa::Avx512)
         paths.push_back({"", "dnnl-bf16", 64, 3e-2});  // library bf16 GEMM on dequantized rows

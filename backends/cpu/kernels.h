@@ -93,10 +93,10 @@ struct QuantMatmulArgs : MatmulArgs {
 using QuantMatmulFn = void (*)(const QuantMatmulArgs&);
 // From this many tokens on, kernels with KernelTable::quant_prefill take their int8 GEMM path,
 // which reads QuantMatmulArgs::xq when given. Below it, the decode kernels unpack each chunk once
-// for up to four tokens (batched decode): at 8 sequences they beat the GEMM, which repacks its
-// weight panels on every call, and stay ahead up to about 48 tokens (bench/RESULTS.md, "batched
-// steps up to 31 tokens"). At most kTokenTile (32): the decode kernels quantize every token of a
-// step at once.
+// for up to four tokens (batched decode): at 8 and 16 sequences they beat the GEMM, which repacks
+// its weight panels on every call; the two cross near 24 tokens (bench/RESULTS.md, "batched steps
+// up to 31 tokens" and "An int8 prefill GEMM for AVX-VNNI"). At most kTokenTile (32): the decode
+// kernels quantize every token of a step at once.
 constexpr int kQuantGemmMinTokens = 32;
 // One token's activations to int8 per 32-element block for the kernels' prefill GEMM: codes in
 // element order (x * 127 / amax rounded to nearest even), block scales amax / 127, code sums.
