@@ -1,35 +1,16 @@
-// Prefill for Q8, Q4 and Q4-codebook weights on AVX-512 VNNI: panels of 32 rows repacked as
-// [k / 4][32 rows] dwords of 4 unsigned codes (q + offset), int8 activations in element order with
-// one scale per 32-element block, and vpdpbusd with 16 rows in the lanes of a vector and one
-// token's 4 activation codes broadcast. Integer dots stay exact within a block; each block's total
-// is scaled by (weight scale x activation scale) into f32 accumulators. vpdpbusd does 64
+// Prefill for Q8, Q4 and Q4-codebook weights on AVX-512 VNNI: the int8 GEMM of
+// matmul_quant_gemm.h on 16-lane vectors, panels of 32 rows (two vectors), each repacked per call
+// from the codes (by 16x16 dword transposes, or gathers for a short last chunk). vpdpbusd does 64
 // multiply-adds where an f32 FMA does 16 (figures: bench/RESULTS.md). Include only from
 // *_avx512.cpp files.
 #pragma once
 #include <cmath>
 
 #include "backends/cpu/matmul_quant_avx512.h"
+#include "backends/cpu/matmul_quant_gemm.h"
 
 namespace hearth::cpu::qk {
 namespace {
-
-constexpr int kPanelRows = 32;  // weight rows repacked together: two 16-lane vectors
-// Tokens per register tile: at 6 x 32 rows the tile's 12 integer and 12 f32 accumulators, two
-// weight vectors and a broadcast fit the 32 registers; at 8, GCC 12 spilled accumulators to the
-// stack in the inner loop (bench/RESULTS.md, "The int8 prefill GEMM's register tile").
-constexpr int kTileTokens = 6;
-
-// The activations of every token of the step: codes [T][k] in element order, block scales and
-// block code sums [T][k / 32] (the caller's shared ones, QuantMatmulArgs::xq, or quantized into
-// the scratch), and this thread's panel in the scratch.
-struct GemmActs {
-  const int8_t* q;
-  const float* d;
-  const int32_t* sum;
-  uint32_t* panel;  // [k / 4][kPanelRows] repacked codes
-  float* scales;    // [k / 32][kPanelRows] f32 weight scale of each (block, row)
-  int offset_log2;  // of the weights' unsigned codes (Codes::kOffsetLog2)
-};
 
 // The QuantActFn: as quantize_act_scalar rounds (amax / 127 per block, nearest even; a block with
 // a NaN or infinity gets a NaN scale and zero codes, so every dot it enters is NaN), in element
@@ -53,35 +34,34 @@ inline void quantize_act_blocks_avx512(const float* x, int64_t k, int8_t* q, flo
   }
 }
 
+// The GEMM's vector shape (matmul_quant_gemm.h): 16 lanes, 32-row panels, and 6-token register
+// tiles: 12 integer and 12 f32 accumulators, two weight vectors and a broadcast fit the 32
+// registers; at 8 tokens GCC 12 spilled accumulators to the stack in the inner loop
+// (bench/RESULTS.md, "The int8 prefill GEMM's register tile").
+struct GemmAvx512 {
+  static constexpr int kLanes = 16, kPanelRows = 32, kTileTokens = 6;
+  using I = __m512i;
+  using F = __m512;
+  static F zero() { return _mm512_setzero_ps(); }
+  static I set1_i(int32_t v) { return _mm512_set1_epi32(v); }
+  static F set1_f(float v) { return _mm512_set1_ps(v); }
+  static I load_i(const uint32_t* p) { return _mm512_loadu_si512(p); }
+  static F load_f(const float* p) { return _mm512_loadu_ps(p); }
+  static I dot(I acc, I u, I s) { return _mm512_dpbusd_epi32(acc, u, s); }
+  static F to_f(I v) { return _mm512_cvtepi32_ps(v); }
+  static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  static void store_first(float* y, F v, int64_t n) { _mm512_mask_storeu_ps(y, first_n(n), v); }
+  static void quant_act(const float* x, int64_t k, int8_t* q, float* d, int32_t* sum) {
+    quantize_act_blocks_avx512(x, k, q, d, sum);
+  }
+};
+constexpr int kPanelRows = GemmAvx512::kPanelRows;
+
 // What every Q8/Q4 AVX-512 fill function sets: the int8 prefill GEMM and its activations.
 inline void fill_quant_prefill(KernelTable& k) {
   k.quant_prefill = true;
   k.quant_act = quantize_act_blocks_avx512;
-}
-
-// The panel in the scratch, and the activations: the caller's shared ones, else quantized here
-// after the panel (unless reuse_x: this thread's previous call left them there).
-inline GemmActs gemm_acts(const QuantMatmulArgs& a, int offset_log2) {
-  const int64_t k = a.k, nb = k / kBlock;
-  auto round64 = [](int64_t bytes) { return (bytes + 63) / 64 * 64; };
-  auto* p = reinterpret_cast<char*>(a.scratch);
-  GemmActs g;
-  g.offset_log2 = offset_log2;
-  g.panel = reinterpret_cast<uint32_t*>(p), p += round64(kPanelRows * k);
-  g.scales = reinterpret_cast<float*>(p), p += round64(kPanelRows * nb * 4);
-  if (a.xq) {
-    g.q = a.xq, g.d = a.xd, g.sum = a.xsum;
-    return g;
-  }
-  auto* d = reinterpret_cast<float*>(p);
-  p += round64(a.n_tokens * nb * 4);
-  auto* sum = reinterpret_cast<int32_t*>(p);
-  p += round64(a.n_tokens * nb * 4);
-  auto* q = reinterpret_cast<int8_t*>(p);
-  for (int t = 0; t < a.n_tokens && !a.reuse_x; ++t)
-    quantize_act_blocks_avx512(a.x + t * a.ldx, k, q + t * k, d + t * nb, sum + t * nb);
-  g.q = q, g.d = d, g.sum = sum;
-  return g;
 }
 
 // t[j] = dword j of each of the 16 rows' 64 bytes at p[i] + off, row i in lane i: 4x4 transposes
@@ -179,69 +159,12 @@ void pack_panel(const Codes& cd, const uint8_t* codes, int64_t row_bytes, bool p
   }
 }
 
-// y[t][16 v + i] for NV vectors of 16 panel rows and NT tokens over the whole of k. The codes carry
-// the unsigned offset 2^g.offset_log2, cancelled exactly by starting each block's integer dot at
-// -(offset x the block's activation code sum).
-template <int NV, int NT>
-inline void gemm_tile(const GemmActs& g, int64_t k, int t0, float* y, int64_t ldy, int n) {
-  const int64_t nb = k / kBlock;
-  __m512 out[NT][NV];
-  for (int t = 0; t < NT; ++t)
-    for (int v = 0; v < NV; ++v) out[t][v] = _mm512_setzero_ps();
-  const int8_t* xq = g.q + t0 * k;
-  const int32_t* sum = g.sum + t0 * nb;
-  const float* dx = g.d + t0 * nb;
-  for (int64_t b = 0; b < nb; ++b) {
-    __m512i acc[NT][NV];
-    for (int t = 0; t < NT; ++t)
-      for (int v = 0; v < NV; ++v)
-        acc[t][v] = _mm512_set1_epi32(-sum[t * nb + b] * (1 << g.offset_log2));
-    const uint32_t* p = g.panel + b * 8 * kPanelRows;
-    for (int kk = 0; kk < 8; ++kk) {
-      __m512i w[NV];
-      for (int v = 0; v < NV; ++v) w[v] = _mm512_loadu_si512(p + kk * kPanelRows + 16 * v);
-      for (int t = 0; t < NT; ++t) {
-        int32_t x4;
-        std::memcpy(&x4, xq + t * k + 32 * b + 4 * kk, 4);
-        const __m512i xv = _mm512_set1_epi32(x4);
-        for (int v = 0; v < NV; ++v) acc[t][v] = _mm512_dpbusd_epi32(acc[t][v], w[v], xv);
-      }
-    }
-    for (int v = 0; v < NV; ++v) {
-      const __m512 sw = _mm512_loadu_ps(g.scales + b * kPanelRows + 16 * v);
-      for (int t = 0; t < NT; ++t)
-        out[t][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t][v]),
-                                    _mm512_mul_ps(sw, _mm512_set1_ps(dx[t * nb + b])), out[t][v]);
-    }
-  }
-  for (int t = 0; t < NT; ++t)
-    for (int v = 0; v < NV; ++v)
-      _mm512_mask_storeu_ps(y + t * ldy + 16 * v, first_n(n - 16 * v), out[t][v]);
-}
-
-// The last `left` (< kTileTokens) tokens as one tile of exactly that many.
-template <int NV, int NT = kTileTokens - 1>
-inline void gemm_tail(const GemmActs& g, int64_t k, int t, int left, float* y, int64_t ldy, int n) {
-  if constexpr (NT > 0) {
-    if (left == NT) return gemm_tile<NV, NT>(g, k, t, y, ldy, n);
-    gemm_tail<NV, NT - 1>(g, k, t, left, y, ldy, n);
-  }
-}
-
-template <int NV>
-inline void gemm_tokens(const GemmActs& g, int64_t k, int n_tokens, float* y, int64_t ldy, int n) {
-  int t = 0;
-  for (; t + kTileTokens <= n_tokens; t += kTileTokens)
-    gemm_tile<NV, kTileTokens>(g, k, t, y + t * ldy, ldy, n);
-  gemm_tail<NV>(g, k, t, n_tokens - t, y + t * ldy, ldy, n);
-}
-
 // The prefill QuantMatmulFn body: rows [r0, r1) for every token. Scratch: see gemm_acts
 // (quant_matmul_scratch_floats covers it from 8 tokens on).
 template <class Codes, int G>
 void gemm_quant(const QuantMatmulArgs& a, const Codes& cd = Codes()) {
   const int64_t k = a.k, row_bytes = k * Codes::kChunkBytes / kChunk;
-  const GemmActs g = gemm_acts(a, Codes::kOffsetLog2);
+  const GemmActs g = gemm_acts<GemmAvx512>(a, Codes::kOffsetLog2);
   // Rows the backend packed for decode (MatmulArgs::w_il): panels start on groups when r0 does, so
   // they gather from the packed copy.
   const bool packed = a.w_il && a.r0 % Codes::kPack.rows == 0 && k % kChunk == 0;
@@ -251,11 +174,7 @@ void gemm_quant(const QuantMatmulArgs& a, const Codes& cd = Codes()) {
     const int n = int(min64(kPanelRows, a.r1 - r));
     pack_panel<Codes, G>(cd, codes + r * row_bytes, row_bytes, packed, scales + r * (k / G),
                          a.scale_dtype, k, n, g);
-    float* y = a.y + (r - a.r0);
-    if (n > 16)
-      gemm_tokens<2>(g, k, a.n_tokens, y, a.ldy, n);
-    else
-      gemm_tokens<1>(g, k, a.n_tokens, y, a.ldy, n);
+    gemm_tokens<GemmAvx512>(g, k, a.n_tokens, a.y + (r - a.r0), a.ldy, n);
   }
 }
 

@@ -1,32 +1,16 @@
-// Prefill for Q8, Q4 and Q4-codebook weights on AVX-VNNI (AVX2 machines since Intel Alder Lake, and
-// Zen 5 held to AVX2): panels of 16 rows repacked as [k / 4][16] dwords of 4 unsigned codes
-// (q + offset), int8 activations in element order with one scale per 32-element block, and the
-// 256-bit vpdpbusd with 8 rows in the lanes of a vector and one token's 4 activation codes
-// broadcast. The AVX-512 GEMM's scheme (matmul_quant_gemm_avx512.h) on half-width vectors and 16
-// registers, replacing the f32 library GEMM on dequantized rows, which does a quarter of the
+// Prefill for Q8, Q4 and Q4-codebook weights on AVX-VNNI (AVX2 machines since Intel Alder Lake,
+// and Zen 5 held to AVX2): the int8 GEMM of matmul_quant_gemm.h on 8-lane vectors and the 256-bit
+// vpdpbusd, panels of 16 rows (two vectors), each repacked per call from the codes by 8x8 dword
+// transposes. It replaces the f32 library GEMM on dequantized rows, which does a quarter of the
 // multiply-adds per instruction. Include only from *_avxvnni.cpp files.
 #pragma once
 #include <cmath>
 
 #include "backends/cpu/matmul_quant_avx2.h"
+#include "backends/cpu/matmul_quant_gemm.h"
 
 namespace hearth::cpu::qk {
 namespace {
-
-constexpr int kPanelRows = 16;  // weight rows repacked together: two 8-lane vectors
-// Tokens per register tile: 3 tokens x 16 rows are 6 integer and 6 f32 accumulators, two weight
-// vectors and a broadcast, 15 of the 16 registers.
-constexpr int kTileTokens = 3;
-
-// As GemmActs of the AVX-512 GEMM: every token's activations and this thread's panel.
-struct GemmActs {
-  const int8_t* q;     // [T][k] codes in element order
-  const float* d;      // [T][k / 32] block scales
-  const int32_t* sum;  // [T][k / 32] block code sums
-  uint32_t* panel;     // [k / 4][kPanelRows] repacked codes
-  float* scales;       // [k / 32][kPanelRows] f32 weight scale of each (block, row)
-  int offset_log2;     // of the weights' unsigned codes (Codes::kOffsetLog2)
-};
 
 inline float hmax8(__m256 v) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -89,36 +73,37 @@ inline float dot_i8_loop_avxvnni(int64_t iters, double* ops) {
   return float(int32_t(sum));
 }
 
+// The GEMM's vector shape (matmul_quant_gemm.h): 8 lanes, 16-row panels, and 3-token register
+// tiles: 6 integer and 6 f32 accumulators, two weight vectors and a broadcast, 15 of the 16
+// registers.
+struct GemmAvxVnni {
+  static constexpr int kLanes = 8, kPanelRows = 16, kTileTokens = 3;
+  using I = __m256i;
+  using F = __m256;
+  static F zero() { return _mm256_setzero_ps(); }
+  static I set1_i(int32_t v) { return _mm256_set1_epi32(v); }
+  static F set1_f(float v) { return _mm256_set1_ps(v); }
+  static I load_i(const uint32_t* p) { return load256(p); }
+  static F load_f(const float* p) { return _mm256_loadu_ps(p); }
+  static I dot(I acc, I u, I s) { return _mm256_dpbusd_avx_epi32(acc, u, s); }
+  static F to_f(I v) { return _mm256_cvtepi32_ps(v); }
+  static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static F fmadd(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  static void store_first(float* y, F v, int64_t n) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    _mm256_maskstore_ps(y, _mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(n)), lane), v);
+  }
+  static void quant_act(const float* x, int64_t k, int8_t* q, float* d, int32_t* sum) {
+    quantize_act_blocks_avxvnni(x, k, q, d, sum);
+  }
+};
+constexpr int kPanelRows = GemmAvxVnni::kPanelRows;
+
 // What every Q8/Q4 AVX-VNNI fill function sets: the int8 prefill GEMM, its activations and peak.
 inline void fill_quant_prefill(KernelTable& k) {
   k.quant_prefill = true;
   k.quant_act = quantize_act_blocks_avxvnni;
   k.dot_i8_loop = dot_i8_loop_avxvnni;
-}
-
-// The panel in the scratch, and the activations: the caller's shared ones, else quantized here
-// after the panel (unless reuse_x: this thread's previous call left them there).
-inline GemmActs gemm_acts(const QuantMatmulArgs& a, int offset_log2) {
-  const int64_t k = a.k, nb = k / kBlock;
-  auto round64 = [](int64_t bytes) { return (bytes + 63) / 64 * 64; };
-  auto* p = reinterpret_cast<char*>(a.scratch);
-  GemmActs g;
-  g.offset_log2 = offset_log2;
-  g.panel = reinterpret_cast<uint32_t*>(p), p += round64(kPanelRows * k);
-  g.scales = reinterpret_cast<float*>(p), p += round64(kPanelRows * nb * 4);
-  if (a.xq) {
-    g.q = a.xq, g.d = a.xd, g.sum = a.xsum;
-    return g;
-  }
-  auto* d = reinterpret_cast<float*>(p);
-  p += round64(a.n_tokens * nb * 4);
-  auto* sum = reinterpret_cast<int32_t*>(p);
-  p += round64(a.n_tokens * nb * 4);
-  auto* q = reinterpret_cast<int8_t*>(p);
-  for (int t = 0; t < a.n_tokens && !a.reuse_x; ++t)
-    quantize_act_blocks_avxvnni(a.x + t * a.ldx, k, q + t * k, d + t * nb, sum + t * nb);
-  g.q = q, g.d = d, g.sum = sum;
-  return g;
 }
 
 // Where rows' codes are: rows of whole 4-row groups inside [r0, r1) in the packed copy
@@ -199,71 +184,12 @@ void pack_panel(const Codes& cd, const RowCodes& rc, const uint16_t* scales, DTy
   }
 }
 
-// y[t][8 v + i] for NV vectors of 8 panel rows and NT tokens over the whole of k. The codes carry
-// the unsigned offset 2^g.offset_log2, cancelled exactly by starting each block's integer dot at
-// -(offset x the block's activation code sum).
-template <int NV, int NT>
-inline void gemm_tile(const GemmActs& g, int64_t k, int t0, float* y, int64_t ldy, int n) {
-  const int64_t nb = k / kBlock;
-  __m256 out[NT][NV];
-  for (int t = 0; t < NT; ++t)
-    for (int v = 0; v < NV; ++v) out[t][v] = _mm256_setzero_ps();
-  const int8_t* xq = g.q + t0 * k;
-  const int32_t* sum = g.sum + t0 * nb;
-  const float* dx = g.d + t0 * nb;
-  for (int64_t b = 0; b < nb; ++b) {
-    __m256i acc[NT][NV];
-    for (int t = 0; t < NT; ++t)
-      for (int v = 0; v < NV; ++v)
-        acc[t][v] = _mm256_set1_epi32(-sum[t * nb + b] * (1 << g.offset_log2));
-    const uint32_t* p = g.panel + b * 8 * kPanelRows;
-    for (int kk = 0; kk < 8; ++kk) {
-      __m256i w[NV];
-      for (int v = 0; v < NV; ++v) w[v] = load256(p + kk * kPanelRows + 8 * v);
-      for (int t = 0; t < NT; ++t) {
-        int32_t x4;
-        std::memcpy(&x4, xq + t * k + 32 * b + 4 * kk, 4);
-        const __m256i xv = _mm256_set1_epi32(x4);
-        for (int v = 0; v < NV; ++v) acc[t][v] = _mm256_dpbusd_avx_epi32(acc[t][v], w[v], xv);
-      }
-    }
-    for (int v = 0; v < NV; ++v) {
-      const __m256 sw = _mm256_loadu_ps(g.scales + b * kPanelRows + 8 * v);
-      for (int t = 0; t < NT; ++t)
-        out[t][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t][v]),
-                                    _mm256_mul_ps(sw, _mm256_set1_ps(dx[t * nb + b])), out[t][v]);
-    }
-  }
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  for (int v = 0; v < NV; ++v) {
-    const __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - 8 * v), lane);
-    for (int t = 0; t < NT; ++t) _mm256_maskstore_ps(y + t * ldy + 8 * v, keep, out[t][v]);
-  }
-}
-
-// The last `left` (< kTileTokens) tokens as one tile of exactly that many.
-template <int NV, int NT = kTileTokens - 1>
-inline void gemm_tail(const GemmActs& g, int64_t k, int t, int left, float* y, int64_t ldy, int n) {
-  if constexpr (NT > 0) {
-    if (left == NT) return gemm_tile<NV, NT>(g, k, t, y, ldy, n);
-    gemm_tail<NV, NT - 1>(g, k, t, left, y, ldy, n);
-  }
-}
-
-template <int NV>
-inline void gemm_tokens(const GemmActs& g, int64_t k, int n_tokens, float* y, int64_t ldy, int n) {
-  int t = 0;
-  for (; t + kTileTokens <= n_tokens; t += kTileTokens)
-    gemm_tile<NV, kTileTokens>(g, k, t, y + t * ldy, ldy, n);
-  gemm_tail<NV>(g, k, t, n_tokens - t, y + t * ldy, ldy, n);
-}
-
 // The prefill QuantMatmulFn body: rows [r0, r1) for every token. Scratch: see gemm_acts
 // (quant_matmul_scratch_floats covers it).
 template <class Codes>
 void gemm_quant(const QuantMatmulArgs& a, const Codes& cd = Codes()) {
   const int64_t k = a.k;
-  const GemmActs g = gemm_acts(a, Codes::kOffsetLog2);
+  const GemmActs g = gemm_acts<GemmAvxVnni>(a, Codes::kOffsetLog2);
   const int64_t row_bytes = k * Codes::kChunkBytes / kChunk;
   const RowCodes rc{static_cast<const uint8_t*>(a.w),
                     k % kChunk == 0 ? static_cast<const uint8_t*>(a.w_il) : nullptr,
@@ -275,11 +201,7 @@ void gemm_quant(const QuantMatmulArgs& a, const Codes& cd = Codes()) {
   for (int64_t r = a.r0; r < a.r1; r += kPanelRows) {
     const int n = int(min64(kPanelRows, a.r1 - r));
     pack_panel(cd, rc, scales, a.scale_dtype, a.group, k, r, n, g);
-    float* y = a.y + (r - a.r0);
-    if (n > 8)
-      gemm_tokens<2>(g, k, a.n_tokens, y, a.ldy, n);
-    else
-      gemm_tokens<1>(g, k, a.n_tokens, y, a.ldy, n);
+    gemm_tokens<GemmAvxVnni>(g, k, a.n_tokens, a.y + (r - a.r0), a.ldy, n);
   }
 }
 
