@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -233,6 +234,26 @@ TEST_SUITE("cuda_math") {
   }
 
 #ifdef HEARTH_HAVE_CUDA
+  TEST_CASE("cuBLAS is opened when a backend needs it, not linked into every process") {
+    auto mapped = [] {
+      std::ifstream maps("/proc/self/maps");
+      std::string line;
+      while (std::getline(maps, line))
+        if (line.find("libcublas") != std::string::npos) return true;
+      return false;
+    };
+    // Without a device no backend of this process can have opened it.
+    if (cuda::device_count(nullptr) == 0) CHECK_FALSE(mapped());
+    const cuda::Cublas b = cuda::open_cublas();
+    CHECK(mapped());
+    CHECK((b.create && b.destroy && b.set_stream && b.set_workspace && b.sgemm && b.gemm_ex &&
+           b.status_string));
+    CHECK(std::string(b.status_string(CUBLAS_STATUS_SUCCESS)).size() > 0);
+    CHECK_THROWS_WITH_AS(b.check(CUBLAS_STATUS_INVALID_VALUE, "a test"),
+                         doctest::Contains("cuBLAS: a test: "), Error);
+    b.check(CUBLAS_STATUS_SUCCESS, "nothing");
+  }
+
   TEST_CASE("without a device the backend refuses by name and the default stays the CPU") {
     std::string why;
     if (cuda::device_count(&why) > 0) return;  // the GPU machine: the suite above covers it

@@ -1,4 +1,4 @@
-// CUDA runtime and cuBLAS errors as hearth::Error, naming what was being done.
+// CUDA runtime errors as hearth::Error, naming what was being done (cuBLAS's: cu_blas.h).
 #pragma once
 // The backend's namespace: hearth::cuda, or another where the tests compile these files for the
 // CPU emulation beside the real ones (tests/cuda_emu_prelude.h).
@@ -21,10 +21,6 @@ namespace hearth::HEARTH_CUDA_NS {
 
 inline void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail("CUDA: ", what, ": ", cudaGetErrorString(e));
-}
-
-inline void check_cublas(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS) fail("cuBLAS: ", what, ": ", cublasGetStatusString(s));
 }
 
 // After a kernel launch: a bad configuration shows here, a fault at the next synchronization.

@@ -71,9 +71,9 @@ void CudaBackend::gemm(CuCompiled& c, const WeightView& w, int64_t n_rows, const
   // Row-major out [rows, N] = x [rows, K] W^T is column-major out^T = W^T^T x^T: A = W (K x N
   // column-major, transposed), B = x (K x rows).
   if (w.type == kF32) {
-    check_cublas(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, N, rows, K, &one,
-                             reinterpret_cast<const float*>(w.codes), K, x, K, &zero, out, N),
-                 "an f32 matmul");
+    blas_.check(blas_.sgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, N, rows, K, &one,
+                            reinterpret_cast<const float*>(w.codes), K, x, K, &zero, out, N),
+                "an f32 matmul");
     return;
   }
   const bool f16 = w.type == kF16;
@@ -81,9 +81,9 @@ void CudaBackend::gemm(CuCompiled& c, const WeightView& w, int64_t n_rows, const
   auto* xh = c.half_acts.as<uint16_t>();
   to_half(x, int64_t(rows) * K, f16, xh, stream_);
   auto run = [&](const void* a, int m, float* o) {
-    check_cublas(
-        cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m, rows, K, &one, a, type, K, xh, type, K,
-                     &zero, o, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+    blas_.check(
+        blas_.gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m, rows, K, &one, a, type, K, xh, type, K,
+                      &zero, o, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
         "a 16-bit matmul");
   };
   if (w.type <= kBF16) return run(w.codes, N, out);

@@ -37,18 +37,20 @@ CudaBackend::CudaBackend(const BackendOptions& opt)
   check(cudaSetDevice(device_), "selecting the device");
   check(cudaGetDeviceProperties(&props_, device_), "reading the device's properties");
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a stream");
-  check_cublas(cublasCreate(&cublas_), "creating a handle");
-  check_cublas(cublasSetStream(cublas_, stream_), "setting its stream");
+  if (!opt_.cublas) return;
+  blas_ = open_cublas();
+  blas_.check(blas_.create(&cublas_), "creating a handle");
+  blas_.check(blas_.set_stream(cublas_, stream_), "setting its stream");
   // A workspace of its own, so that cuBLAS allocates nothing while a step is captured.
   cublas_workspace_ = DeviceBuffer(kCublasWorkspace, "cuBLAS's workspace");
-  check_cublas(cublasSetWorkspace(cublas_, cublas_workspace_.get(), kCublasWorkspace),
-               "setting its workspace");
+  blas_.check(blas_.set_workspace(cublas_, cublas_workspace_.get(), kCublasWorkspace),
+              "setting its workspace");
 }
 
 CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);
   if (stream_) cudaStreamSynchronize(stream_);
-  if (cublas_) cublasDestroy(cublas_);
+  if (cublas_) blas_.destroy(cublas_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 

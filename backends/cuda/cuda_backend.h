@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "backends/cuda/cu_blas.h"
 #include "backends/cuda/cu_buffer.h"
 #include "backends/cuda/cu_kernels.h"
 #include "core/backend.h"
@@ -95,6 +96,7 @@ class CudaBackend : public Backend {
   CudaOptions opt_;
   cudaDeviceProp props_{};
   cudaStream_t stream_ = nullptr;
+  Cublas blas_;  // opened with cuBLAS prefill (CudaOptions::cublas), else empty
   cublasHandle_t cublas_ = nullptr;
   DeviceBuffer cublas_workspace_;
   // Weights are placed once, keyed by their host address: a backend serves one model's graphs.
