@@ -140,8 +140,8 @@ inline void transpose8(const uint8_t* const p[8], int64_t off, __m256i t[8]) {
 
 // Repacks rows [r, r + n) (n <= 16) into the panel and their scales into g.scales. Slot lane L of
 // half h of a chunk of m blocks holds the natural dword 8b + 4h + q (b = L mod m, q = L / m;
-// quant/FORMAT.md). Full chunks go 8 rows x 8 lanes at a time: Codes::lanes8(rows, byte, L0,
-// h0, h1) gives lanes L0 .. L0 + 7 of both halves as unsigned codes, one vector of the 8 rows per
+// quant/FORMAT.md). Full chunks go 8 rows x 8 lanes at a time: Codes::lanes8(rows, L0, h0,
+// h1) gives lanes L0 .. L0 + 7 of both halves as unsigned codes, one vector of the 8 rows per
 // lane (transpose8); a short last chunk goes a lane at a time (Codes::dwords). Rows past n repeat
 // the last one with zero scales: their results are never stored.
 template <class Codes>
@@ -176,11 +176,10 @@ void pack_panel(const Codes& cd, const RowCodes& rc, const uint16_t* scales, DTy
           col[(dw + 4) * kPanelRows + i] = h1;
         }
     }
-    for (int i = 8 * v; i < 8 * v + 8; ++i) {
-      const uint16_t* sr = scales + (r + i) * (k / group);
+    for (int i = 8 * v; i < 8 * v + 8; ++i)
       for (int64_t b = 0; b < nb; ++b)
-        g.scales[b * kPanelRows + i] = i < n ? scale_f32(st, sr[b * kBlock / group]) : 0.f;
-    }
+        g.scales[b * kPanelRows + i] =
+            i < n ? scale_f32(st, scales[(r + i) * (k / group) + b * kBlock / group]) : 0.f;
   }
 }
 
