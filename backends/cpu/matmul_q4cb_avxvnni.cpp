@@ -16,11 +16,14 @@ struct Q4CbCodesVnni {
   static constexpr int64_t kChunkBytes = 64;
   // The vector dots are exact signed ones; the tail's and the GEMM's use level + 128.
   static constexpr int kVecOffset = 0, kTailOffset = 128, kOffsetLog2 = 7;
-  __m256i lut;
-  uint8_t lut_u[16];  // levels + 128
+  __m256i lut;         // the levels (decode)
+  __m256i lut_offset;  // levels + 128 (the GEMM's panels)
+  uint8_t lut_u[16];   // levels + 128, for the tail and a short last chunk
   explicit Q4CbCodesVnni(const int8_t* codebook) {
     lut = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codebook)));
     for (int i = 0; i < 16; ++i) lut_u[i] = uint8_t(codebook[i] + 128);
+    lut_offset =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lut_u)));
   }
   static __m256i dot32(__m256i acc, __m256i lv, const int8_t* x) {
     return _mm256_dpbusd_avx_epi32(acc, _mm256_abs_epi8(lv), _mm256_sign_epi8(load256(x), lv));
@@ -51,13 +54,11 @@ struct Q4CbCodesVnni {
   }
   void lanes8(const uint8_t* const rows[8], int L0, __m256i* h0, __m256i* h1) const {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const __m256i lut_v =
-        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lut_u)));
     __m256i t[8];
     transpose8(rows, 4 * L0, t);
     for (int j = 0; j < 8; ++j) {
-      h0[j] = _mm256_shuffle_epi8(lut_v, _mm256_and_si256(t[j], m4));
-      h1[j] = _mm256_shuffle_epi8(lut_v, _mm256_and_si256(_mm256_srli_epi16(t[j], 4), m4));
+      h0[j] = _mm256_shuffle_epi8(lut_offset, _mm256_and_si256(t[j], m4));
+      h1[j] = _mm256_shuffle_epi8(lut_offset, _mm256_and_si256(_mm256_srli_epi16(t[j], 4), m4));
     }
   }
 };

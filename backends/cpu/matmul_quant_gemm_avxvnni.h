@@ -8,15 +8,11 @@
 
 #include "backends/cpu/matmul_quant_avx2.h"
 #include "backends/cpu/matmul_quant_gemm.h"
+#include "backends/cpu/peak_chains.h"
+#include "backends/cpu/simd_avx2.h"
 
 namespace hearth::cpu::qk {
 namespace {
-
-inline float hmax8(__m256 v) {
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  return _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
-}
 
 // The QuantActFn: as quantize_act_scalar rounds (amax / 127 per block, nearest even; a block with
 // a NaN or infinity gets a NaN scale and zero codes), in element order.
@@ -33,7 +29,7 @@ inline void quantize_act_blocks_avxvnni(const float* x, int64_t k, int8_t* q, fl
       bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, big, _CMP_NLE_UQ));  // NaN or infinite
     }
     const bool finite = _mm256_movemask_ps(bad) == 0;
-    const float m = hmax8(amax);
+    const float m = hmax256(amax);
     const __m256 inv = _mm256_set1_ps(finite && m > 0.f ? 127.f / m : 0.f);
     __m256i c[4];
     for (int i = 0; i < 4; ++i)
@@ -56,20 +52,15 @@ inline void quantize_act_blocks_avxvnni(const float* x, int64_t k, int8_t* q, fl
 // The int8 peak loop of these tables: the 256-bit vpdpbusd, 32 multiply-adds each.
 inline float dot_i8_loop_avxvnni(int64_t iters, double* ops) {
   const __m256i u = _mm256_set1_epi8(3), v = _mm256_set1_epi8(-2);
-  __m256i acc[16];
-  for (int j = 0; j < 16; ++j) acc[j] = _mm256_set1_epi32(j);
-  for (int64_t i = 0; i < iters; ++i) {
-#pragma GCC unroll 16
-    for (int j = 0; j < 16; ++j) acc[j] = _mm256_dpbusd_avx_epi32(acc[j], u, v);
-  }
+  const __m256i s = run_chains<16>(
+      iters, [](int j) { return _mm256_set1_epi32(j); },
+      [&](__m256i a) { return _mm256_dpbusd_avx_epi32(a, u, v); },
+      [](__m256i a, __m256i b) { return _mm256_add_epi32(a, b); });
   *ops = double(iters) * 16 * 32 * 2;
-  // The chains wrap (vpdpbusd does); summed as unsigned, so the sum wraps too, not UB.
-  uint32_t sum = 0;
-  for (int j = 0; j < 16; ++j) {
-    uint32_t lanes[8];
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), acc[j]);
-    for (uint32_t l : lanes) sum += l;
-  }
+  // The chains wrap (vpdpbusd does); summed as unsigned, so the reduction wraps too, not UB.
+  uint32_t lanes[8], sum = 0;
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), s);
+  for (uint32_t l : lanes) sum += l;
   return float(int32_t(sum));
 }
 
@@ -106,15 +97,18 @@ inline void fill_quant_prefill(KernelTable& k) {
   k.dot_i8_loop = dot_i8_loop_avxvnni;
 }
 
-// Where rows' codes are: rows of whole 4-row groups inside [r0, r1) in the packed copy
+// Where rows' codes are: rows of the whole groups [g.g0, g.g1) in the packed copy
 // (MatmulArgs::w_il, kPackQ8 / kPackQ4), as the decode kernels read them, the others row-major.
 struct RowCodes {
+  static constexpr int64_t R = kPackQ4.rows;
+  static_assert(kPackQ8.rows == R, "Q8 and Q4 rows are packed in groups of the same size");
   const uint8_t *w, *packed;
-  int64_t row_bytes, chunk_bytes, r0, r1;
+  int64_t row_bytes, chunk_bytes;
+  WholeGroups g;
   const uint8_t* chunk(int64_t r, int64_t c0) const {
-    const int64_t j = c0 / kChunk, g = r / 4 * 4;
-    if (packed && g >= r0 && g + 4 <= r1)
-      return packed + (g * (row_bytes / chunk_bytes) + 4 * j + (r - g)) * chunk_bytes;
+    const int64_t j = c0 / kChunk, g0 = r / R * R;
+    if (packed && r >= g.g0 && r < g.g1)
+      return packed + (g0 * (row_bytes / chunk_bytes) + R * j + (r - g0)) * chunk_bytes;
     return w + r * row_bytes + j * chunk_bytes;
   }
 };
@@ -191,11 +185,8 @@ void gemm_quant(const QuantMatmulArgs& a, const Codes& cd = Codes()) {
   const GemmActs g = gemm_acts<GemmAvxVnni>(a, Codes::kOffsetLog2);
   const int64_t row_bytes = k * Codes::kChunkBytes / kChunk;
   const RowCodes rc{static_cast<const uint8_t*>(a.w),
-                    k % kChunk == 0 ? static_cast<const uint8_t*>(a.w_il) : nullptr,
-                    row_bytes,
-                    Codes::kChunkBytes,
-                    a.r0,
-                    a.r1};
+                    k % kChunk == 0 ? static_cast<const uint8_t*>(a.w_il) : nullptr, row_bytes,
+                    Codes::kChunkBytes, whole_groups(a.r0, a.r1, RowCodes::R)};
   const auto* scales = static_cast<const uint16_t*>(a.scales);
   for (int64_t r = a.r0; r < a.r1; r += kPanelRows) {
     const int n = int(min64(kPanelRows, a.r1 - r));
