@@ -1,5 +1,7 @@
 #include "models/quant_load.h"
 
+#include <cstring>
+
 #include "core/error.h"
 #include "core/quant_format.h"
 
@@ -78,13 +80,18 @@ Tensor QuantBinder::bind(const std::string& name, int64_t rows, int64_t cols) {
          " (one scale per ", s.group, " weights)");
   // A scale that is NaN or infinite poisons every output it touches, silently; scales are 1/16
   // of the codes or less, so checking them all costs little at load.
-  const auto* sv = reinterpret_cast<const uint16_t*>(sr->data);
+  // The file places tensors at any byte offset, so a scale is read with memcpy, not through a
+  // uint16_t pointer that may be misaligned.
+  const auto* sv = static_cast<const uint8_t*>(sr->data);
   const int64_t n = rows * (cols / s.group);
   const uint16_t exp_mask = s.scale_dtype == DType::BF16 ? 0x7f80 : 0x7c00;  // all ones: inf/NaN
-  for (int64_t i = 0; i < n; ++i)
-    if ((sv[i] & exp_mask) == exp_mask)
+  for (int64_t i = 0; i < n; ++i) {
+    uint16_t v;
+    std::memcpy(&v, sv + 2 * i, 2);
+    if ((v & exp_mask) == exp_mask)
       fail(swhere, ": scale ", i, " (row ", i / (cols / s.group), ", group ", i % (cols / s.group),
            ") is not finite; the file is corrupted");
+  }
 
   Tensor t;
   t.dtype = dtype_of_bits(s.bits);

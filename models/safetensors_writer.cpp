@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/json_writer.h"
+#include "models/safetensors.h"
 
 namespace hearth {
 
@@ -25,6 +26,12 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   }
   size_t off = 0;
   for (auto& t : tensors) {
+    // Readers refuse a tensor that does not start on a multiple of its element size (they read
+    // it in place), and safetensors allows no gaps: callers order tensors so none is needed.
+    const size_t esize = safetensors_dtype_size(t.dtype);
+    if (esize > 1 && off % esize != 0)
+      fail(path, ": tensor '", t.name, "' would start at byte ", off, ", not a multiple of its ",
+           esize, "-byte element size; write wider dtypes first");
     if (!first) h += ",";
     first = false;
     h += json_quote(t.name) + ":{\"dtype\":\"" + t.dtype + "\",\"shape\":[";

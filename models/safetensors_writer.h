@@ -21,7 +21,9 @@ struct TensorToWrite {
 };
 
 // Writes header (8-byte little-endian length, JSON padded with spaces so the data starts at a
-// multiple of 64 bytes) then the data.
+// multiple of 64 bytes) then the data, in the given order. Each tensor must start on a multiple of
+// its element size (order wider dtypes first, as the safetensors library does); one that would not
+// is refused.
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 

@@ -475,12 +475,16 @@ TEST_SUITE("checkpoint") {
   TEST_CASE("safetensors: valid corner cases") {
     TempDir d;
     write_safetensors(d / "ok.safetensors",
-                      {tensor_of("codes", {3, 4}, "U8"), tensor_of("signed", {5}, "I8"),
-                       tensor_of("idx", {2}, "I32"), tensor_of("empty", {0, 7}, "F32"),
-                       tensor_of("half", {2, 2}, "F16"), tensor_of("scalar", {}, "BF16")},
+                      {tensor_of("idx", {2}, "I32"), tensor_of("empty", {0, 7}, "F32"),
+                       tensor_of("half", {2, 2}, "F16"), tensor_of("scalar", {}, "BF16"),
+                       tensor_of("codes", {3, 4}, "U8"), tensor_of("signed", {5}, "I8")},
                       {{"format", "pt"}, {"hearth.quant", "q4"}});
     auto f = SafetensorsFile::open(d / "ok.safetensors");
     REQUIRE(f->tensors().size() == 6);
+    // The writer will not put a tensor off its element size (no reader would take it).
+    CHECK_ERROR(write_safetensors(d / "bad.safetensors",
+                                  {tensor_of("c", {3}, "U8"), tensor_of("f", {1}, "F32")}),
+                "bad.safetensors", "tensor 'f'", "byte 3", "4-byte element size");
     // The writer pads the header with spaces so that the data section starts on a 64-byte line.
     uint64_t hlen = 0;
     for (int i = 0; i < 8; ++i) hlen |= uint64_t(f->file().data()[i]) << (8 * i);
@@ -510,6 +514,30 @@ TEST_SUITE("checkpoint") {
               R"({"t":{"dtype":"F32","shape":[1,1,1,1,2],"data_offsets":[0,8]}})", 8);
     auto f5 = SafetensorsFile::open(d / "5d.safetensors");
     CHECK_ERROR(f5->tensors()[0].view(), "'t'", "dimensions");
+
+    // A header not padded to 8 bytes (files written before safetensors padded it) puts the data
+    // section at an odd offset; a shared map would hand out misaligned tensors, so it is copied.
+    {
+      const std::string hdr = R"({"f":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                              R"("h":{"dtype":"BF16","shape":[1],"data_offsets":[8,10]}})";
+      std::string out(8, '\0');
+      for (int i = 0; i < 8; ++i) out[size_t(i)] = char(uint8_t(hdr.size() >> (8 * i)));
+      out += hdr;
+      const float vals[2] = {1.5f, -2.25f};
+      out.append(reinterpret_cast<const char*>(vals), 8);
+      out += std::string("\x80\x3f", 2);  // bf16 1.0
+      REQUIRE((8 + hdr.size()) % 2 == 1);
+      write_text(d / "unpadded.safetensors", out);
+      auto fu = SafetensorsFile::open(d / "unpadded.safetensors", MapMode::Shared);
+      REQUIRE(fu->tensors().size() == 2);
+      CHECK(!fu->file().shared());
+      for (const TensorRef& t : fu->tensors()) CHECK(reinterpret_cast<uintptr_t>(t.data) % 8 == 0);
+      float got[2];
+      std::memcpy(got, fu->tensors()[0].data, 8);
+      CHECK(got[0] == 1.5f);
+      CHECK(got[1] == -2.25f);
+      CHECK(static_cast<const uint8_t*>(fu->tensors()[1].data)[1] == 0x3f);
+    }
   }
 
   TEST_CASE("safetensors: corrupted files are refused, naming file and tensor") {
@@ -556,6 +584,13 @@ TEST_SUITE("checkpoint") {
               R"("z":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}})",
               8);
     CHECK(SafetensorsFile::open(p)->tensors().size() == 2);
+
+    // Inside the data section a tensor must start on its element size: kernels read it in place.
+    write_raw(p,
+              R"({"c":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)"
+              R"("w":{"dtype":"F32","shape":[1],"data_offsets":[1,5]}})",
+              5);
+    CHECK_ERROR(SafetensorsFile::open(p), "tensor 'w'", "[1, 5]", "4-byte element size");
 
     write_raw(p, R"({"model.norm.weight":{"dtype":"BF16","shape":[64],"data_offsets":[0,100]}})",
               100);

@@ -14,7 +14,7 @@ namespace {
 using namespace qk;
 
 struct Q4Codes {
-  static constexpr int kBits = 4, kOffsetLog2 = 3;  // nibbles hold q + 8
+  static constexpr int kOffsetLog2 = 3;  // nibbles hold q + 8
   // Decode rows per pass of row-major codes: 8 x 64-byte chunks. Packed rows (kPackQ4) go 4 at
   // a time in two streams: 4-row groups read at 94% of the bandwidth there, 8-row ones at 91%.
   static constexpr int kDecodeRows = 8;

@@ -14,7 +14,7 @@ namespace {
 using namespace qk;
 
 struct Q8Codes {
-  static constexpr int kBits = 8, kOffsetLog2 = 7;  // sign bit flipped: q + 128
+  static constexpr int kOffsetLog2 = 7;  // sign bit flipped: q + 128
   // Decode rows per pass: 4 x 128-byte chunks (8 measured slower on Zen 5: 8 row streams).
   static constexpr int kDecodeRows = 4;
   static constexpr PackShape kPack = kPackQ8;

@@ -213,13 +213,13 @@ inline __m128 hsum4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
   return _mm512_castps512_ps128(t);
 }
 
-// Decode for Q4 and Q8 (Codes::kBits): activations quantized per token, offsets folded into the
-// integer accumulators, then NR rows at a time share each activation chunk. Codes provides
-// kOffsetLog2, kChunkBytes, kDecodeRows (rows per pass), dot(chunk, xa, xb, init) = init + the
-// chunk's lane dots, and tail(codes, x, m, isum), the unsigned block dots of a short last chunk
-// (tail_block_dots); dot and tail may be members of a Codes object (a codebook's lookup table),
-// passed to decode_quant. Each chunk's integer lanes are scaled by the activations' 4 block scales
-// (loaded once for all rows) times the row's 4 weight scales.
+// Decode for Q4, Q8 and codebook Q4 (a Codes struct each): activations quantized per token,
+// offsets folded into the integer accumulators, then NR rows at a time share each activation
+// chunk. Codes provides kOffsetLog2, kChunkBytes, kDecodeRows (rows per pass), dot(chunk, xa,
+// xb, init) = init + the chunk's lane dots, and tail(codes, x, m, isum), the unsigned block dots
+// of a short last chunk (tail_block_dots); dot and tail may be members of a Codes object (a
+// codebook's lookup table), passed to decode_quant. Each chunk's integer lanes are scaled by the
+// activations' 4 block scales (loaded once for all rows) times the row's 4 weight scales.
 // Packed: w[0] starts a packed group (row r's chunk j at w[0] + (j NR + r) kChunkBytes) and sw[0]
 // the group's first row of scales (row r's at sw[0] + r ng), so the loop needs two base registers
 // instead of 2 NR row pointers.
