@@ -187,6 +187,7 @@ std::vector<QuantTable> quant_tables() {
     const KernelTable &a = v[v.size() - 2].kt, &b = v.back().kt;
     CHECK((a.matmul_q8 != b.matmul_q8) == has);
     CHECK((a.matmul_q4 != b.matmul_q4) == has);
+    if (isa == Isa::Avx2) CHECK((a.screen_q8 != b.screen_q8) == has);
     if (isa == Isa::Neon) CHECK((a.matmul_q4cb != b.matmul_q4cb) == has);
   }
   return v;
@@ -1248,7 +1249,7 @@ TEST_SUITE("kernels") {
   TEST_CASE("screened LM head, top-k sampling: the whole head's top-k logits on every ISA") {
     // TestHead's ties and near ties, and token 8, whose logits are 0 on all but two rows (so
     // every row ties with the k-th for k >= 3 and all must be kept); then a Q8 head, whose
-    // screen is its codes' high bits where a kernel reads them (AVX-512 VBMI).
+    // screen is its codes' high bits where a kernel reads them (AVX2, AVX-512).
     for (const int64_t K : {256, 96}) {
       TestHead h(K);
       auto store = std::make_shared<WeightStore>();
@@ -1283,8 +1284,13 @@ TEST_SUITE("kernels") {
     // Codes over the whole int8 range and signed scales of 7 binades. Row 6's low bits (those the
     // screen drops) are all ones where its scale times x is positive and 0 elsewhere, so its
     // estimate is off by all but the rounding margin of the bound: a bound any tighter fails there.
-    const KernelTable simd = make_kernel_table(detect_cpu_features().best());
-    if (!simd.screen_q8) MESSAGE("no screen kernel on this CPU (AVX-512 VBMI): reference only");
+    // Every SIMD screen this CPU runs (AVX2 with and without AVX-VNNI, AVX-512), each against
+    // the Q8 kernel of its own ISA.
+    std::vector<std::pair<std::string, KernelTable>> simds;
+    for (const QuantTable& qt : quant_tables())
+      if (qt.kt.screen_q8) simds.push_back({qt.name, qt.kt});
+    if (simds.empty()) MESSAGE("no screen kernel on this CPU: reference only");
+    for (const auto& sk : simds) MESSAGE("Q8 head screen checked on: ", sk.first);
     for (const int64_t K : {256, 1024})
       for (const int group : {32, 128})
         for (const DType st : {DType::F16, DType::BF16}) {
@@ -1318,42 +1324,44 @@ TEST_SUITE("kernels") {
           };
           std::vector<float> ref_est, ref_hw, est, hw;
           screen_run(screen_q8_scalar, 0, N, false, ref_est, ref_hw);
-          if (!simd.screen_q8) continue;
-          std::vector<float> exact(static_cast<size_t>(N)), exact_packed(static_cast<size_t>(N));
-          auto q8 = [&](const void* il, std::vector<float>& y) {
-            QuantMatmulArgs a =
-                test::quant_args({w.codes.data(), w.scales.data(), st, group, nullptr, K}, x.data(),
-                                 K, 1, y.data(), N, 0, N, scratch.data());
-            a.w_il = il;
-            simd.matmul_q8(a);
-          };
-          q8(nullptr, exact);
-          q8(packed.data(), exact_packed);
-          // Row ranges: the whole head, an even and an odd number of 4-row groups, and a range
-          // after another on the same activations (reuse_x).
-          for (auto [r0, r1, reuse] : {std::tuple<int64_t, int64_t, bool>{0, N, false},
-                                       {4, 40, false},
-                                       {8, 20, false},
-                                       {24, 44, true}}) {
-            CAPTURE(r0);
-            CAPTURE(reuse);
-            screen_run(simd.screen_q8, r0, r1, reuse, est, hw);
-            bool within = true, agree = true;
-            double slack = 0;
-            for (int64_t r = r0; r < r1; ++r) {
-              const size_t i = size_t(r);
-              for (const float e : {exact[i], exact_packed[i]}) {
-                within &= std::fabs(e - est[i]) <= hw[i];
-                within &= std::fabs(e - ref_est[i]) <= ref_hw[i];
+          for (const auto& [simd_name, simd] : simds) {
+            CAPTURE(simd_name);
+            std::vector<float> exact(static_cast<size_t>(N)), exact_packed(static_cast<size_t>(N));
+            auto q8 = [&](const void* il, std::vector<float>& y) {
+              QuantMatmulArgs a =
+                  test::quant_args({w.codes.data(), w.scales.data(), st, group, nullptr, K},
+                                   x.data(), K, 1, y.data(), N, 0, N, scratch.data());
+              a.w_il = il;
+              simd.matmul_q8(a);
+            };
+            q8(nullptr, exact);
+            q8(packed.data(), exact_packed);
+            // Row ranges: the whole head, an even and an odd number of 4-row groups, and a range
+            // after another on the same activations (reuse_x).
+            for (auto [r0, r1, reuse] : {std::tuple<int64_t, int64_t, bool>{0, N, false},
+                                         {4, 40, false},
+                                         {8, 20, false},
+                                         {24, 44, true}}) {
+              CAPTURE(r0);
+              CAPTURE(reuse);
+              screen_run(simd.screen_q8, r0, r1, reuse, est, hw);
+              bool within = true, agree = true;
+              double slack = 0;
+              for (int64_t r = r0; r < r1; ++r) {
+                const size_t i = size_t(r);
+                for (const float e : {exact[i], exact_packed[i]}) {
+                  within &= std::fabs(e - est[i]) <= hw[i];
+                  within &= std::fabs(e - ref_est[i]) <= ref_hw[i];
+                }
+                agree &= std::fabs(est[i] - ref_est[i]) <= 1e-3f * hw[i];
+                agree &= std::fabs(hw[i] - ref_hw[i]) <= 1e-5f * hw[i];
+                if (r != 6) slack += std::fabs(exact[i] - est[i]) / hw[i] / double(r1 - r0);
               }
-              agree &= std::fabs(est[i] - ref_est[i]) <= 1e-3f * hw[i];
-              agree &= std::fabs(hw[i] - ref_hw[i]) <= 1e-5f * hw[i];
-              if (r != 6) slack += std::fabs(exact[i] - est[i]) / hw[i] / double(r1 - r0);
+              CHECK(within);
+              CHECK(agree);
+              CHECK(slack < 0.25);  // a bound of some use
+              if (r0 <= 6 && 6 < r1) CHECK(std::fabs(exact[6] - est[6]) >= 0.999f * hw[6]);
             }
-            CHECK(within);
-            CHECK(agree);
-            CHECK(slack < 0.25);  // a bound of some use
-            if (r0 <= 6 && 6 < r1) CHECK(std::fabs(exact[6] - est[6]) >= 0.999f * hw[6]);
           }
         }
   }

@@ -36,7 +36,6 @@ CpuFeatures detect_cpu_features() {
   f.avx512dq = __builtin_cpu_supports("avx512dq");
   f.avx512bf16 = __builtin_cpu_supports("avx512bf16");
   f.avx512vnni = __builtin_cpu_supports("avx512vnni");
-  f.avx512vbmi = __builtin_cpu_supports("avx512vbmi");
   f.avxvnni = __builtin_cpu_supports("avxvnni");
   f.amd = __builtin_cpu_is("amd");
   unsigned a = 0, b = 0, c = 0, d = 0;

@@ -10,7 +10,7 @@ enum class Isa : int { Scalar = 0, Neon = 1, Avx2 = 2, Avx512 = 3 };
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
-  bool avx512bf16 = false, avx512vnni = false, avx512vbmi = false, avxvnni = false;
+  bool avx512bf16 = false, avx512vnni = false, avxvnni = false;
   bool amd = false, amx_bf16 = false;
   bool neon = false, neon_dotprod = false, neon_bf16 = false;
   Isa best() const;

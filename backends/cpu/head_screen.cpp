@@ -43,7 +43,8 @@ bool screenable(const Tensor& w) {
 }
 
 size_t head_screen_bytes(const Tensor& w) {
-  if (w.dtype == DType::Q8) return align64(size_t(w.rows() * w.cols()) / 8 * kScreenQ8Bits);
+  if (w.dtype == DType::Q8)
+    return align64(size_t(w.rows() * (w.cols() / 128) * kScreenQ8ChunkBytes));
   return code_bytes(w) + scale_bytes(w) + size_t(w.rows()) * kScreenBounds * sizeof(float);
 }
 
@@ -57,20 +58,24 @@ namespace {
 // Rows [r0, r1) of a Q8 head's screen (head_screen.h's layout).
 void build_hi(const Tensor& w, uint8_t* dst, int64_t r0, int64_t r1) {
   constexpr int B = kScreenQ8Bits;
+  static_assert(B == 5 && kScreenQ8ChunkBytes == 16 * B, "a nibble and a bit per code");
   const int64_t k = w.cols(), nc = k / 128;
   const auto* codes = static_cast<const int8_t*>(w.data);
   for (int64_t r = r0; r < r1; ++r)
-    for (int64_t j = 0; j < nc; ++j)
-      for (int h = 0; h < 2; ++h) {
-        const int8_t* q = codes + r * k + 128 * j + 64 * h;
-        uint8_t* out = dst + (r / 4 * 4) * (k / 8 * B) + (4 * j + r % 4) * 16 * B + 8 * B * h;
-        for (int p = 0; p < 64; p += 8) {  // 8 fields fill B bytes
-          uint64_t bits = 0;
-          for (int i = 0; i < 8; ++i)
-            bits |= uint64_t((q[p + i] >> (8 - B)) + (1 << (B - 1))) << (B * i);
-          for (int i = 0; i < B; ++i) out[p / 8 * B + i] = uint8_t(bits >> (8 * i));
+    for (int64_t j = 0; j < nc; ++j) {
+      const int8_t* q = codes + r * k + 128 * j;
+      uint8_t* out = dst + (r / 4 * 4) * (k / 128 * kScreenQ8ChunkBytes) +
+                     (4 * j + r % 4) * kScreenQ8ChunkBytes;
+      std::fill(out + 64, out + 80, uint8_t(0));
+      for (int p = 0; p < 64; ++p) {
+        int u[2];
+        for (int h = 0; h < 2; ++h) {
+          u[h] = (q[64 * h + p] >> (8 - B)) + (1 << (B - 1));
+          out[64 + p % 16] |= uint8_t((u[h] >> 4) << (4 * h + p / 16));
         }
+        out[p] = uint8_t((u[0] & 15) | (u[1] & 15) << 4);
       }
+    }
 }
 
 }  // namespace

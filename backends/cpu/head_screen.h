@@ -26,8 +26,13 @@
 // largest logit computed so far rules out every row whose upper bound is below it, and on the
 // model's own activations ~100 groups of 4 rows remain. (4 bits: 3.5 standard deviations of the
 // logits wide, ~30% of the rows left; 6 bits: ~15 groups left for 0.75x the bytes.)
-// Layout: per 4-row group, per 128-element chunk, per row, the chunk's two 64-code halves (slot
-// order, quant/FORMAT.md) as 8B bytes each, slot p's u = h + 2^(B-1) at bits Bp .. Bp + B - 1.
+// Layout: per 4-row group, per 128-element chunk, per row, 80 bytes for the chunk's two 64-code
+// halves (slot order, quant/FORMAT.md), u = h + 16 in [0, 31] per code: 64 bytes of low nibbles,
+// byte p holding slot p of half 0 in its low nibble and of half 1 in its high nibble (as Q4 codes
+// are), then 16 bytes of high bits (the 16s of u), bit 4 h + q of byte m for slot 16 q + m of half
+// h. A 16-byte lane of nibbles then finds its high bits at one bit position of the 16 bytes,
+// broadcast: a shift by a per-lane amount puts them at bit 4 of each byte, so every ISA reads the
+// screen with masks, shifts and ors.
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -47,7 +52,8 @@ struct HeadScreen {
   const uint8_t* hi = nullptr;
 };
 constexpr int kScreenBounds = 3;
-constexpr int kScreenQ8Bits = 5;
+constexpr int kScreenQ8Bits = 5;             // the layout above holds 4 + 1 bits
+constexpr int64_t kScreenQ8ChunkBytes = 80;  // per row and 128-element chunk
 
 // What screening saved, for the bench's bytes per token: the head's bytes against the screen's,
 // the head rows computed exactly over the screened steps, and the steps that could have been

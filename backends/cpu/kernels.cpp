@@ -63,10 +63,12 @@ KernelTable make_kernel_table(Isa isa, const CpuFeatures& f) {
     fill_matmul_q8_avx2(k);
     fill_matmul_q4_avx2(k);
     fill_matmul_q4cb_avx2(k);
+    fill_screen_q8_avx2(k);
     if (f.avxvnni) {
       fill_matmul_q8_avxvnni(k);
       fill_matmul_q4_avxvnni(k);
       fill_matmul_q4cb_avxvnni(k);
+      fill_screen_q8_avxvnni(k);
     }
   }
   if (isa >= Isa::Avx512) {
@@ -78,7 +80,7 @@ KernelTable make_kernel_table(Isa isa, const CpuFeatures& f) {
     fill_matmul_q8_avx512(k);
     fill_matmul_q4_avx512(k);
     fill_matmul_q4cb_avx512(k);
-    if (f.avx512vbmi) fill_screen_q8_avx512(k);
+    fill_screen_q8_avx512(k);
     if (f.amx_bf16) fill_peak_amx(k);
   }
 #endif

@@ -263,7 +263,8 @@ struct KernelTable {
   // weights stay on them unless a library was asked for by name.
   bool quant_prefill = false;
   QuantActFn quant_act = nullptr;  // with quant_prefill
-  // Null where no kernel reads the screen faster than the Q8 kernel reads the head (AVX-512 VBMI).
+  // Null where no SIMD kernel reads the screen (the scalar reference is too slow to pay for
+  // itself).
   ScreenQ8Fn screen_q8 = nullptr;
   ScreenSelectFn screen_select = nullptr;
   // n rows of k BF16 columns into their kPackBf16 copy, and rows [r0, r0 + n) of it back to
@@ -291,9 +292,11 @@ void fill_vecops_avx2(KernelTable& k);
 void fill_matmul_q8_avx2(KernelTable& k);
 void fill_matmul_q4_avx2(KernelTable& k);
 void fill_matmul_q4cb_avx2(KernelTable& k);
+void fill_screen_q8_avx2(KernelTable& k);
 void fill_matmul_q8_avxvnni(KernelTable& k);  // AVX2 with f.avxvnni
 void fill_matmul_q4_avxvnni(KernelTable& k);
 void fill_matmul_q4cb_avxvnni(KernelTable& k);
+void fill_screen_q8_avxvnni(KernelTable& k);
 void fill_matmul_f32_avx512(KernelTable& k);
 void fill_matmul_f16_avx512(KernelTable& k);
 void fill_matmul_bf16_avx512(KernelTable& k);
@@ -302,7 +305,7 @@ void fill_vecops_avx512(KernelTable& k);
 void fill_matmul_q8_avx512(KernelTable& k);
 void fill_matmul_q4_avx512(KernelTable& k);
 void fill_matmul_q4cb_avx512(KernelTable& k);
-void fill_screen_q8_avx512(KernelTable& k);  // needs f.avx512vbmi
+void fill_screen_q8_avx512(KernelTable& k);
 #endif
 void fill_peak_amx(KernelTable& k);  // with f.amx_bf16: sets dot_bf16_tile_loop if tiles work
 #if defined(__aarch64__)

@@ -1,14 +1,11 @@
-// The B-bit screen of a Q8 LM head (layout and bound in head_screen.h), AVX-512 VNNI + VBMI. Per
-// 4-row group and 128-element chunk, each row's two 8B-byte halves hold 64 codes of B bits in the
-// Q8 kernel's slot order: vpermb moves each B bytes into a qword and vpmultishiftqb pulls out its
-// 8 fields, giving u = h + 2^(B-1) as the unsigned operand of vpdpbusd against the same int8
-// activations as the Q8 kernel. Rows are read as two streams, as rows_dot_pair reads Q8 rows.
-#include <array>
-
+// The 5-bit screen of a Q8 LM head (layout and bound in head_screen.h), AVX-512 VNNI. Per 4-row
+// group and 128-element chunk, each row's 80 bytes: 64 bytes of nibbles (half 0 low, half 1 high)
+// and 16 bytes of high bits, broadcast to every 16-byte lane and shifted there by the lane's own
+// amount so that its bits sit at bit 4 of its bytes; nibble | that bit gives u = h + 16, the
+// unsigned operand of vpdpbusd against the same int8 activations as the Q8 kernel. Rows are read
+// as two streams, as rows_dot_pair reads Q8 rows.
 #include "backends/cpu/head_screen.h"
 #include "backends/cpu/matmul_quant_avx512.h"
-
-#define HEARTH_VBMI __attribute__((target("avx512vbmi")))
 
 namespace hearth::cpu {
 
@@ -17,7 +14,7 @@ namespace {
 using namespace qk;
 
 constexpr int kBits = kScreenQ8Bits;
-constexpr int64_t kHalfBytes = 8 * kBits, kChunkBytes = 16 * kBits;
+constexpr int64_t kChunkBytes = kScreenQ8ChunkBytes;
 constexpr int kStep = 1 << (8 - kBits);  // q = kStep h + l, l in [0, kStep)
 constexpr float kMid = float(kStep - 1) / 2;
 
@@ -57,33 +54,15 @@ Token prepare(const ScreenQ8Args& a) {
   return {at.q, at.d, init, mid, abs};
 }
 
-// vpermb indices: qword j of a half gets bytes Bj .. Bj + 7 of it; the second half is loaded
-// so that the load ends with the chunk, its bytes starting at 64 - 8B (indices past 63 wrap, into
-// bytes no field uses). vpmultishiftqb then takes the fields at bits 0, B, .., 7B of each qword.
-constexpr std::array<uint8_t, 64> spread(int start) {
-  std::array<uint8_t, 64> t{};
-  for (int j = 0; j < 8; ++j)
-    for (int m = 0; m < 8; ++m) t[size_t(8 * j + m)] = uint8_t((start + kBits * j + m) & 63);
-  return t;
-}
-constexpr int64_t kSecondLoad = kChunkBytes - 64;
-alignas(64) constexpr std::array<uint8_t, 64> kSpread0 = spread(0), kSpread1 = spread(int(
-                                                                        kHalfBytes - kSecondLoad));
-constexpr int64_t field_shifts() {
-  int64_t v = 0;
-  for (int m = 0; m < 8; ++m) v |= int64_t(kBits * m) << (8 * m);
-  return v;
-}
-
 // S streams of one 4-row group each (codes at w[s], scales at sw[s]): est[s][r] the estimate and
 // tsum[s][r] the sum the bound scales (head_screen.h).
 template <int G, DType ST, int S>
-HEARTH_VBMI void groups_dot(const uint8_t* const* w, const uint16_t* const* sw, int64_t ng,
-                            const Token& t, int64_t nc, float* const* est, float* const* tsum) {
-  const __m512i spread0 = _mm512_load_si512(kSpread0.data());
-  const __m512i spread1 = _mm512_load_si512(kSpread1.data());
-  const __m512i shifts = _mm512_set1_epi64(field_shifts());
-  const __m512i field = _mm512_set1_epi8((1 << kBits) - 1);
+void groups_dot(const uint8_t* const* w, const uint16_t* const* sw, int64_t ng, const Token& t,
+                int64_t nc, float* const* est, float* const* tsum) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
+  // 16-byte lane q of half 0 finds its high bits at bit q, of half 1 at bit 4 + q.
+  const __m512i left = _mm512_setr_epi32(4, 4, 4, 4, 3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1);
+  const __m512i right = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
   const __m512 step = _mm512_set1_ps(float(kStep));
   __m512 acc[S][4], acct[S][4];
   for (int s = 0; s < S; ++s)
@@ -98,14 +77,14 @@ HEARTH_VBMI void groups_dot(const uint8_t* const* w, const uint16_t* const* sw, 
     for (int s = 0; s < S; ++s)
       for (int r = 0; r < 4; ++r) {
         const uint8_t* c = w[s] + (4 * j + r) * kChunkBytes;
-        const __m512i u0 =
-            _mm512_and_si512(_mm512_multishift_epi64_epi8(
-                                 shifts, _mm512_permutexvar_epi8(spread0, _mm512_loadu_si512(c))),
-                             field);
-        const __m512i u1 = _mm512_and_si512(
-            _mm512_multishift_epi64_epi8(
-                shifts, _mm512_permutexvar_epi8(spread1, _mm512_loadu_si512(c + kSecondLoad))),
-            field);
+        const __m512i nib = _mm512_loadu_si512(c);
+        const __m512i high = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)(c + 64)));
+        // u = nibble | (high bits shifted to bit 4) & 16, one ternary op (0xF8: a | (b & c)).
+        const __m512i u0 = _mm512_ternarylogic_epi32(_mm512_and_si512(nib, m4),
+                                                     _mm512_sllv_epi32(high, left), sixteen, 0xF8);
+        const __m512i u1 =
+            _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(nib, 4), m4),
+                                      _mm512_srlv_epi32(high, right), sixteen, 0xF8);
         const __m512i h = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, u0, xa), u1, xb);
         // kStep sum h x' + kMid sum x', exact in f32 (under 2^20 in magnitude, in halves).
         const __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(h), step, mid);
@@ -121,9 +100,9 @@ HEARTH_VBMI void groups_dot(const uint8_t* const* w, const uint16_t* const* sw, 
 }
 
 template <int G, DType ST>
-HEARTH_VBMI void screen_st(const ScreenQ8Args& a) {
+void screen_st(const ScreenQ8Args& a) {
   const Token t = prepare(a);
-  const int64_t k = a.k, nc = k / kChunk, ng = k / G, row_bytes = k / 8 * kBits;
+  const int64_t k = a.k, nc = k / kChunk, ng = k / G, row_bytes = nc * kChunkBytes;
   const auto* scales = static_cast<const uint16_t*>(a.scales);
   // Whole groups as two streams: [r0, r0 + half) beside [r0 + half, r0 + 2 half).
   const int64_t half = (a.r1 - a.r0) / 8 * 4;

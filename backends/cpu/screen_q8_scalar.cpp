@@ -22,13 +22,12 @@ void screen_q8_scalar(const ScreenQ8Args& a) {
     double est = 0, t = 0;
     for (int64_t j = 0; j < nc; ++j) {
       double e[4] = {}, ax[4] = {};  // per block of the chunk: sum (kStep h + kMid) x', sum |x'|
+      const uint8_t* c = a.codes + (r / 4 * 4) * (nc * kScreenQ8ChunkBytes) +
+                         (4 * j + r % 4) * kScreenQ8ChunkBytes;
       for (int h = 0; h < 2; ++h) {
-        const uint8_t* half =
-            a.codes + (r / 4 * 4) * (k / 8 * B) + (4 * j + r % 4) * 16 * B + 8 * B * h;
         for (int p = 0; p < 64; ++p) {
-          const int bit = B * p;
-          const int lo = half[bit / 8], hi = bit % 8 > 8 - B ? half[bit / 8 + 1] : 0;
-          const int v = ((lo | hi << 8) >> (bit % 8)) & ((1 << B) - 1);
+          const int high = (c[64 + p % 16] >> (4 * h + p / 16)) & 1;
+          const int v = ((c[p] >> (4 * h)) & 15) | high << 4;
           const int b = (p / 4) % 4;  // slot lane p / 4 belongs to block lane mod 4
           const int xq = at.q[j * kChunk + 64 * h + p];
           e[b] += (kStep * (v - (1 << (B - 1))) + kMid) * xq;

@@ -24,7 +24,6 @@ static inline int hearth_fuzz_cpu_supports(const char* f) {
   HEARTH_FUZZ_CPU("avx512dq")
   HEARTH_FUZZ_CPU("avx512bf16")
   HEARTH_FUZZ_CPU("avx512vnni")
-  HEARTH_FUZZ_CPU("avx512vbmi")
 #undef HEARTH_FUZZ_CPU
   std::fprintf(stderr, "tests/fuzz/clang14_cpu_supports.h: add the feature '%s'\n", f);
   std::abort();

@@ -1,0 +1,21 @@
+// The 5-bit screen of a Q8 LM head, AVX2 (screen_q8_avx2.h): u x' products by maddubs and madd.
+// u is at most 31, so a pair of products stays below 2^15.
+#include "backends/cpu/screen_q8_avx2.h"
+
+namespace hearth::cpu {
+
+namespace {
+
+struct DotMaddubs {
+  static __m256i dot(__m256i acc, __m256i u, __m256i s) {
+    return _mm256_add_epi32(acc, qk::dot_u8s8(u, s));
+  }
+};
+
+}  // namespace
+
+void fill_screen_q8_avx2(KernelTable& k) {
+  k.screen_q8 = qk::screen_q8_avx2<DotMaddubs>;
+}
+
+}  // namespace hearth::cpu
