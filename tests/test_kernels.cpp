@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_features.h"
+#include "backends/cpu/head_screen.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/ops.h"
 #include "tests/quant_placement.h"
@@ -895,6 +896,92 @@ TEST_SUITE("kernels") {
             }
     }
   }
+
+  TEST_CASE("Q8 head screen: every estimate within its bound of the Q8 kernel's logit") {
+    // Codes over the whole int8 range and signed scales of 7 binades. Row 6's low bits (those the
+    // screen drops) are all ones where its scale times x is positive and 0 elsewhere, so its
+    // estimate is off by all but the rounding margin of the bound: a bound any tighter fails there.
+    // Every SIMD screen this CPU runs (AVX2 with and without AVX-VNNI, AVX-512), each against
+    // the Q8 kernel of its own ISA.
+    std::vector<std::pair<std::string, KernelTable>> simds;
+    for (const QuantTable& qt : quant_tables())
+      if (qt.kt.screen_q8) simds.push_back({qt.name, qt.kt});
+    if (simds.empty()) MESSAGE("no screen kernel on this CPU: reference only");
+    for (const auto& sk : simds) MESSAGE("Q8 head screen checked on: ", sk.first);
+    for (const int64_t K : {256, 1024})
+      for (const int group : {32, 128})
+        for (const DType st : {DType::F16, DType::BF16}) {
+          CAPTURE(K);
+          CAPTURE(group);
+          CAPTURE(int(st));
+          const int64_t N = 44;
+          QWeights w = make_qweights(8, group, st, N, K, uint32_t(K + group));
+          const auto x = randn(size_t(K), 7);
+          for (int64_t i = 0; i < K; ++i) {
+            bool high;
+            auto& c = w.codes[size_t(6 * K + test::q_place(8, i, K, &high))];
+            const uint16_t sc = w.scales[size_t((6 * K + i) / group)];
+            const float s = st == DType::BF16 ? bf16_to_f32(sc) : f16_to_f32(sc);
+            const int low = (1 << (8 - kScreenQ8Bits)) - 1;
+            c = uint8_t((int8_t(c) & ~low) | (s * x[size_t(i)] > 0 ? low : 0));
+          }
+          const Tensor t = w.view();
+          std::vector<uint8_t> screen(head_screen_bytes(t)), packed(w.codes.size());
+          build_head_screen(t, false, screen.data(), 0, N);
+          pack_rows(w.codes.data(), N, K, kPackQ8, packed.data());
+          std::vector<float> scratch(size_t(quant_matmul_scratch_floats(K, 1)));
+          auto screen_run = [&](ScreenQ8Fn fn, int64_t r0, int64_t r1, bool reuse,
+                                std::vector<float>& est, std::vector<float>& hw) {
+            est.assign(size_t(N), NAN);
+            hw.assign(size_t(N), NAN);
+            ScreenQ8Args a{
+                screen.data(),  w.scales.data(), st,   group, x.data(), K, r0, r1, est.data() + r0,
+                hw.data() + r0, scratch.data(),  reuse};
+            fn(a);
+          };
+          std::vector<float> ref_est, ref_hw, est, hw;
+          screen_run(screen_q8_scalar, 0, N, false, ref_est, ref_hw);
+          for (const auto& [simd_name, simd] : simds) {
+            CAPTURE(simd_name);
+            std::vector<float> exact(static_cast<size_t>(N)), exact_packed(static_cast<size_t>(N));
+            auto q8 = [&](const void* il, std::vector<float>& y) {
+              QuantMatmulArgs a =
+                  test::quant_args({w.codes.data(), w.scales.data(), st, group, nullptr, K},
+                                   x.data(), K, 1, y.data(), N, 0, N, scratch.data());
+              a.w_il = il;
+              simd.matmul_q8(a);
+            };
+            q8(nullptr, exact);
+            q8(packed.data(), exact_packed);
+            // Row ranges: the whole head, an even and an odd number of 4-row groups, and a range
+            // after another on the same activations (reuse_x).
+            for (auto [r0, r1, reuse] : {std::tuple<int64_t, int64_t, bool>{0, N, false},
+                                         {4, 40, false},
+                                         {8, 20, false},
+                                         {24, 44, true}}) {
+              CAPTURE(r0);
+              CAPTURE(reuse);
+              screen_run(simd.screen_q8, r0, r1, reuse, est, hw);
+              bool within = true, agree = true;
+              double slack = 0;
+              for (int64_t r = r0; r < r1; ++r) {
+                const size_t i = size_t(r);
+                for (const float e : {exact[i], exact_packed[i]}) {
+                  within &= std::fabs(e - est[i]) <= hw[i];
+                  within &= std::fabs(e - ref_est[i]) <= ref_hw[i];
+                }
+                agree &= std::fabs(est[i] - ref_est[i]) <= 1e-3f * hw[i];
+                agree &= std::fabs(hw[i] - ref_hw[i]) <= 1e-5f * hw[i];
+                if (r != 6) slack += std::fabs(exact[i] - est[i]) / hw[i] / double(r1 - r0);
+              }
+              CHECK(within);
+              CHECK(agree);
+              CHECK(slack < 0.25);  // a bound of some use
+              if (r0 <= 6 && 6 < r1) CHECK(std::fabs(exact[6] - est[6]) >= 0.999f * hw[6]);
+            }
+          }
+        }
+  }
 }
 
 #ifndef HEARTH_KERNELS_ONLY
@@ -903,7 +990,6 @@ TEST_SUITE("kernels") {
 #include <fstream>
 
 #include "backends/cpu/cpu_backend.h"
-#include "backends/cpu/head_screen.h"
 #include "core/backend.h"
 #include "core/huge_pages.h"
 #include "core/runner.h"
@@ -1278,92 +1364,6 @@ TEST_SUITE("kernels") {
         const double saved = check_screened_top_k(g, N, n_x, isa_name(isa_kind), threads, store);
         if (make_kernel_table(isa_kind).screen_q8) CHECK(saved > 0);
       }
-  }
-
-  TEST_CASE("Q8 head screen: every estimate within its bound of the Q8 kernel's logit") {
-    // Codes over the whole int8 range and signed scales of 7 binades. Row 6's low bits (those the
-    // screen drops) are all ones where its scale times x is positive and 0 elsewhere, so its
-    // estimate is off by all but the rounding margin of the bound: a bound any tighter fails there.
-    // Every SIMD screen this CPU runs (AVX2 with and without AVX-VNNI, AVX-512), each against
-    // the Q8 kernel of its own ISA.
-    std::vector<std::pair<std::string, KernelTable>> simds;
-    for (const QuantTable& qt : quant_tables())
-      if (qt.kt.screen_q8) simds.push_back({qt.name, qt.kt});
-    if (simds.empty()) MESSAGE("no screen kernel on this CPU: reference only");
-    for (const auto& sk : simds) MESSAGE("Q8 head screen checked on: ", sk.first);
-    for (const int64_t K : {256, 1024})
-      for (const int group : {32, 128})
-        for (const DType st : {DType::F16, DType::BF16}) {
-          CAPTURE(K);
-          CAPTURE(group);
-          CAPTURE(int(st));
-          const int64_t N = 44;
-          QWeights w = make_qweights(8, group, st, N, K, uint32_t(K + group));
-          const auto x = randn(size_t(K), 7);
-          for (int64_t i = 0; i < K; ++i) {
-            bool high;
-            auto& c = w.codes[size_t(6 * K + test::q_place(8, i, K, &high))];
-            const uint16_t sc = w.scales[size_t((6 * K + i) / group)];
-            const float s = st == DType::BF16 ? bf16_to_f32(sc) : f16_to_f32(sc);
-            const int low = (1 << (8 - kScreenQ8Bits)) - 1;
-            c = uint8_t((int8_t(c) & ~low) | (s * x[size_t(i)] > 0 ? low : 0));
-          }
-          const Tensor t = w.view();
-          std::vector<uint8_t> screen(head_screen_bytes(t)), packed(w.codes.size());
-          build_head_screen(t, false, screen.data(), 0, N);
-          pack_rows(w.codes.data(), N, K, kPackQ8, packed.data());
-          std::vector<float> scratch(size_t(quant_matmul_scratch_floats(K, 1)));
-          auto screen_run = [&](ScreenQ8Fn fn, int64_t r0, int64_t r1, bool reuse,
-                                std::vector<float>& est, std::vector<float>& hw) {
-            est.assign(size_t(N), NAN);
-            hw.assign(size_t(N), NAN);
-            ScreenQ8Args a{
-                screen.data(),  w.scales.data(), st,   group, x.data(), K, r0, r1, est.data() + r0,
-                hw.data() + r0, scratch.data(),  reuse};
-            fn(a);
-          };
-          std::vector<float> ref_est, ref_hw, est, hw;
-          screen_run(screen_q8_scalar, 0, N, false, ref_est, ref_hw);
-          for (const auto& [simd_name, simd] : simds) {
-            CAPTURE(simd_name);
-            std::vector<float> exact(static_cast<size_t>(N)), exact_packed(static_cast<size_t>(N));
-            auto q8 = [&](const void* il, std::vector<float>& y) {
-              QuantMatmulArgs a =
-                  test::quant_args({w.codes.data(), w.scales.data(), st, group, nullptr, K},
-                                   x.data(), K, 1, y.data(), N, 0, N, scratch.data());
-              a.w_il = il;
-              simd.matmul_q8(a);
-            };
-            q8(nullptr, exact);
-            q8(packed.data(), exact_packed);
-            // Row ranges: the whole head, an even and an odd number of 4-row groups, and a range
-            // after another on the same activations (reuse_x).
-            for (auto [r0, r1, reuse] : {std::tuple<int64_t, int64_t, bool>{0, N, false},
-                                         {4, 40, false},
-                                         {8, 20, false},
-                                         {24, 44, true}}) {
-              CAPTURE(r0);
-              CAPTURE(reuse);
-              screen_run(simd.screen_q8, r0, r1, reuse, est, hw);
-              bool within = true, agree = true;
-              double slack = 0;
-              for (int64_t r = r0; r < r1; ++r) {
-                const size_t i = size_t(r);
-                for (const float e : {exact[i], exact_packed[i]}) {
-                  within &= std::fabs(e - est[i]) <= hw[i];
-                  within &= std::fabs(e - ref_est[i]) <= ref_hw[i];
-                }
-                agree &= std::fabs(est[i] - ref_est[i]) <= 1e-3f * hw[i];
-                agree &= std::fabs(hw[i] - ref_hw[i]) <= 1e-5f * hw[i];
-                if (r != 6) slack += std::fabs(exact[i] - est[i]) / hw[i] / double(r1 - r0);
-              }
-              CHECK(within);
-              CHECK(agree);
-              CHECK(slack < 0.25);  // a bound of some use
-              if (r0 <= 6 && 6 < r1) CHECK(std::fabs(exact[6] - est[6]) >= 0.999f * hw[6]);
-            }
-          }
-        }
   }
 
   TEST_CASE("screened Q8 LM head (weight copies): the whole head's first argmax") {

@@ -90,6 +90,7 @@ KernelTable make_kernel_table(Isa isa, const CpuFeatures& f) {
     fill_matmul_q8_neon(k, f);
     fill_matmul_q4_neon(k, f);
     fill_matmul_q4cb_neon(k, f);
+    fill_screen_q8_neon(k, f);
   }
 #endif
   k.isa = isa;

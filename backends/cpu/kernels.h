@@ -314,6 +314,7 @@ void fill_matmul_neon(KernelTable& k);  // attention and vecops stay scalar on N
 void fill_matmul_q8_neon(KernelTable& k, const CpuFeatures& f);
 void fill_matmul_q4_neon(KernelTable& k, const CpuFeatures& f);
 void fill_matmul_q4cb_neon(KernelTable& k, const CpuFeatures& f);
+void fill_screen_q8_neon(KernelTable& k, const CpuFeatures& f);
 #endif
 
 // The table for an ISA: scalar first, then each level up to `isa` overrides its slots. Extensions

@@ -78,7 +78,8 @@ void groups_dot(const uint8_t* const* w, const uint16_t* const* sw, int64_t ng, 
       for (int r = 0; r < 4; ++r) {
         const uint8_t* c = w[s] + (4 * j + r) * kChunkBytes;
         const __m512i nib = _mm512_loadu_si512(c);
-        const __m512i high = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)(c + 64)));
+        const __m512i high =
+            _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + 64)));
         // u = nibble | (high bits shifted to bit 4) & 16, one ternary op (0xF8: a | (b & c)).
         const __m512i u0 = _mm512_ternarylogic_epi32(_mm512_and_si512(nib, m4),
                                                      _mm512_sllv_epi32(high, left), sixteen, 0xF8);
