@@ -52,8 +52,28 @@ struct HeadScreen {
   const uint8_t* hi = nullptr;
 };
 constexpr int kScreenBounds = 3;
-constexpr int kScreenQ8Bits = 5;             // the layout above holds 4 + 1 bits
-constexpr int64_t kScreenQ8ChunkBytes = 80;  // per row and 128-element chunk
+constexpr int kScreenQ8Bits = 5;                          // the layout above holds 4 + 1 bits
+constexpr int64_t kScreenQ8ChunkBytes = 80;               // per row and 128-element chunk
+constexpr int kScreenStep = 1 << (8 - kScreenQ8Bits);     // q = kScreenStep h + l, l in [0, 8)
+constexpr float kScreenMid = float(kScreenStep - 1) / 2;  // what the screen takes l as
+constexpr int kScreenOffsetLog2 = kScreenQ8Bits - 1;      // u = h + 16
+
+// What a Q8 screen kernel (screen_q8_*.cpp) derives from one token: the int8 activations in slot
+// order (as that ISA's Q8 kernel quantizes them) and their block scales, and per 128-element chunk
+// three vectors of `lanes` lanes (lane i covers block i mod 4): -16 sum x' (so a dot on u = h + 16
+// starting there yields sum h x' exactly), kScreenMid sum x' and sum |x'|.
+struct ScreenToken {
+  const int8_t* q;
+  const float* d;
+  int32_t* init;
+  float* mid;
+  float* abs;
+};
+// The three per-chunk arrays carved from `rest`, the scratch after the activation tile.
+inline ScreenToken screen_token(const int8_t* q, const float* d, float* rest, int64_t chunks,
+                                int lanes) {
+  return {q, d, reinterpret_cast<int32_t*>(rest), rest + lanes * chunks, rest + 2 * lanes * chunks};
+}
 
 // What screening saved, for the bench's bytes per token: the head's bytes against the screen's,
 // the head rows computed exactly over the screened steps, and the steps that could have been

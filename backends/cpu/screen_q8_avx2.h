@@ -18,29 +18,12 @@
 namespace hearth::cpu::qk {
 namespace {
 
-constexpr int kScreenStep = 1 << (8 - kScreenQ8Bits);     // q = kStep h + l, l in [0, kStep)
-constexpr float kScreenMid = float(kScreenStep - 1) / 2;  // l's midpoint
-constexpr int kScreenOffsetLog2 = kScreenQ8Bits - 1;      // u = h + 16
-
-// Per token: the int8 activations in slot order, their block scales, and per chunk three vectors
-// of 8 lanes (lane i covers 16 activations of block i mod 4): -16 sum x' (so Dot on u = h + 16
-// yields sum h x' exactly), kMid sum x' and sum |x'|.
-struct ScreenToken {
-  const int8_t* q;
-  const float* d;
-  const int32_t* init;
-  const float* mid;
-  const float* abs;
-};
-
 template <class Dot>
 ScreenToken screen_prepare(const ScreenQ8Args& a) {
   const int64_t k = a.k, nc = k / kChunk;
   ActTile at;
   float* rest = carve_act_tile(a.scratch, k, &at);
-  auto* init = reinterpret_cast<int32_t*>(rest);
-  float* mid = rest + 8 * nc;
-  float* abs = rest + 16 * nc;
+  const ScreenToken t = screen_token(at.q, at.d, rest, nc, 8);
   if (!a.reuse_x) {
     quantize_act_scalar(a.x, k, at.q, at.d, at.s);
     const __m256i ones = _mm256_set1_epi8(1);
@@ -52,14 +35,14 @@ ScreenToken screen_prepare(const ScreenQ8Args& a) {
         sabs = Dot::dot(sabs, _mm256_abs_epi8(x), ones);
       }
       _mm256_storeu_si256(
-          reinterpret_cast<__m256i*>(init + 8 * j),
+          reinterpret_cast<__m256i*>(t.init + 8 * j),
           _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sum, kScreenOffsetLog2)));
-      _mm256_storeu_ps(mid + 8 * j,
+      _mm256_storeu_ps(t.mid + 8 * j,
                        _mm256_mul_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(kScreenMid)));
-      _mm256_storeu_ps(abs + 8 * j, _mm256_cvtepi32_ps(sabs));
+      _mm256_storeu_ps(t.abs + 8 * j, _mm256_cvtepi32_ps(sabs));
     }
   }
-  return {at.q, at.d, init, mid, abs};
+  return t;
 }
 
 // Chunk j's 4 block weight scales as f32 in both 128-bit halves (lane i: block i mod 4).
@@ -116,7 +99,7 @@ void screen_group(const uint8_t* w, const uint16_t* sw, int64_t ng, const Screen
                                            _mm256_and_si256(_mm256_srlv_epi32(high, right[s]), b4));
         h = Dot::dot(Dot::dot(h, lo, load256(x + 32 * s)), hi, load256(x + 64 + 32 * s));
       }
-      // kStep sum h x' + kMid sum x', exact in f32 (under 2^20 in magnitude).
+      // kScreenStep sum h x' + kScreenMid sum x', exact in f32 (under 2^20 in magnitude).
       const __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), step, mid);
       const __m256 f = _mm256_mul_ps(screen_chunk_scales<G, ST>(sw + r * ng, j), dx);
       acc[r] = _mm256_fmadd_ps(v, f, acc[r]);

@@ -13,30 +13,13 @@ namespace {
 
 using namespace qk;
 
-constexpr int kBits = kScreenQ8Bits;
 constexpr int64_t kChunkBytes = kScreenQ8ChunkBytes;
-constexpr int kStep = 1 << (8 - kBits);  // q = kStep h + l, l in [0, kStep)
-constexpr float kMid = float(kStep - 1) / 2;
 
-// Per token: the int8 activations in slot order and their block scales, and per chunk three
-// vectors of 16 lanes (lane i covers 8 activations of block i mod 4): -2^(B-1) sum x' (so
-// vpdpbusd on u = h + 2^(B-1) yields sum h x' exactly), kMid sum x' (l's midpoint's share) and
-// sum |x'|.
-struct Token {
-  const int8_t* q;
-  const float* d;
-  const int32_t* init;
-  const float* mid;
-  const float* abs;
-};
-
-Token prepare(const ScreenQ8Args& a) {
+ScreenToken prepare(const ScreenQ8Args& a) {
   const int64_t k = a.k, nc = k / kChunk;
   ActTile at;
   float* rest = carve_act_tile(a.scratch, k, &at);
-  auto* init = reinterpret_cast<int32_t*>(rest);
-  float* mid = rest + 16 * nc;
-  float* abs = rest + 32 * nc;
+  const ScreenToken t = screen_token(at.q, at.d, rest, nc, 16);
   if (!a.reuse_x) {
     quantize_act_avx512(a.x, k, at.q, at.d, at.s);
     const __m512i ones = _mm512_set1_epi8(1), zero = _mm512_setzero_si512();
@@ -46,24 +29,26 @@ Token prepare(const ScreenQ8Args& a) {
       const __m512i sum = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, ones, xa), ones, xb);
       const __m512i sabs = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, _mm512_abs_epi8(xa), ones),
                                                _mm512_abs_epi8(xb), ones);
-      _mm512_storeu_si512(init + 16 * j, _mm512_sub_epi32(zero, _mm512_slli_epi32(sum, kBits - 1)));
-      _mm512_storeu_ps(mid + 16 * j, _mm512_mul_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(kMid)));
-      _mm512_storeu_ps(abs + 16 * j, _mm512_cvtepi32_ps(sabs));
+      _mm512_storeu_si512(t.init + 16 * j,
+                          _mm512_sub_epi32(zero, _mm512_slli_epi32(sum, kScreenOffsetLog2)));
+      _mm512_storeu_ps(t.mid + 16 * j,
+                       _mm512_mul_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(kScreenMid)));
+      _mm512_storeu_ps(t.abs + 16 * j, _mm512_cvtepi32_ps(sabs));
     }
   }
-  return {at.q, at.d, init, mid, abs};
+  return t;
 }
 
 // S streams of one 4-row group each (codes at w[s], scales at sw[s]): est[s][r] the estimate and
 // tsum[s][r] the sum the bound scales (head_screen.h).
 template <int G, DType ST, int S>
-void groups_dot(const uint8_t* const* w, const uint16_t* const* sw, int64_t ng, const Token& t,
-                int64_t nc, float* const* est, float* const* tsum) {
+void groups_dot(const uint8_t* const* w, const uint16_t* const* sw, int64_t ng,
+                const ScreenToken& t, int64_t nc, float* const* est, float* const* tsum) {
   const __m512i m4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
   // 16-byte lane q of half 0 finds its high bits at bit q, of half 1 at bit 4 + q.
   const __m512i left = _mm512_setr_epi32(4, 4, 4, 4, 3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1);
   const __m512i right = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-  const __m512 step = _mm512_set1_ps(float(kStep));
+  const __m512 step = _mm512_set1_ps(float(kScreenStep));
   __m512 acc[S][4], acct[S][4];
   for (int s = 0; s < S; ++s)
     for (int r = 0; r < 4; ++r) acc[s][r] = acct[s][r] = _mm512_setzero_ps();
@@ -87,7 +72,8 @@ void groups_dot(const uint8_t* const* w, const uint16_t* const* sw, int64_t ng, 
             _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(nib, 4), m4),
                                       _mm512_srlv_epi32(high, right), sixteen, 0xF8);
         const __m512i h = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, u0, xa), u1, xb);
-        // kStep sum h x' + kMid sum x', exact in f32 (under 2^20 in magnitude, in halves).
+        // kScreenStep sum h x' + kScreenMid sum x', exact in f32 (under 2^20 in magnitude, in
+        // halves).
         const __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(h), step, mid);
         const __m512 f = _mm512_mul_ps(chunk_scales<G, ST>(sw[s] + r * ng, j), dx);
         acc[s][r] = _mm512_fmadd_ps(v, f, acc[s][r]);
@@ -102,7 +88,7 @@ void groups_dot(const uint8_t* const* w, const uint16_t* const* sw, int64_t ng, 
 
 template <int G, DType ST>
 void screen_st(const ScreenQ8Args& a) {
-  const Token t = prepare(a);
+  const ScreenToken t = prepare(a);
   const int64_t k = a.k, nc = k / kChunk, ng = k / G, row_bytes = nc * kChunkBytes;
   const auto* scales = static_cast<const uint16_t*>(a.scales);
   // Whole groups as two streams: [r0, r0 + half) beside [r0 + half, r0 + 2 half).
@@ -122,7 +108,7 @@ void screen_st(const ScreenQ8Args& a) {
     float* tsum[1] = {a.hw + (r - a.r0)};
     groups_dot<G, ST, 1>(w, sw, ng, t, nc, est, tsum);
   }
-  const float factor = kMid + float(nc + 8) / 32768.f;
+  const float factor = kScreenMid + float(nc + 8) / 32768.f;
   for (int64_t i = 0; i < a.r1 - a.r0; ++i) a.hw[i] *= factor;
 }
 

@@ -13,29 +13,12 @@ namespace {
 
 using namespace qk;
 
-constexpr int kStep = 1 << (8 - kScreenQ8Bits);  // q = kStep h + l, l in [0, kStep)
-constexpr float kMid = float(kStep - 1) / 2;     // l's midpoint
-constexpr int kOffsetLog2 = kScreenQ8Bits - 1;   // u = h + 16
-
-// Per token: the int8 activations in slot order and their block scales, and per chunk three
-// vectors of 4 lanes (lane b: block b): -16 sum x' (so the dot on u = h + 16 yields sum h x'
-// exactly), kMid sum x' and sum |x'|.
-struct Token {
-  const int8_t* q;
-  const float* d;
-  const int32_t* init;
-  const float* mid;
-  const float* abs;
-};
-
 template <class Dot>
-inline Token prepare(const ScreenQ8Args& a) {
+inline ScreenToken prepare(const ScreenQ8Args& a) {
   const int64_t k = a.k, nc = k / kChunk;
   ActTile at;
   float* rest = carve_act_tile(a.scratch, k, &at);
-  auto* init = reinterpret_cast<int32_t*>(rest);
-  float* mid = rest + 4 * nc;
-  float* abs = rest + 8 * nc;
+  const ScreenToken t = screen_token(at.q, at.d, rest, nc, 4);
   if (!a.reuse_x) {
     quantize_act_neon(a.x, k, at.q, at.d);
     const int8x16_t ones = vdupq_n_s8(1);
@@ -48,12 +31,12 @@ inline Token prepare(const ScreenQ8Args& a) {
         Dot::add2(sabs, vabsq_s8(x0), ones, vabsq_s8(x1), ones);
       }
       const int32x4_t s = Dot::finish(sum);
-      vst1q_s32(init + 4 * j, vnegq_s32(vshlq_n_s32(s, kOffsetLog2)));
-      vst1q_f32(mid + 4 * j, vmulq_n_f32(vcvtq_f32_s32(s), kMid));
-      vst1q_f32(abs + 4 * j, vcvtq_f32_s32(Dot::finish(sabs)));
+      vst1q_s32(t.init + 4 * j, vnegq_s32(vshlq_n_s32(s, kScreenOffsetLog2)));
+      vst1q_f32(t.mid + 4 * j, vmulq_n_f32(vcvtq_f32_s32(s), kScreenMid));
+      vst1q_f32(t.abs + 4 * j, vcvtq_f32_s32(Dot::finish(sabs)));
     }
   }
-  return {at.q, at.d, init, mid, abs};
+  return t;
 }
 
 // Chunk j's 4 block weight scales as f32 (lane b: block b).
@@ -68,8 +51,8 @@ inline float32x4_t chunk_scales(DType st, const uint16_t* sw, int64_t j) {
 // One 4-row group (codes at w, scales at sw): est[r] the estimate and tsum[r] the sum the bound
 // scales (head_screen.h).
 template <class Dot, int G>
-inline void group_dot(const uint8_t* w, const uint16_t* sw, DType st, int64_t ng, const Token& t,
-                      int64_t nc, float* est, float* tsum) {
+inline void group_dot(const uint8_t* w, const uint16_t* sw, DType st, int64_t ng,
+                      const ScreenToken& t, int64_t nc, float* est, float* tsum) {
   const uint8x16_t m4 = vdupq_n_u8(0x0F), b4 = vdupq_n_u8(16);
   float32x4_t acc[4], acct[4];
   for (int r = 0; r < 4; ++r) acc[r] = acct[r] = vdupq_n_f32(0);
@@ -94,8 +77,8 @@ inline void group_dot(const uint8_t* w, const uint16_t* sw, DType st, int64_t ng
                   vld1q_s8(x + 64 + 16 * q));
       }
       const int32x4_t h = vaddq_s32(Dot::finish(a), init);
-      // kStep sum h x' + kMid sum x', exact in f32 (under 2^20 in magnitude).
-      const float32x4_t e = vfmaq_n_f32(mid, vcvtq_f32_s32(h), float(kStep));
+      // kScreenStep sum h x' + kScreenMid sum x', exact in f32 (under 2^20 in magnitude).
+      const float32x4_t e = vfmaq_n_f32(mid, vcvtq_f32_s32(h), float(kScreenStep));
       const float32x4_t f = vmulq_f32(chunk_scales<G>(st, sw + r * ng, j), dx);
       acc[r] = vfmaq_f32(acc[r], e, f);
       acct[r] = vfmaq_f32(acct[r], vabsq_f32(f), abs);
@@ -109,7 +92,7 @@ inline void group_dot(const uint8_t* w, const uint16_t* sw, DType st, int64_t ng
 
 template <class Dot, int G>
 inline void screen_rows(const ScreenQ8Args& a) {
-  const Token t = prepare<Dot>(a);
+  const ScreenToken t = prepare<Dot>(a);
   const int64_t k = a.k, nc = k / kChunk, ng = k / G, row_bytes = nc * kScreenQ8ChunkBytes;
   const auto* scales = static_cast<const uint16_t*>(a.scales);
   for (int64_t r = a.r0; r < a.r1; r += 4) {
@@ -121,7 +104,7 @@ inline void screen_rows(const ScreenQ8Args& a) {
       a.hw[r - a.r0 + i] = tsum[i];
     }
   }
-  const float factor = kMid + float(nc + 8) / 32768.f;
+  const float factor = kScreenMid + float(nc + 8) / 32768.f;
   for (int64_t i = 0; i < a.r1 - a.r0; ++i) a.hw[i] *= factor;
 }
 
