@@ -25,7 +25,7 @@ class WeightStore {
   // written by make(dst) the first time it is asked for and shared afterwards. With `release`, the
   // `bytes` bytes at `src` are then handed back to the OS (MADV_PAGEOUT: their data is kept, in the
   // page cache or swap), so a mapped checkpoint does not stay resident beside its copy; without,
-  // they stay (a tied embedding table the model still reads, or a derived copy of another size).
+  // they stay (a derived copy of another size, whose maker hands its source back itself).
   // Safe to call from several threads. Throws hearth::Error when the memory cannot be had.
   const void* get(const void* src, int layout, size_t bytes,
                   const std::function<void(void* dst)>& make, bool release = true);

@@ -753,6 +753,32 @@ TEST_SUITE("kernels") {
     }
   }
 
+  TEST_CASE("embedding rows from a packed copy (a tied LM head's) are the table's rows") {
+    const int8_t cb[16] = {-127, -91, -66, -46, -31, -19, -10, -4, 0, 5, 12, 22, 35, 52, 75, 105};
+    const int64_t N = 12, k = 384;
+    for (int variant : {8, 4, 0}) {  // 0: Q4 with a codebook
+      CAPTURE(variant);
+      const int bits = variant ? variant : 4;
+      const QWeights w = make_qweights(bits, 64, DType::BF16, N, k, 81, variant ? nullptr : cb);
+      const Tensor t = w.view();
+      std::vector<uint8_t> packed(w.codes.size());
+      pack_rows(w.codes.data(), N, int64_t(w.codes.size()) / N, pack_shape(t.dtype), packed.data());
+      const std::vector<int32_t> ids = {11, 0, 5, 4, 11};
+      const int64_t T = int64_t(ids.size());
+      std::vector<float> got(size_t(T * k), NAN), plain(size_t(T * k), NAN);
+      embed_rows(t, packed.data(), ids.data(), got.data(), 1, T);  // rows 1.. only
+      embed_rows(t, nullptr, ids.data(), plain.data(), 1, T);
+      bool ok = true;
+      for (int64_t c = 0; c < k; ++c) ok &= std::isnan(got[size_t(c)]);  // row 0 untouched
+      for (int64_t i = 1; i < T; ++i)
+        for (int64_t c = 0; c < k; ++c) {
+          const float want = w.deq[size_t(ids[size_t(i)] * k + c)];  // independent dequantization
+          ok &= got[size_t(i * k + c)] == want && plain[size_t(i * k + c)] == want;
+        }
+      CHECK(ok);
+    }
+  }
+
   TEST_CASE("quant_act: the int8 GEMM's activations against a float reference") {
     // Element order, amax / 127 per block, nearest even; a block of zeros has scale 0 and a block
     // with a NaN a NaN scale (so every dot it enters is NaN) and no codes.
@@ -1518,10 +1544,10 @@ TEST_SUITE("kernels") {
       CHECK(bad == 0);
     }
     // Every linear weight once (BF16: packed, row for row the same bytes), for both backends,
-    // but the tied LM head, read where the model mapped it (the embedding table), and its Q8
-    // screen for greedy and top-k decoding.
+    // the tied LM head too (the Embed step reads its copy), and its Q8 screen for greedy and
+    // top-k decoding.
     const auto& w = model->weights();
-    size_t want = cpu::head_screen_bytes(w.embed);
+    size_t want = w.embed.nbytes + cpu::head_screen_bytes(w.embed);
     for (const auto& l : w.layers)
       for (const Tensor* t :
            {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})

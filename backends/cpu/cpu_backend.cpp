@@ -9,7 +9,6 @@
 #include <fstream>
 #include <functional>
 #include <map>
-#include <set>
 #include <thread>
 
 #include "backends/cpu/compiled.h"
@@ -280,16 +279,10 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
   // GEMMs unpack BF16 blocks, and the int8 GEMM gathers its panels from the packed rows.
   // A screen's layout is part of its key: backends of different ISAs may share the store.
   enum Layout : int { kVerbatim = 0, kPacked = 1, kScreen = 2, kScreenPacked = 3 };
-  // A tied LM head is also the embedding table, which the Embed step reads where the model mapped
-  // it, so its pages stay (handed back, each prefill row would fault them in again: ~30 ms of a
-  // 512-token 1.7B prefill on one Zen 5 core), and it is not copied: its screen spares decode all
-  // but a few hundred of its rows, and a copy would keep it in memory twice (0.6B: +26%).
-  std::set<const void*> embedded;
-  for (const Node& n : nodes)
-    if (n.op == Op::Embed) {
-      const Tensor& t = ts[size_t(n.in[0])].weight;
-      embedded.insert({t.data, t.scales});
-    }
+  // A tied LM head is also the embedding table: the Embed step then reads the head's copy (one
+  // row per token, unpacked if packed), so the model's mapping of it is handed back as any other
+  // weight's, and the head, read whole by every sampled token the screen cannot spare, streams
+  // from packed huge pages as every other matmul does, not from the mapping's 4 KiB pages.
   // Copies are made by every thread: the copy, and the kernel's zeroing of the fresh huge pages
   // it faults in, were most of a load on one core.
   auto in_parallel = [&](int64_t n, int64_t align, const std::function<void(int64_t, int64_t)>& f) {
@@ -299,8 +292,23 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
       if (b < e) f(b, e);
     });
   };
+  // A copy's source is handed back slice by slice as it is copied, so that a large tensor (an LM
+  // head) is not in memory twice at the end of its copy: the load's peak RSS.
+  constexpr int64_t kSliceBytes = int64_t(8) << 20;
+  auto copy_handing_back = [&](const void* src, int64_t n, int64_t unit_bytes, int64_t align,
+                               const std::function<void(int64_t, int64_t)>& copy) {
+    const int64_t slice = std::max<int64_t>(align, kSliceBytes / unit_bytes / align * align);
+    in_parallel(n, align, [&](int64_t b, int64_t e) {
+      for (int64_t s = b; s < e; s += slice) {
+        const int64_t s1 = std::min(e, s + slice);
+        copy(s, s1);
+        weight_copies_->hand_back(static_cast<const uint8_t*>(src) + s * unit_bytes,
+                                  size_t((s1 - s) * unit_bytes));
+      }
+    });
+  };
   auto copy_in_parallel = [&](void* dst, const void* src, size_t bytes) {
-    in_parallel(int64_t(bytes), 4096, [&](int64_t b, int64_t e) {
+    copy_handing_back(src, int64_t(bytes), 1, 4096, [&](int64_t b, int64_t e) {
       std::memcpy(static_cast<uint8_t*>(dst) + b, static_cast<const uint8_t*>(src) + b,
                   size_t(e - b));
     });
@@ -310,7 +318,7 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
   // (16-row groups) do not.
   auto use_weight = [&](int id, bool logits) {
     Tensor w = ts[size_t(id)].weight;
-    if (weight_copies_ && cg->weight[size_t(id)].empty() && !embedded.count(w.data)) {
+    if (weight_copies_ && cg->weight[size_t(id)].empty()) {
       const size_t scale_bytes =
           w.quantized() ? size_t(w.rows() * (w.cols() / w.group_size)) * 2 : 0;
       const PackShape pack = pack_shape(w.dtype);
@@ -321,7 +329,7 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
       if (!(logits && w.dtype == DType::BF16) && pack.chunk && reads_packed &&
           pack_fits(pack, w.rows(), row_bytes))
         cg->w_il[size_t(id)] = weight_copies_->get(w.data, kPacked, w.nbytes, [&](void* dst) {
-          in_parallel(w.rows(), pack.rows, [&](int64_t b, int64_t e) {
+          copy_handing_back(w.data, w.rows(), row_bytes, pack.rows, [&](int64_t b, int64_t e) {
             const auto* src = static_cast<const uint8_t*>(w.data) + b * row_bytes;
             auto* out = static_cast<uint8_t*>(dst) + b * row_bytes;
             if (w.dtype == DType::BF16)
@@ -350,14 +358,12 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
     if (w.dtype == DType::Q8 && !kernels_.screen_q8) return;
     const bool pk = kernels_.isa == Isa::Avx512 && pack_fits(kPackQ8, w.rows(), w.cols());
     // The screen is made from the model's mapping of the head: a copied head's pages, handed
-    // back when its copy was made, are read in again and go back once more.
+    // back when its copy was made, are read in again and go back once more, slice by slice.
     const void* mem = weight_copies_->get(
         w.data, pk ? kScreenPacked : kScreen, head_screen_bytes(w),
         [&](void* dst) {
-          in_parallel(w.rows(), kPackQ8.rows,
-                      [&](int64_t b, int64_t e) { build_head_screen(w, pk, dst, b, e); });
-          if (embedded.count(w.data)) return;
-          weight_copies_->hand_back(w.data, w.nbytes);
+          copy_handing_back(w.data, w.rows(), int64_t(w.nbytes) / w.rows(), kPackQ8.rows,
+                            [&](int64_t b, int64_t e) { build_head_screen(w, pk, dst, b, e); });
           if (w.quantized())
             weight_copies_->hand_back(w.scales, size_t(w.rows() * (w.cols() / w.group_size)) * 2);
         },
@@ -459,6 +465,15 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
         break;
       }
     }
+  }
+  // The Embed step of a tied LM head reads the head's copy (the tensors differ, the data is one).
+  for (const Node& n : nodes) {
+    if (n.op != Op::Embed) continue;
+    const size_t table = size_t(n.in[0]);
+    for (size_t id = 0; id < ts.size(); ++id)
+      if (id != table && !cg->weight[id].empty() && ts[id].weight.data == ts[table].weight.data &&
+          ts[id].weight.nbytes == ts[table].weight.nbytes)
+        cg->weight[table] = cg->weight[id], cg->w_il[table] = cg->w_il[id];
   }
 
   // Place activations with reuse: a tensor's block is free again after the last step reading it.

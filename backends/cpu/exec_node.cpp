@@ -18,7 +18,10 @@ void run_node_step(const StepCtx& c, const Node& n) {
   switch (n.op) {
     case Op::Embed:
       ThreadPool::split(rows, tid, nth, 1, &b, &e);
-      embed_rows(c.tensor(n.in[0]).weight, c.in.tokens, out, b, e);
+      if (const Tensor& own = c.cg.weight[size_t(n.in[0])]; !own.empty())  // a tied head's copy
+        embed_rows(own, c.cg.w_il[size_t(n.in[0])], c.in.tokens, out, b, e);
+      else
+        embed_rows(c.tensor(n.in[0]).weight, nullptr, c.in.tokens, out, b, e);
       break;
     case Op::GatherRows:
       ThreadPool::split(rows, tid, nth, 1, &b, &e);

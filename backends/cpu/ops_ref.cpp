@@ -8,16 +8,39 @@
 
 namespace hearth::cpu {
 
-void embed_rows(const Tensor& table, const int32_t* tokens, float* out, int64_t t0, int64_t t1) {
-  const int64_t n = table.cols();
-  if (table.quantized()) {  // Q8/Q4 tables (the tied LM head shares them): dequantize the row
-    for (int64_t t = t0; t < t1; ++t) quant::dequantize_row(table, tokens[t], out + t * n);
-    return;
+namespace {
+
+// One row of a table, or of its packed copy (unpacked into `buf`), as a one-row tensor.
+Tensor table_row(const Tensor& table, const void* packed, int64_t row, std::vector<uint8_t>& buf) {
+  const int64_t row_bytes = int64_t(table.nbytes) / table.rows();
+  Tensor r = table;
+  r.ndim = 2;
+  r.shape = {1, table.cols(), 0, 0};
+  r.nbytes = size_t(row_bytes);
+  if (packed) {
+    buf.resize(size_t(row_bytes));
+    unpack_rows(packed, row, 1, row_bytes, pack_shape(table.dtype), buf.data());
+    r.data = buf.data();
+  } else {
+    r.data = static_cast<const uint8_t*>(table.data) + row * row_bytes;
   }
-  const size_t row_bytes = size_t(n) * dtype_size(table.dtype);
+  if (table.quantized())  // F16/BF16 scales, cols / group_size per row
+    r.scales = static_cast<const uint16_t*>(table.scales) + row * (table.cols() / table.group_size);
+  return r;
+}
+
+}  // namespace
+
+void embed_rows(const Tensor& table, const void* packed, const int32_t* tokens, float* out,
+                int64_t t0, int64_t t1) {
+  const int64_t n = table.cols();
+  std::vector<uint8_t> buf;
   for (int64_t t = t0; t < t1; ++t) {
-    const auto* row = static_cast<const uint8_t*>(table.data) + size_t(tokens[t]) * row_bytes;
-    to_f32(table.dtype, row, out + t * n, size_t(n));
+    const Tensor row = table_row(table, packed, tokens[t], buf);
+    if (row.quantized())  // Q8/Q4 tables (the tied LM head shares them): dequantize the row
+      quant::dequantize_row(row, 0, out + t * n);
+    else
+      to_f32(table.dtype, row.data, out + t * n, size_t(n));
   }
 }
 
