@@ -20,6 +20,9 @@ struct Q4Codes {
   static constexpr int kDecodeRows = 8;
   static constexpr PackShape kPack = kPackQ4;
   static constexpr int64_t kChunkBytes = 64;
+  // rows_dot_pair's prefetch distance per stream: best of 1-16 KiB in a kernel harness on Zen 5
+  // (one 134 MB matrix, one thread); 64 KiB, the one-stream distance, gained nothing.
+  static constexpr int64_t kPairPrefetch = 2048;
   template <bool kPrefetch = true>
   static __m512i dot(const uint8_t* c, __m512i xa, __m512i xb, __m512i init) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
