@@ -27,8 +27,8 @@ inline __mmask16 first_n(int64_t n) {
 
 // Decode streams each weight row once; the rows of a block are short streams that restart every
 // block, which hardware prefetchers follow poorly. Prefetching ahead of every 64 bytes read makes
-// one linear stream over the matrix instead. (Rows packed in whole groups need none: they are read
-// as two streams the hardware keeps up with, rows_dot_pair.) 64 KiB ahead, best of 4-128 KiB on the
+// one linear stream over the matrix instead. (Rows packed in whole groups are read as two streams,
+// rows_dot_pair, with their own distance, PairPrefetch.) 64 KiB ahead, best of 4-128 KiB on the
 // first host (Q8 ~9.5 -> ~12 GB/s on one thread). Into L1, as the BF16 kernels do: on Zen 5 with
 // rows packed (--hugepages) the L1 hint beat the L2 one by 3-5% of INT4 and INT8 decode on one
 // thread (74-75 -> 78 t/s, 51 -> 53), and tied on two. Prefetches past the end cannot fault.
