@@ -1555,6 +1555,38 @@ TEST_SUITE("kernels") {
     CHECK(store->bytes() == want);
   }
 
+  TEST_CASE("an untied embedding table is copied with the weights and reads the same rows") {
+    auto model = Qwen3Model::load(fixture("tiny-untied-sharded-f32"));
+    const auto& c = model->config();
+    const auto& w = model->weights();
+    REQUIRE(w.embed.data != w.lm_head.data);
+    const std::vector<int32_t> ids{9, 151643, 0, 77777, 9, 12};  // ids at both ends, one twice
+    auto store = std::make_shared<WeightStore>();
+    std::vector<std::vector<float>> runs;
+    for (bool copies : {false, true}) {
+      BackendOptions o;
+      o.threads = 2;
+      if (copies) o.cpu.weight_copies = store;
+      Runner r(create_backend("cpu", o), model->graph(), c.vocab_size, c.max_position_embeddings);
+      auto kv = r.new_kv(int(ids.size()));
+      std::vector<float> out(size_t(c.vocab_size)), all;
+      for (int i = 0; i < int(ids.size()); ++i) {  // one token per step: the decode path
+        r.forward(*kv, ids.data() + i, 1, i, nullptr, out.data());
+        all.insert(all.end(), out.begin(), out.end());
+      }
+      runs.push_back(all);
+    }
+    // F32 weights are copied as they are and multiplied by the same kernels: the same floats.
+    CHECK(runs[0] == runs[1]);
+    size_t want = w.embed.nbytes + w.lm_head.nbytes;
+    if (cpu::screenable(w.lm_head)) want += cpu::head_screen_bytes(w.lm_head);
+    for (const auto& l : w.layers)
+      for (const Tensor* t :
+           {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
+        want += t->nbytes;
+    CHECK(store->bytes() == want);
+  }
+
   TEST_CASE("decode attention split over positions equals one thread per head") {
     // Two KV heads and four threads: at 600 positions each head is split in two ranges.
     auto model = Qwen3Model::load(fixture("tiny-untied-sharded-f32"));

@@ -316,7 +316,7 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
   // A BF16 LM head is not packed: its screen computes single 4-row groups of it exactly, and
   // they must round as the whole head's rows do, which the packed kernel's column-order sums
   // (16-row groups) do not.
-  auto use_weight = [&](int id, bool logits) {
+  auto use_weight = [&](int id, bool logits, bool pack_ok = true) {
     Tensor w = ts[size_t(id)].weight;
     if (weight_copies_ && cg->weight[size_t(id)].empty()) {
       const size_t scale_bytes =
@@ -326,7 +326,7 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
       // The AVX-512 kernels read every packed type; the AVX2 ones the quantized types.
       const bool reads_packed =
           kernels_.isa == Isa::Avx512 || (kernels_.isa == Isa::Avx2 && w.quantized());
-      if (!(logits && w.dtype == DType::BF16) && pack.chunk && reads_packed &&
+      if (!(logits && w.dtype == DType::BF16) && pack_ok && pack.chunk && reads_packed &&
           pack_fits(pack, w.rows(), row_bytes))
         cg->w_il[size_t(id)] = weight_copies_->get(w.data, kPacked, w.nbytes, [&](void* dst) {
           copy_handing_back(w.data, w.rows(), row_bytes, pack.rows, [&](int64_t b, int64_t e) {
@@ -466,7 +466,8 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
       }
     }
   }
-  // The Embed step of a tied LM head reads the head's copy (the tensors differ, the data is one).
+  // The Embed step of a tied LM head reads the head's copy (the tensors differ, the data is one);
+  // any other table gets its own.
   for (const Node& n : nodes) {
     if (n.op != Op::Embed) continue;
     const size_t table = size_t(n.in[0]);
@@ -474,6 +475,11 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
       if (id != table && !cg->weight[id].empty() && ts[id].weight.data == ts[table].weight.data &&
           ts[id].weight.nbytes == ts[table].weight.nbytes)
         cg->weight[table] = cg->weight[id], cg->w_il[table] = cg->w_il[id];
+    // An untied table is copied as it is (a step reads whole rows of it). Left in the mapping,
+    // each token not seen before faults its row in, and once the load has streamed the weights
+    // through the page cache that is a read from the disk: a 30B-A3B decode step on a VM waited
+    // ~3 ms for one.
+    if (cg->weight[table].empty()) use_weight(int(table), false, false);
   }
 
   // Place activations with reuse: a tensor's block is free again after the last step reading it.

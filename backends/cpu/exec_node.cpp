@@ -18,10 +18,8 @@ void run_node_step(const StepCtx& c, const Node& n) {
   switch (n.op) {
     case Op::Embed:
       ThreadPool::split(rows, tid, nth, 1, &b, &e);
-      if (const Tensor& own = c.cg.weight[size_t(n.in[0])]; !own.empty())  // a tied head's copy
-        embed_rows(own, c.cg.w_il[size_t(n.in[0])], c.in.tokens, out, b, e);
-      else
-        embed_rows(c.tensor(n.in[0]).weight, nullptr, c.in.tokens, out, b, e);
+      // The table as the backend placed it: its own copy, or a tied head's (then maybe packed).
+      embed_rows(c.cg.weight[size_t(n.in[0])], c.cg.w_il[size_t(n.in[0])], c.in.tokens, out, b, e);
       break;
     case Op::GatherRows:
       ThreadPool::split(rows, tid, nth, 1, &b, &e);
