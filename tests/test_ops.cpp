@@ -14,6 +14,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "core/backend.h"
 #include "core/quant_format.h"
+#include "core/weight_store.h"
 #include "tests/cuda_target.h"
 #include "tests/quant_placement.h"
 #include "tests/random_data.h"
@@ -93,6 +94,50 @@ double nerr(const std::vector<float>& got, const std::vector<double>& want) {
     den += want[i] * want[i];
   }
   return std::sqrt(num / std::max(den, 1e-300));
+}
+
+// Qwen3-MoE's block in float64: router logits from wf[0] ([E, H]), softmax, the top K (ties to
+// the lower index), renormalised when norm, and the weighted SwiGLU of experts e at wf[1 + 3 e]
+// (gate, up [mi, H]) and wf[3 + 3 e] (down [H, mi]). min_gap: the smallest gap between a token's
+// K-th and (K+1)-th logits seen.
+std::vector<double> moe_reference(const std::vector<float>& x, int T, int H, int mi, int E, int K,
+                                  bool norm, const std::vector<std::vector<float>>& wf,
+                                  double* min_gap) {
+  std::vector<double> want(size_t(T * H), 0.0);
+  for (int t = 0; t < T; ++t) {
+    const float* xt = x.data() + t * H;
+    auto dot = [&](const std::vector<float>& w, int64_t row, const double* v, int64_t n) {
+      double s = 0;
+      for (int64_t k = 0; k < n; ++k) s += double(w[size_t(row * n + k)]) * v[k];
+      return s;
+    };
+    std::vector<double> xd(xt, xt + H);
+    std::vector<double> logit(static_cast<size_t>(E));
+    for (int e = 0; e < E; ++e) logit[size_t(e)] = dot(wf[0], e, xd.data(), H);
+    std::vector<int> order(static_cast<size_t>(E));
+    for (int e = 0; e < E; ++e) order[size_t(e)] = e;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int a, int b) { return logit[size_t(a)] > logit[size_t(b)]; });
+    *min_gap = std::min(*min_gap,
+                       logit[size_t(order[size_t(K - 1)])] - logit[size_t(order[size_t(K)])]);
+    double mx = logit[size_t(order[0])], sum = 0, kept = 0;
+    for (int e = 0; e < E; ++e) sum += std::exp(logit[size_t(e)] - mx);
+    for (int j = 0; j < K; ++j) kept += std::exp(logit[size_t(order[size_t(j)])] - mx) / sum;
+    for (int j = 0; j < K; ++j) {
+      const int e = order[size_t(j)];
+      double w = std::exp(logit[size_t(e)] - mx) / sum;
+      if (norm) w /= kept;
+      const size_t b = size_t(1 + 3 * e);
+      std::vector<double> act(static_cast<size_t>(mi));
+      for (int r = 0; r < mi; ++r) {
+        const double gv = dot(wf[b], r, xd.data(), H), uv = dot(wf[b + 1], r, xd.data(), H);
+        act[size_t(r)] = gv / (1 + std::exp(-gv)) * uv;
+      }
+      for (int r = 0; r < H; ++r)
+        want[size_t(t * H + r)] += w * dot(wf[b + 2], r, act.data(), mi);
+    }
+  }
+  return want;
 }
 
 // Runs a graph whose output rows are all step rows: embed -> op under test -> gather everything.
@@ -732,41 +777,8 @@ TEST_SUITE("ops") {
         mp.norm_topk = sh.norm;
         finish(g, g.add(Op::MoE, g.activation("moe", H), {xi, router, first}, mp));
 
-        std::vector<double> want(size_t(T * H), 0.0);
         double min_gap = 1e9;
-        for (int t = 0; t < T; ++t) {
-          const float* xt = x.data() + t * H;
-          auto dot = [&](const std::vector<float>& w, int64_t row, const double* v, int64_t n) {
-            double s = 0;
-            for (int64_t k = 0; k < n; ++k) s += double(w[size_t(row * n + k)]) * v[k];
-            return s;
-          };
-          std::vector<double> xd(xt, xt + H);
-          std::vector<double> logit(static_cast<size_t>(E));
-          for (int e = 0; e < E; ++e) logit[size_t(e)] = dot(wf[0], e, xd.data(), H);
-          std::vector<int> order(static_cast<size_t>(E));
-          for (int e = 0; e < E; ++e) order[size_t(e)] = e;
-          std::stable_sort(order.begin(), order.end(),
-                           [&](int a, int b) { return logit[size_t(a)] > logit[size_t(b)]; });
-          min_gap = std::min(min_gap,
-                             logit[size_t(order[size_t(K - 1)])] - logit[size_t(order[size_t(K)])]);
-          double mx = logit[size_t(order[0])], sum = 0, kept = 0;
-          for (int e = 0; e < E; ++e) sum += std::exp(logit[size_t(e)] - mx);
-          for (int j = 0; j < K; ++j) kept += std::exp(logit[size_t(order[size_t(j)])] - mx) / sum;
-          for (int j = 0; j < K; ++j) {
-            const int e = order[size_t(j)];
-            double w = std::exp(logit[size_t(e)] - mx) / sum;
-            if (sh.norm) w /= kept;
-            const size_t b = size_t(1 + 3 * e);
-            std::vector<double> act(static_cast<size_t>(mi));
-            for (int r = 0; r < mi; ++r) {
-              const double gv = dot(wf[b], r, xd.data(), H), uv = dot(wf[b + 1], r, xd.data(), H);
-              act[size_t(r)] = gv / (1 + std::exp(-gv)) * uv;
-            }
-            for (int r = 0; r < H; ++r)
-              want[size_t(t * H + r)] += w * dot(wf[b + 2], r, act.data(), mi);
-          }
-        }
+        const std::vector<double> want = moe_reference(x, T, H, mi, E, K, sh.norm, wf, &min_gap);
         REQUIRE(min_gap > 1e-4);  // no near-ties: float32 routing must pick the same experts
         std::vector<int32_t> toks(static_cast<size_t>(T));
         for (int t = 0; t < T; ++t) toks[size_t(t)] = t;
@@ -777,6 +789,86 @@ TEST_SUITE("ops") {
             Harness h(isa, threads);
             CHECK(nerr(h.run(g, toks), want) < 1e-5);
           }
+      }
+  }
+
+  TEST_CASE("moe: INT8 and INT4 experts against float64, one token and many, packed or not") {
+    // Random codes and F16 group scales (quant/FORMAT.md, placed by tests/quant_placement.h),
+    // the router in F32 as hearth quantize keeps it; the reference multiplies code x scale in
+    // float64. The SIMD kernels round the activations to int8 per block of 32 (~0.5% each time),
+    // a stale or foreign activation reused for another expert (reuse_x) errs by O(1). One token
+    // over several experts per thread is the decode path that reuses them.
+    struct Shape {
+      int T, H, mi, E, K;
+      bool norm;
+    };
+    for (const Shape sh : {Shape{1, 256, 128, 8, 3, true}, Shape{1, 128, 64, 6, 4, false},
+                           Shape{6, 128, 96, 8, 2, true}})
+      for (int bits : {8, 4}) {
+        const int T = sh.T, H = sh.H, mi = sh.mi, E = sh.E, K = sh.K;
+        CAPTURE(T);
+        CAPTURE(bits);
+        auto x = randn(size_t(T * H), 13);
+        std::vector<std::vector<float>> wf;  // the weights as the reference sees them
+        std::vector<std::vector<uint8_t>> codes;
+        std::vector<std::vector<uint16_t>> scales;
+        wf.reserve(size_t(1 + 3 * E));
+        codes.reserve(size_t(3 * E));
+        scales.reserve(size_t(3 * E));
+        std::mt19937 rng(unsigned(bits * 100 + T));
+        auto make = [&](int64_t rows, int64_t cols) {
+          std::vector<int8_t> q(size_t(rows * cols));
+          for (auto& c : q) c = int8_t(int(rng() % (bits == 8 ? 255 : 16)) - (bits == 8 ? 127 : 8));
+          scales.emplace_back(size_t(rows * cols / 32));
+          wf.emplace_back(q.size());
+          for (size_t i = 0; i < scales.back().size(); ++i) {
+            const float f = (bits == 8 ? 0.0004f : 0.006f) * (1 + float(rng() % 1000) / 1000.f);
+            scales.back()[i] = f32_to_f16(i % 3 ? f : -f);
+          }
+          for (size_t i = 0; i < q.size(); ++i)
+            wf.back()[i] = float(q[i]) * f16_to_f32(scales.back()[i / 32]);  // exact in f32
+          codes.push_back(test::pack_codes(bits, q.data(), rows, cols));
+          return test::quantized_view(bits, rows, cols, codes.back(), scales.back(), DType::F16,
+                                      32);
+        };
+        wf.push_back(randn(size_t(E * H), 21, 0.2f));
+        Graph g;
+        int xi = input(g, x, T, H, "x");
+        const int router = g.weight("router", view(DType::F32, {E, H}, wf[0].data()));
+        int first = -1;
+        for (int e = 0; e < E; ++e) {
+          const int gw = g.weight("gate" + std::to_string(e), make(mi, H));
+          g.weight("up" + std::to_string(e), make(mi, H));
+          g.weight("down" + std::to_string(e), make(H, mi));
+          if (e == 0) first = gw;
+        }
+        NodeParams mp;
+        mp.n_experts = E;
+        mp.top_k = K;
+        mp.norm_topk = sh.norm;
+        finish(g, g.add(Op::MoE, g.activation("moe", H), {xi, router, first}, mp));
+        double min_gap = 1e9;
+        const std::vector<double> want = moe_reference(x, T, H, mi, E, K, sh.norm, wf, &min_gap);
+        REQUIRE(min_gap > 1e-4);
+        std::vector<int32_t> toks(static_cast<size_t>(T));
+        for (int t = 0; t < T; ++t) toks[size_t(t)] = t;
+        for (const auto& isa : isas_here())
+          for (int threads : {1, 2})
+            for (bool copies : {false, true}) {  // copies: the experts packed for decode
+              CAPTURE(isa);
+              CAPTURE(threads);
+              CAPTURE(copies);
+              Harness h(isa, threads);
+              if (copies) {
+                BackendOptions o;
+                o.threads = threads;
+                o.cpu.isa = isa;
+                o.cpu.weight_copies = std::make_shared<WeightStore>();
+                h.be = create_backend("cpu", o);
+                h.alloc({1, 1, 2}, 64);
+              }
+              CHECK(nerr(h.run(g, toks), want) < (isa == "scalar" ? 1e-5 : 2e-2));
+            }
       }
   }
 }

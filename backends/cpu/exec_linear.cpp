@@ -68,12 +68,6 @@ void silu_mul_block(const StepCtx& c, const float* a, const float* b, int64_t ld
 
 // --- short steps: the ISA's matmul kernel ------------------------------------------------------
 
-// Whether two weights go through the same quantized kernel (so one may reuse the other's derived
-// activations; QuantMatmulArgs::reuse_x).
-bool same_quant_kernel(const Tensor& a, const Tensor& b) {
-  return a.quantized() && a.dtype == b.dtype && (a.codebook != nullptr) == (b.codebook != nullptr);
-}
-
 void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_t T,
                    const ActsI8* xi8) {
   float* tmp_a = c.scratch() + c.cg.off_tmp;

@@ -3,9 +3,10 @@
 // BF16, Q8, Q4), read through the matmul kernels; the routed rows are gathered expert by expert.
 //
 // A step runs in phases, every thread on its share, a barrier between them: router logits, top-k
-// per token, the gather (rows grouped by expert), gate and up of every active expert, SiLU-mul,
-// down, and the weighted sum back into each token's row. Decode reads only the chosen experts'
-// weights; prefill reads each active expert's once for all of its tokens.
+// per token, the gather (rows grouped by expert), gate and up of every active expert with their
+// SiLU-mul, down, and the weighted sum back into each token's row. Decode reads only the chosen
+// experts' weights, and its one token is neither routed apart from its sort nor gathered;
+// prefill reads each active expert's once for all of its tokens.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -18,6 +19,7 @@ namespace hearth::cpu {
 namespace {
 
 constexpr int kMaxTopK = 256;
+constexpr int kMaxExperts = 1024;
 
 // The weights as the backend placed them (CpuCompiled::weight), with their packed copies.
 const Tensor& placed(const StepCtx& c, int id) {
@@ -38,13 +40,14 @@ void route(const float* logits, int n_experts, int k, bool renormalise, int32_t*
   for (int e = 0; e < n_experts; ++e) mx = std::max(mx, logits[e]);
   double sum = 0;
   for (int e = 0; e < n_experts; ++e) sum += std::exp(double(logits[e]) - mx);
+  // k passes over the logits, each taking the largest not yet taken (the first of equals).
+  bool taken[kMaxExperts] = {};
   for (int j = 0; j < k; ++j) {
     int best = -1;
-    for (int e = 0; e < n_experts; ++e) {
-      if (std::find(expert, expert + j, e) != expert + j) continue;
-      if (best < 0 || logits[e] > logits[best]) best = e;
-    }
+    for (int e = 0; e < n_experts; ++e)
+      if (!taken[e] && (best < 0 || logits[e] > logits[best])) best = e;
     expert[j] = best;
+    taken[best] = true;
   }
   double kept = 0;
   double p[kMaxTopK];
@@ -79,6 +82,7 @@ void alloc_moe_buffers(CpuCompiled& cg, const Node& n, int max_tokens) {
   const int64_t mi = g.tensor(n.in[2]).weight.rows();
   const int64_t S = int64_t(max_tokens) * K;
   if (K > kMaxTopK) fail("cpu backend: ", K, " experts per token; at most ", kMaxTopK);
+  if (E > kMaxExperts) fail("cpu backend: ", E, " experts; at most ", kMaxExperts);
   if (cg.moe.slots >= S && cg.moe.mem.bytes) return;  // every MoE node of a model is alike
   auto r16 = [](int64_t v) { return size_t((v + 15) / 16 * 16); };
   const size_t floats =
@@ -108,7 +112,8 @@ void alloc_moe_buffers(CpuCompiled& cg, const Node& n, int max_tokens) {
 namespace {
 
 // Router logits, each token's top-k, and the rows gathered by expert (a counting sort of the T * k
-// slots by thread 0: a few thousand entries at most).
+// slots by thread 0: a few thousand entries at most). One token (decode) is routed by thread 0,
+// which sorts it next, and is not gathered: every expert reads it where it is (expert_x).
 void route_rows(const StepCtx& c, const Node& n, MoeBuffers& m, const float* x, int64_t T,
                 int64_t H) {
   const int E = n.p.n_experts, K = n.p.top_k;
@@ -119,7 +124,7 @@ void route_rows(const StepCtx& c, const Node& n, MoeBuffers& m, const float* x, 
   ThreadPool::split(T, c.tid, c.nth, 1, &b, &e);
   for (int64_t t = b; t < e; ++t)
     route(m.logits + t * E, E, K, n.p.norm_topk, m.expert + t * K, m.weight + t * K);
-  c.barrier.wait();
+  if (T > 1) c.barrier.wait();
   if (c.tid == 0) {
     std::fill(m.start, m.start + E + 1, 0);
     for (int64_t s = 0; s < T * K; ++s) ++m.start[m.expert[s] + 1];
@@ -132,26 +137,39 @@ void route_rows(const StepCtx& c, const Node& n, MoeBuffers& m, const float* x, 
     }
   }
   c.barrier.wait();
+  if (T == 1) return;
   ThreadPool::split(T * K, c.tid, c.nth, 1, &b, &e);
   for (int64_t r = b; r < e; ++r)
     std::memcpy(m.x + r * H, x + int64_t(m.token[r]) * H, size_t(H) * 4);
   c.barrier.wait();
 }
 
-// down(silu(gate x) * up x) of every active expert over its gathered rows, into m.d.
-void run_experts(const StepCtx& c, const Node& n, MoeBuffers& m, int64_t T, int64_t H) {
-  const int E = n.p.n_experts, K = n.p.top_k;
+// The rows expert ex multiplies: its gathered rows, or the one token itself.
+const float* expert_x(const MoeBuffers& m, const float* x, int64_t T, int64_t H, int ex) {
+  return T == 1 ? x : m.x + int64_t(m.start[ex]) * H;
+}
+
+// down(silu(gate x) * up x) of every active expert over its gathered rows, into m.d. A thread
+// takes the same rows of gate and up, as the dense SwiGLU does, and applies SiLU-mul to them.
+void run_experts(const StepCtx& c, const Node& n, MoeBuffers& m, const float* x, int64_t T,
+                 int64_t H) {
+  const int E = n.p.n_experts;
   const int64_t mi = placed(c, expert_id(n, 0, 0)).rows();
-  expert_rows(c, m, E, 2, mi, [&](int ex, int part, int64_t r0, int64_t r1) {
+  const Tensor* prev = nullptr;  // this thread's previous weight (one token: the same x for all)
+  expert_rows(c, m, E, 1, mi, [&](int ex, int, int64_t r0, int64_t r1) {
     const int64_t first = m.start[ex], rows = m.start[ex + 1] - first;
-    float* y = (part == 0 ? m.g : m.u) + first * mi + r0;
-    const int id = expert_id(n, ex, part);
-    matmul_rows(c, placed(c, id), packed(c, id), m.x + first * H, rows, r0, r1, y, mi);
+    const float* xs = expert_x(m, x, T, H, ex);
+    const Tensor& wg = placed(c, expert_id(n, ex, 0));
+    const Tensor& wu = placed(c, expert_id(n, ex, 1));
+    float* g = m.g + first * mi + r0;
+    float* u = m.u + first * mi + r0;
+    const bool reuse = T == 1 && prev && same_quant_kernel(*prev, wg);
+    matmul_rows(c, wg, packed(c, expert_id(n, ex, 0)), xs, rows, r0, r1, g, mi, 0, reuse);
+    matmul_rows(c, wu, packed(c, expert_id(n, ex, 1)), xs, rows, r0, r1, u, mi, 0,
+                same_quant_kernel(wg, wu));
+    prev = &wu;
+    for (int64_t t = 0; t < rows; ++t) c.kt.silu_mul(g + t * mi, u + t * mi, g + t * mi, r1 - r0);
   });
-  c.barrier.wait();
-  int64_t b, e;
-  ThreadPool::split(T * K * mi, c.tid, c.nth, 16, &b, &e);
-  if (b < e) c.kt.silu_mul(m.g + b, m.u + b, m.g + b, e - b);
   c.barrier.wait();
   expert_rows(c, m, E, 1, H, [&](int ex, int, int64_t r0, int64_t r1) {
     const int64_t first = m.start[ex], rows = m.start[ex + 1] - first;
@@ -169,7 +187,7 @@ void run_moe_step(const StepCtx& c, const Node& n) {
   const int64_t T = c.rows(n.out), H = c.tensor(n.out).cols;
   const int K = n.p.top_k;
   route_rows(c, n, m, c.ptr(n.in[0]), T, H);
-  run_experts(c, n, m, T, H);
+  run_experts(c, n, m, c.ptr(n.in[0]), T, H);
   // Each token's weighted sum, its experts in rank order.
   float* out = c.ptr(n.out);
   int64_t b, e;
