@@ -118,8 +118,8 @@ std::vector<double> moe_reference(const std::vector<float>& x, int T, int H, int
     for (int e = 0; e < E; ++e) order[size_t(e)] = e;
     std::stable_sort(order.begin(), order.end(),
                      [&](int a, int b) { return logit[size_t(a)] > logit[size_t(b)]; });
-    *min_gap = std::min(*min_gap,
-                       logit[size_t(order[size_t(K - 1)])] - logit[size_t(order[size_t(K)])]);
+    *min_gap =
+        std::min(*min_gap, logit[size_t(order[size_t(K - 1)])] - logit[size_t(order[size_t(K)])]);
     double mx = logit[size_t(order[0])], sum = 0, kept = 0;
     for (int e = 0; e < E; ++e) sum += std::exp(logit[size_t(e)] - mx);
     for (int j = 0; j < K; ++j) kept += std::exp(logit[size_t(order[size_t(j)])] - mx) / sum;
@@ -133,8 +133,7 @@ std::vector<double> moe_reference(const std::vector<float>& x, int T, int H, int
         const double gv = dot(wf[b], r, xd.data(), H), uv = dot(wf[b + 1], r, xd.data(), H);
         act[size_t(r)] = gv / (1 + std::exp(-gv)) * uv;
       }
-      for (int r = 0; r < H; ++r)
-        want[size_t(t * H + r)] += w * dot(wf[b + 2], r, act.data(), mi);
+      for (int r = 0; r < H; ++r) want[size_t(t * H + r)] += w * dot(wf[b + 2], r, act.data(), mi);
     }
   }
   return want;

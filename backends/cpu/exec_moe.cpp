@@ -55,22 +55,20 @@ void route(const float* logits, int n_experts, int k, bool renormalise, int32_t*
   for (int j = 0; j < k; ++j) weight[j] = float(renormalise ? p[j] / kept : p[j]);
 }
 
-// Runs fn(expert, part, r0, r1) for this thread's share of the rows [0, rows) of `parts` matrices
-// of every active expert, in blocks of 16 rows.
+// Runs fn(expert, r0, r1) for this thread's share of the rows [0, rows) of every active expert's
+// matrix, in blocks of 16 rows.
 template <typename Fn>
-void expert_rows(const StepCtx& c, const MoeBuffers& m, int n_experts, int parts, int64_t rows,
-                 Fn fn) {
+void expert_rows(const StepCtx& c, const MoeBuffers& m, int n_experts, int64_t rows, Fn fn) {
   int active = 0;
   for (int e = 0; e < n_experts; ++e) active += m.start[e + 1] > m.start[e];
   int64_t b, end;
-  ThreadPool::split(int64_t(active) * parts * rows, c.tid, c.nth, 16, &b, &end);
+  ThreadPool::split(int64_t(active) * rows, c.tid, c.nth, 16, &b, &end);
   int64_t at = 0;
   for (int e = 0; e < n_experts && at < end; ++e) {
     if (m.start[e + 1] == m.start[e]) continue;
-    for (int part = 0; part < parts; ++part, at += rows) {
-      const int64_t r0 = std::max<int64_t>(b - at, 0), r1 = std::min<int64_t>(end - at, rows);
-      if (r0 < r1) fn(e, part, r0, r1);
-    }
+    const int64_t r0 = std::max<int64_t>(b - at, 0), r1 = std::min<int64_t>(end - at, rows);
+    if (r0 < r1) fn(e, r0, r1);
+    at += rows;
   }
 }
 
@@ -150,13 +148,14 @@ const float* expert_x(const MoeBuffers& m, const float* x, int64_t T, int64_t H,
 }
 
 // down(silu(gate x) * up x) of every active expert over its gathered rows, into m.d. A thread
-// takes the same rows of gate and up, as the dense SwiGLU does, and applies SiLU-mul to them.
+// takes the same rows of gate and up, as the dense SwiGLU does, and applies SiLU-mul to them; with
+// one token every expert multiplies the same x, so its int8 activations are made once per thread.
 void run_experts(const StepCtx& c, const Node& n, MoeBuffers& m, const float* x, int64_t T,
                  int64_t H) {
   const int E = n.p.n_experts;
   const int64_t mi = placed(c, expert_id(n, 0, 0)).rows();
   const Tensor* prev = nullptr;  // this thread's previous weight (one token: the same x for all)
-  expert_rows(c, m, E, 1, mi, [&](int ex, int, int64_t r0, int64_t r1) {
+  expert_rows(c, m, E, mi, [&](int ex, int64_t r0, int64_t r1) {
     const int64_t first = m.start[ex], rows = m.start[ex + 1] - first;
     const float* xs = expert_x(m, x, T, H, ex);
     const Tensor& wg = placed(c, expert_id(n, ex, 0));
@@ -171,7 +170,7 @@ void run_experts(const StepCtx& c, const Node& n, MoeBuffers& m, const float* x,
     for (int64_t t = 0; t < rows; ++t) c.kt.silu_mul(g + t * mi, u + t * mi, g + t * mi, r1 - r0);
   });
   c.barrier.wait();
-  expert_rows(c, m, E, 1, H, [&](int ex, int, int64_t r0, int64_t r1) {
+  expert_rows(c, m, E, H, [&](int ex, int64_t r0, int64_t r1) {
     const int64_t first = m.start[ex], rows = m.start[ex + 1] - first;
     const int id = expert_id(n, ex, 2);
     matmul_rows(c, placed(c, id), packed(c, id), m.g + first * mi, rows, r0, r1,
