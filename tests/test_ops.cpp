@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 #include <vector>
@@ -100,9 +101,15 @@ double nerr(const std::vector<float>& got, const std::vector<double>& want) {
 // the lower index), renormalised when norm, and the weighted SwiGLU of experts e at wf[1 + 3 e]
 // (gate, up [mi, H]) and wf[3 + 3 e] (down [H, mi]). min_gap: the smallest gap between a token's
 // K-th and (K+1)-th logits seen.
-std::vector<double> moe_reference(const std::vector<float>& x, int T, int H, int mi, int E, int K,
-                                  bool norm, const std::vector<std::vector<float>>& wf,
-                                  double* min_gap) {
+struct MoeShape {
+  int T, H, mi, E, K;  // tokens, hidden, expert width, experts, experts per token
+  bool norm;           // renormalise the top K's weights
+};
+
+std::vector<double> moe_reference(const std::vector<float>& x, const MoeShape& sh,
+                                  const std::vector<std::vector<float>>& wf, double* min_gap) {
+  const int T = sh.T, H = sh.H, mi = sh.mi, E = sh.E, K = sh.K;
+  const bool norm = sh.norm;
   std::vector<double> want(size_t(T * H), 0.0);
   for (int t = 0; t < T; ++t) {
     const float* xt = x.data() + t * H;
@@ -209,6 +216,26 @@ std::vector<double> int8_blocks(const float* x, int64_t k) {
 int finish(Graph& g, int x) {
   g.output = g.add(Op::GatherRows, g.activation("out", g.tensor(x).cols, Rows::Outputs), {x});
   return g.output;
+}
+
+// One MoE node over the rows of x: the router, then expert(e, which) for the gate (which 0) and up
+// (1) [mi, H] and down (2) [H, mi] of each expert e in turn.
+void moe_graph(Graph& g, const std::vector<float>& x, const MoeShape& sh, const Tensor& router,
+               const std::function<Tensor(int, int)>& expert) {
+  const int xi = input(g, x, sh.T, sh.H, "x");
+  const int r = g.weight("router", router);
+  int first = -1;
+  for (int e = 0; e < sh.E; ++e)
+    for (int which = 0; which < 3; ++which) {
+      static const char* const kNames[] = {"gate", "up", "down"};
+      const int id = g.weight(kNames[which] + std::to_string(e), expert(e, which));
+      if (first < 0) first = id;
+    }
+  NodeParams mp;
+  mp.n_experts = sh.E;
+  mp.top_k = sh.K;
+  mp.norm_topk = sh.norm;
+  finish(g, g.add(Op::MoE, g.activation("moe", sh.H), {xi, r, first}, mp));
 }
 
 // Checks logits read back with StepInputs::top_k = ks against the whole rows: each logit is the
@@ -723,12 +750,8 @@ TEST_SUITE("ops") {
   }
 
   TEST_CASE("moe: router top-k and weighted SwiGLU experts against float64") {
-    struct Shape {
-      int T, H, mi, E, K;
-      bool norm;
-    };
-    for (const Shape sh : {Shape{1, 32, 16, 8, 2, true}, Shape{5, 64, 32, 6, 3, false},
-                           Shape{17, 32, 48, 16, 4, true}})
+    for (const MoeShape sh : {MoeShape{1, 32, 16, 8, 2, true}, MoeShape{5, 64, 32, 6, 3, false},
+                              MoeShape{17, 32, 48, 16, 4, true}})
       for (DType wt : {DType::F32, DType::F16, DType::BF16}) {
         const int T = sh.T, H = sh.H, mi = sh.mi, E = sh.E, K = sh.K;
         CAPTURE(T);
@@ -760,24 +783,13 @@ TEST_SUITE("ops") {
           return wt == DType::F32 ? static_cast<const void*>(wf[i].data()) : wh[i].data();
         };
         Graph g;
-        int xi = input(g, x, T, H, "x");
-        const int router = g.weight("router", view(wt, {E, H}, data(0)));
-        int first = -1;
-        for (int e = 0; e < E; ++e) {
-          const size_t b = size_t(1 + 3 * e);
-          const int gw = g.weight("gate" + std::to_string(e), view(wt, {mi, H}, data(b)));
-          g.weight("up" + std::to_string(e), view(wt, {mi, H}, data(b + 1)));
-          g.weight("down" + std::to_string(e), view(wt, {H, mi}, data(b + 2)));
-          if (e == 0) first = gw;
-        }
-        NodeParams mp;
-        mp.n_experts = E;
-        mp.top_k = K;
-        mp.norm_topk = sh.norm;
-        finish(g, g.add(Op::MoE, g.activation("moe", H), {xi, router, first}, mp));
+        moe_graph(g, x, sh, view(wt, {E, H}, data(0)), [&](int e, int which) {
+          return view(wt, which < 2 ? std::vector<int64_t>{mi, H} : std::vector<int64_t>{H, mi},
+                      data(size_t(1 + 3 * e + which)));
+        });
 
         double min_gap = 1e9;
-        const std::vector<double> want = moe_reference(x, T, H, mi, E, K, sh.norm, wf, &min_gap);
+        const std::vector<double> want = moe_reference(x, sh, wf, &min_gap);
         REQUIRE(min_gap > 1e-4);  // no near-ties: float32 routing must pick the same experts
         std::vector<int32_t> toks(static_cast<size_t>(T));
         for (int t = 0; t < T; ++t) toks[size_t(t)] = t;
@@ -797,14 +809,10 @@ TEST_SUITE("ops") {
     // float64. The SIMD kernels round the activations to int8 per block of 32 (~0.5% each time),
     // a stale or foreign activation reused for another expert (reuse_x) errs by O(1). One token
     // over several experts per thread is the decode path that reuses them.
-    struct Shape {
-      int T, H, mi, E, K;
-      bool norm;
-    };
-    for (const Shape sh : {Shape{1, 256, 128, 8, 3, true}, Shape{1, 128, 64, 6, 4, false},
-                           Shape{6, 128, 96, 8, 2, true}})
+    for (const MoeShape sh : {MoeShape{1, 256, 128, 8, 3, true}, MoeShape{1, 128, 64, 6, 4, false},
+                              MoeShape{6, 128, 96, 8, 2, true}})
       for (int bits : {8, 4}) {
-        const int T = sh.T, H = sh.H, mi = sh.mi, E = sh.E, K = sh.K;
+        const int T = sh.T, H = sh.H, mi = sh.mi, E = sh.E;
         CAPTURE(T);
         CAPTURE(bits);
         auto x = randn(size_t(T * H), 13);
@@ -832,22 +840,10 @@ TEST_SUITE("ops") {
         };
         wf.push_back(randn(size_t(E * H), 21, 0.2f));
         Graph g;
-        int xi = input(g, x, T, H, "x");
-        const int router = g.weight("router", view(DType::F32, {E, H}, wf[0].data()));
-        int first = -1;
-        for (int e = 0; e < E; ++e) {
-          const int gw = g.weight("gate" + std::to_string(e), make(mi, H));
-          g.weight("up" + std::to_string(e), make(mi, H));
-          g.weight("down" + std::to_string(e), make(H, mi));
-          if (e == 0) first = gw;
-        }
-        NodeParams mp;
-        mp.n_experts = E;
-        mp.top_k = K;
-        mp.norm_topk = sh.norm;
-        finish(g, g.add(Op::MoE, g.activation("moe", H), {xi, router, first}, mp));
+        moe_graph(g, x, sh, view(DType::F32, {E, H}, wf[0].data()),
+                  [&](int, int which) { return which < 2 ? make(mi, H) : make(H, mi); });
         double min_gap = 1e9;
-        const std::vector<double> want = moe_reference(x, T, H, mi, E, K, sh.norm, wf, &min_gap);
+        const std::vector<double> want = moe_reference(x, sh, wf, &min_gap);
         REQUIRE(min_gap > 1e-4);
         std::vector<int32_t> toks(static_cast<size_t>(T));
         for (int t = 0; t < T; ++t) toks[size_t(t)] = t;
