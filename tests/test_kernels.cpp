@@ -1242,6 +1242,16 @@ std::string fixture(const char* name) {
   return std::string(HEARTH_SHARED_DIR) + "/fixtures/models/" + name;
 }
 
+// The bytes of every dense layer's seven matrices (a weight store holds each once).
+size_t layer_matrix_bytes(const Qwen3Weights& w) {
+  size_t n = 0;
+  for (const auto& l : w.layers)
+    for (const Tensor* t :
+         {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
+      n += t->nbytes;
+  return n;
+}
+
 }  // namespace
 
 TEST_SUITE("kernels") {
@@ -1547,11 +1557,7 @@ TEST_SUITE("kernels") {
     // the tied LM head too (the Embed step reads its copy), and its Q8 screen for greedy and
     // top-k decoding.
     const auto& w = model->weights();
-    size_t want = w.embed.nbytes + cpu::head_screen_bytes(w.embed);
-    for (const auto& l : w.layers)
-      for (const Tensor* t :
-           {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
-        want += t->nbytes;
+    const size_t want = w.embed.nbytes + cpu::head_screen_bytes(w.embed) + layer_matrix_bytes(w);
     CHECK(store->bytes() == want);
   }
 
@@ -1578,12 +1584,8 @@ TEST_SUITE("kernels") {
     }
     // F32 weights are copied as they are and multiplied by the same kernels: the same floats.
     CHECK(runs[0] == runs[1]);
-    size_t want = w.embed.nbytes + w.lm_head.nbytes;
+    size_t want = w.embed.nbytes + w.lm_head.nbytes + layer_matrix_bytes(w);
     if (cpu::screenable(w.lm_head)) want += cpu::head_screen_bytes(w.lm_head);
-    for (const auto& l : w.layers)
-      for (const Tensor* t :
-           {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
-        want += t->nbytes;
     CHECK(store->bytes() == want);
   }
 

@@ -307,6 +307,8 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
       }
     });
   };
+  // Every maker below hands its source back this way, so the store need not again (release).
+  constexpr bool kSelfReleased = false;
   auto copy_in_parallel = [&](void* dst, const void* src, size_t bytes) {
     copy_handing_back(src, int64_t(bytes), 1, 4096, [&](int64_t b, int64_t e) {
       std::memcpy(static_cast<uint8_t*>(dst) + b, static_cast<const uint8_t*>(src) + b,
@@ -328,23 +330,27 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
           kernels_.isa == Isa::Avx512 || (kernels_.isa == Isa::Avx2 && w.quantized());
       if (!(logits && w.dtype == DType::BF16) && pack_ok && pack.chunk && reads_packed &&
           pack_fits(pack, w.rows(), row_bytes))
-        cg->w_il[size_t(id)] = weight_copies_->get(w.data, kPacked, w.nbytes, [&](void* dst) {
-          copy_handing_back(w.data, w.rows(), row_bytes, pack.rows, [&](int64_t b, int64_t e) {
-            const auto* src = static_cast<const uint8_t*>(w.data) + b * row_bytes;
-            auto* out = static_cast<uint8_t*>(dst) + b * row_bytes;
-            if (w.dtype == DType::BF16)
-              kernels_.pack_bf16(src, e - b, w.cols(), out);
-            else
-              pack_rows(src, e - b, row_bytes, pack, out);
-          });
-        });
+        cg->w_il[size_t(id)] = weight_copies_->get(
+            w.data, kPacked, w.nbytes,
+            [&](void* dst) {
+              copy_handing_back(w.data, w.rows(), row_bytes, pack.rows, [&](int64_t b, int64_t e) {
+                const auto* src = static_cast<const uint8_t*>(w.data) + b * row_bytes;
+                auto* out = static_cast<uint8_t*>(dst) + b * row_bytes;
+                if (w.dtype == DType::BF16)
+                  kernels_.pack_bf16(src, e - b, w.cols(), out);
+                else
+                  pack_rows(src, e - b, row_bytes, pack, out);
+              });
+            },
+            kSelfReleased);
       else
-        w.data = weight_copies_->get(w.data, kVerbatim, w.nbytes,
-                                     [&](void* dst) { copy_in_parallel(dst, w.data, w.nbytes); });
+        w.data = weight_copies_->get(
+            w.data, kVerbatim, w.nbytes,
+            [&](void* dst) { copy_in_parallel(dst, w.data, w.nbytes); }, kSelfReleased);
       if (scale_bytes)
-        w.scales = weight_copies_->get(w.scales, kVerbatim, scale_bytes, [&](void* dst) {
-          copy_in_parallel(dst, w.scales, scale_bytes);
-        });
+        w.scales = weight_copies_->get(
+            w.scales, kVerbatim, scale_bytes,
+            [&](void* dst) { copy_in_parallel(dst, w.scales, scale_bytes); }, kSelfReleased);
     }
     cg->weight[size_t(id)] = w;
   };
@@ -367,7 +373,7 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
           if (w.quantized())
             weight_copies_->hand_back(w.scales, size_t(w.rows() * (w.cols() / w.group_size)) * 2);
         },
-        false);
+        kSelfReleased);
     cg->screen = head_screen_view(w, pk, mem);
     cg->screen_w = id;
     cg->screen_policy = ScreenPolicy(screen_rule_);
