@@ -17,6 +17,7 @@
 #include "backends/cpu/head_screen.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/ops.h"
+#include "backends/cpu/q4_panel.h"
 #include "tests/quant_placement.h"
 #include "tests/random_data.h"
 
@@ -713,38 +714,49 @@ TEST_SUITE("kernels") {
       pack_rows(other.codes.data(), N, row_bytes, shape, packed.data());
       unpack_rows(packed.data(), 0, N, row_bytes, shape, back.data());
       CHECK(back == other.codes);
+      // A Q4 panel holds the other matrix's scales too.
+      std::vector<uint8_t> panel(size_t(q4_panel_bytes(N, k, 32)));
+      pack_q4_panel(other.codes.data(), other.scales.data(), k, 32, 0, N, panel.data());
       for (const QuantTable& qt : quant_tables())
         for (int T : {1, 3, 8, 20, 37})
           // Whole groups are read two at a time: {4, 16} leaves a third one alone.
-          for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, N}, {2, 46}, {8, 40}, {4, 16}}) {
+          for (auto [r0, r1] :
+               {std::pair<int64_t, int64_t>{0, N}, {2, 46}, {8, 40}, {4, 16}, {16, 48}}) {
             CAPTURE(qt.name);
             CAPTURE(variant);
             CAPTURE(T);
             CAPTURE(r0);
+            const bool as_panel = variant == 4 && qt.kt.q4_panel;
+            const int64_t group_rows = as_panel ? kQ4PanelRows : shape.rows;
             const auto x = randn(size_t(T * k), uint32_t(90 + T));
             std::vector<float> scratch(size_t(quant_matmul_scratch_floats(k, T)));
-            auto run = [&](const std::vector<uint8_t>& codes, const void* il) {
+            auto run = [&](const QWeights& m, const void* il) {
               std::vector<float> y(size_t(T * N), NAN);
               QuantMatmulArgs a =
-                  test::quant_args({codes.data(), w.scales.data(), DType::F16, 32, codebook, k},
+                  test::quant_args({m.codes.data(), m.scales.data(), DType::F16, 32, codebook, k},
                                    x.data(), k, T, y.data(), N, r0, r1, scratch.data());
               a.w_il = il;
               (bits == 8 ? qt.kt.matmul_q8 : codebook ? qt.kt.matmul_q4cb : qt.kt.matmul_q4)(a);
               return y;
             };
-            const auto mine = run(w.codes, nullptr), theirs = run(other.codes, nullptr);
-            const auto got = run(w.codes, packed.data());
+            QWeights other_codes = w;  // the copy's codes with w's scales
+            other_codes.codes = other.codes;
+            const auto mine = run(w, nullptr);
+            const auto theirs = run(as_panel ? other : other_codes, nullptr);
+            const auto got =
+                run(w, as_panel ? static_cast<const void*>(panel.data()) : packed.data());
             // AVX-512: decode reads whole groups from the copy, the GEMM when its panels start on
-            // a group; AVX2 (and AVX-VNNI) read whole groups from it for any number of tokens.
-            const bool reads =
-                (qt.kt.isa == Isa::Avx512 && (T < kQuantGemmMinTokens || r0 % shape.rows == 0)) ||
-                qt.kt.isa == Isa::Avx2;
+            // a group (from a Q4 panel, always); AVX2 (and AVX-VNNI) read whole groups from it
+            // for any number of tokens.
+            const bool reads = (qt.kt.isa == Isa::Avx512 &&
+                                (T < kQuantGemmMinTokens || r0 % shape.rows == 0 || as_panel)) ||
+                               qt.kt.isa == Isa::Avx2;
             bool ok = true;
             for (int t = 0; t < T; ++t)
               for (int64_t r = r0; r < r1; ++r) {
                 const size_t i = size_t(t * N + (r - r0));
-                const int64_t g = r / shape.rows * shape.rows;
-                const bool whole = reads && g >= r0 && g + shape.rows <= r1;
+                const int64_t g = r / group_rows * group_rows;
+                const bool whole = reads && g >= r0 && g + group_rows <= r1;
                 const float want = whole ? theirs[i] : mine[i];
                 ok &= std::fabs(got[i] - want) <= 1e-5f * (1 + std::fabs(want));
               }
@@ -753,21 +765,76 @@ TEST_SUITE("kernels") {
     }
   }
 
+  TEST_CASE("Q4 panels: the copy unpacks to its rows, and the kernels read it as the rows") {
+    const int64_t N = 64, k = 384;
+    for (auto [group, st] : {std::pair{32, DType::F16}, {64, DType::BF16}, {128, DType::F16}}) {
+      CAPTURE(group);
+      const QWeights w = make_qweights(4, group, st, N, k, 83);
+      std::vector<uint8_t> panel(size_t(q4_panel_bytes(N, k, group)));
+      for (int64_t r = 0; r < N; r += 16)  // in slices, as the backend's threads make it
+        pack_q4_panel(w.codes.data(), w.scales.data(), k, group, r, r + 16, panel.data());
+      std::vector<uint8_t> codes(size_t(16 * k / 2));
+      std::vector<uint16_t> scales(size_t(16 * k / group));
+      unpack_q4_panel(panel.data(), k, group, 32, 16, codes.data(), scales.data());
+      CHECK(std::equal(codes.begin(), codes.end(), w.codes.begin() + 32 * k / 2));
+      CHECK(std::equal(scales.begin(), scales.end(), w.scales.begin() + 32 * (k / group)));
+      // The panel run gets zero codes and scales as w: every row must come from the panel.
+      const std::vector<uint8_t> zero_codes(w.codes.size(), 0);
+      const std::vector<uint16_t> zero_scales(w.scales.size(), 0);
+      for (const QuantTable& qt : quant_tables()) {
+        if (!qt.kt.q4_panel) continue;
+        // 1 (pairs of groups and a last one alone), 2-31 (tiles of 8 and a tail), 32+ (GEMM).
+        for (int T : {1, 2, 3, 4, 5, 8, 9, 15, 31, 32, 45})
+          for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, N}, {16, 64}, {0, 48}, {32, 48}}) {
+            CAPTURE(T);
+            CAPTURE(r0);
+            CAPTURE(r1);
+            const auto x = randn(size_t(T * k), uint32_t(200 + T));
+            std::vector<float> scratch(size_t(quant_matmul_scratch_floats(k, T)));
+            auto run = [&](const uint8_t* c, const uint16_t* sc, const void* il) {
+              std::vector<float> y(size_t(T * N), NAN);
+              QuantMatmulArgs a = test::quant_args({c, sc, st, group, nullptr, k}, x.data(), k, T,
+                                                   y.data(), N, r0, r1, scratch.data());
+              a.w_il = il;
+              qt.kt.matmul_q4(a);
+              return y;
+            };
+            const auto want = run(w.codes.data(), w.scales.data(), nullptr);
+            const auto got = run(zero_codes.data(), zero_scales.data(), panel.data());
+            bool ok = true;
+            for (int t = 0; t < T; ++t)
+              for (int64_t r = r0; r < r1; ++r) {
+                const size_t i = size_t(t * N + (r - r0));
+                ok &= std::fabs(got[i] - want[i]) <= 1e-5f * (1 + std::fabs(want[i]));
+              }
+            CHECK(ok);
+          }
+      }
+    }
+  }
+
   TEST_CASE("embedding rows from a packed copy (a tied LM head's) are the table's rows") {
     const int8_t cb[16] = {-127, -91, -66, -46, -31, -19, -10, -4, 0, 5, 12, 22, 35, 52, 75, 105};
-    const int64_t N = 12, k = 384;
-    for (int variant : {8, 4, 0}) {  // 0: Q4 with a codebook
+    const int64_t N = 32, k = 384;
+    for (int variant : {8, 4, 0, -4}) {  // 0: Q4 with a codebook; -4: Q4 as panels
       CAPTURE(variant);
-      const int bits = variant ? variant : 4;
+      const int bits = variant == 8 ? 8 : 4;
       const QWeights w = make_qweights(bits, 64, DType::BF16, N, k, 81, variant ? nullptr : cb);
-      const Tensor t = w.view();
+      Tensor t = w.view();
       std::vector<uint8_t> packed(w.codes.size());
-      pack_rows(w.codes.data(), N, int64_t(w.codes.size()) / N, pack_shape(t.dtype), packed.data());
-      const std::vector<int32_t> ids = {11, 0, 5, 4, 11};
+      if (variant == -4) {
+        packed.resize(size_t(q4_panel_bytes(N, k, 64)));
+        pack_q4_panel(w.codes.data(), w.scales.data(), k, 64, 0, N, packed.data());
+        t.scales = nullptr;  // the panel's own scales are read (the backend hands w's back)
+      } else {
+        pack_rows(w.codes.data(), N, int64_t(w.codes.size()) / N, pack_shape(t.dtype),
+                  packed.data());
+      }
+      const std::vector<int32_t> ids = {11, 0, 5, 4, 11, 31, 16};
       const int64_t T = int64_t(ids.size());
       std::vector<float> got(size_t(T * k), NAN), plain(size_t(T * k), NAN);
-      embed_rows(t, packed.data(), ids.data(), got.data(), 1, T);  // rows 1.. only
-      embed_rows(t, nullptr, ids.data(), plain.data(), 1, T);
+      embed_rows(t, packed.data(), variant == -4, ids.data(), got.data(), 1, T);  // rows 1.. only
+      embed_rows(w.view(), nullptr, false, ids.data(), plain.data(), 1, T);
       bool ok = true;
       for (int64_t c = 0; c < k; ++c) ok &= std::isnan(got[size_t(c)]);  // row 0 untouched
       for (int64_t i = 1; i < T; ++i)

@@ -175,10 +175,13 @@ void matmul_rows(const StepCtx& c, const Tensor& w, const void* w_il, const floa
                  int64_t r0, int64_t r1, float* y, int64_t ldy, int64_t prefetch_r1 = 0,
                  bool reuse_x = false, const ActsI8* xi8 = nullptr);
 
-// Whether two weights go through the same quantized kernel (so one may reuse the other's derived
-// activations; QuantMatmulArgs::reuse_x).
-inline bool same_quant_kernel(const Tensor& a, const Tensor& b) {
-  return a.quantized() && a.dtype == b.dtype && (a.codebook != nullptr) == (b.codebook != nullptr);
+// Whether two weights go through the same quantized kernel on the same layout, packed copy (a_il,
+// b_il) or not, so one may reuse the other's derived activations (QuantMatmulArgs::reuse_x).
+inline bool same_quant_kernel(const Tensor& a, const void* a_il, const Tensor& b,
+                              const void* b_il) {
+  return a.quantized() && a.dtype == b.dtype &&
+         (a.codebook != nullptr) == (b.codebook != nullptr) &&
+         (a_il != nullptr) == (b_il != nullptr);
 }
 
 // The LM head of one token (one part, cg.screen_w) through its screen (exec_screened_head.cpp):

@@ -8,6 +8,7 @@
 
 #include "backends/cpu/compiled.h"
 #include "backends/cpu/ops.h"
+#include "backends/cpu/q4_panel.h"
 
 namespace hearth::cpu {
 
@@ -80,7 +81,7 @@ void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_
     const int64_t N = wa.rows();
     float* out = c.ptr(s.out);
     ThreadPool::split(N, c.tid, c.nth, 16, &b, &e);
-    const bool same = same_quant_kernel(wa, wb);
+    const bool same = same_quant_kernel(wa, packed(c, s.parts[0]), wb, packed(c, s.parts[1]));
     const int64_t br = epilogue_rows(T);
     for (int64_t r = b; r < e; r += br) {
       const int64_t r1 = std::min(e, r + br);
@@ -103,13 +104,14 @@ void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_
   const bool argmax = s.logits && c.in.argmax;
   int64_t base = 0;
   const Tensor* prev = nullptr;  // the weight of this thread's previous call on x
+  const void* prev_il = nullptr;
   for (const auto& p : s.parts) {
     const Tensor& w = weight(c, p);
     const int64_t lo = std::max(b, base) - base, hi = std::min(e, base + w.rows()) - base;
     base += w.rows();
     if (lo >= hi) continue;
-    const bool reuse = prev && same_quant_kernel(*prev, w);
-    prev = &w;
+    const bool reuse = prev && same_quant_kernel(*prev, prev_il, w, packed(c, p));
+    prev = &w, prev_il = packed(c, p);
     if (argmax) {
       const int64_t br = epilogue_rows(T);
       for (int64_t r = lo; r < hi; r += br) {
@@ -165,12 +167,18 @@ void gemm_rows(const StepCtx& c, const Tensor& w, const void* w_il, const float*
         // The packed copy's rows back to row-major first, as for BF16 above (a block of codes
         // takes at most half of what the unpacked BF16 rows may).
         auto* codes = reinterpret_cast<uint8_t*>(c.scratch() + c.cg.off_unpack);
-        unpack_rows(w_il, r, n, row_bytes, pack_shape(w.dtype), codes);
         Tensor block = w;
         block.shape[0] = n;
         block.data = codes;
         block.nbytes = size_t(n * row_bytes);
         block.scales = static_cast<const uint16_t*>(w.scales) + r * (K / w.group_size);
+        if (reads_q4_panel(c.kt, w)) {  // the copy holds the scales too
+          auto* scales = reinterpret_cast<uint16_t*>(codes + n * row_bytes);
+          unpack_q4_panel(static_cast<const uint8_t*>(w_il), K, w.group_size, r, n, codes, scales);
+          block.scales = scales;
+        } else {
+          unpack_rows(w_il, r, n, row_bytes, pack_shape(w.dtype), codes);
+        }
         deq(block, 0, n, wide, xb != nullptr);
       } else {
         deq(w, r, n, wide, xb != nullptr);

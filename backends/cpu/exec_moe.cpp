@@ -155,18 +155,20 @@ void run_experts(const StepCtx& c, const Node& n, MoeBuffers& m, const float* x,
   const int E = n.p.n_experts;
   const int64_t mi = placed(c, expert_id(n, 0, 0)).rows();
   const Tensor* prev = nullptr;  // this thread's previous weight (one token: the same x for all)
+  const void* prev_il = nullptr;
   expert_rows(c, m, E, mi, [&](int ex, int64_t r0, int64_t r1) {
     const int64_t first = m.start[ex], rows = m.start[ex + 1] - first;
     const float* xs = expert_x(m, x, T, H, ex);
     const Tensor& wg = placed(c, expert_id(n, ex, 0));
     const Tensor& wu = placed(c, expert_id(n, ex, 1));
+    const void* g_il = packed(c, expert_id(n, ex, 0));
+    const void* u_il = packed(c, expert_id(n, ex, 1));
     float* g = m.g + first * mi + r0;
     float* u = m.u + first * mi + r0;
-    const bool reuse = T == 1 && prev && same_quant_kernel(*prev, wg);
-    matmul_rows(c, wg, packed(c, expert_id(n, ex, 0)), xs, rows, r0, r1, g, mi, 0, reuse);
-    matmul_rows(c, wu, packed(c, expert_id(n, ex, 1)), xs, rows, r0, r1, u, mi, 0,
-                same_quant_kernel(wg, wu));
-    prev = &wu;
+    const bool reuse = T == 1 && prev && same_quant_kernel(*prev, prev_il, wg, g_il);
+    matmul_rows(c, wg, g_il, xs, rows, r0, r1, g, mi, 0, reuse);
+    matmul_rows(c, wu, u_il, xs, rows, r0, r1, u, mi, 0, same_quant_kernel(wg, g_il, wu, u_il));
+    prev = &wu, prev_il = u_il;
     for (int64_t t = 0; t < rows; ++t) c.kt.silu_mul(g + t * mi, u + t * mi, g + t * mi, r1 - r0);
   });
   c.barrier.wait();

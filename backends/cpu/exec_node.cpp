@@ -16,11 +16,14 @@ void run_node_step(const StepCtx& c, const Node& n) {
   const int tid = c.tid, nth = c.nth;
   int64_t b, e;
   switch (n.op) {
-    case Op::Embed:
+    case Op::Embed: {
       ThreadPool::split(rows, tid, nth, 1, &b, &e);
       // The table as the backend placed it: its own copy, or a tied head's (then maybe packed).
-      embed_rows(c.cg.weight[size_t(n.in[0])], c.cg.w_il[size_t(n.in[0])], c.in.tokens, out, b, e);
+      const Tensor& table = c.cg.weight[size_t(n.in[0])];
+      embed_rows(table, c.cg.w_il[size_t(n.in[0])], reads_q4_panel(c.kt, table), c.in.tokens, out,
+                 b, e);
       break;
+    }
     case Op::GatherRows:
       ThreadPool::split(rows, tid, nth, 1, &b, &e);
       for (int64_t r = b; r < e; ++r)

@@ -28,7 +28,8 @@ struct MatmulArgs {
   int64_t prefetch_r1 = 0;
   // BF16, Q8 and Q4 (AVX-512 kernels), or null: the same weight packed by pack_rows with the
   // chunk and group of its type (kPackBf16, kPackQ8, kPackQ4), which the kernel reads instead of w
-  // for whole groups of rows (other kernels ignore it).
+  // for whole groups of rows (other kernels ignore it); Q4 without a codebook as 16-row panels
+  // with their scales (q4_panel.h) where KernelTable::q4_panel says so.
   const void* w_il = nullptr;
 };
 
@@ -45,7 +46,7 @@ struct PackShape {
 // widens to 16 rows' products (matmul_avx512.h, rows_bf16_packed).
 constexpr PackShape kPackBf16{4, 16};
 constexpr PackShape kPackQ8{128, 4};  // one 128-element chunk (quant/FORMAT.md), 4 rows per pass
-constexpr PackShape kPackQ4{64, 4};   // the same in nibbles, 4 rows per pass
+constexpr PackShape kPackQ4{64, 4};   // the same in nibbles (AVX-512 reads panels: q4_panel.h)
 // The packed layout of a weight type (a codebook's Q4 as Q4), or {0, 0} for one never packed.
 inline PackShape pack_shape(DType t) {
   return t == DType::BF16 ? kPackBf16
@@ -254,6 +255,8 @@ struct KernelTable {
   // CPU has them (peak_amx.cpp); null elsewhere. Returns 0 flops if the OS refuses tile state.
   FmaLoopFn dot_bf16_tile_loop = nullptr;
   QuantMatmulFn matmul_q8 = nullptr, matmul_q4 = nullptr;
+  // matmul_q4 reads its packed copy (MatmulArgs::w_il) as 16-row panels (q4_panel.h), not kPackQ4.
+  bool q4_panel = false;
   QuantDequantFn dequant_q8 = nullptr, dequant_q4 = nullptr;
   // Q4 whose nibbles index a codebook (Tensor::codebook) rather than the uniform grid.
   QuantMatmulFn matmul_q4cb = nullptr;
@@ -275,6 +278,11 @@ struct KernelTable {
   PackBf16Fn pack_bf16 = nullptr;
   UnpackBf16Fn unpack_bf16 = nullptr;
 };
+
+// Whether w's packed copy, where it has one, is a Q4 panel (q4_panel.h) for this table.
+inline bool reads_q4_panel(const KernelTable& kt, const Tensor& w) {
+  return kt.q4_panel && w.dtype == DType::Q4 && !w.codebook;
+}
 
 // One fill function per kernel file; make_kernel_table calls those of each level up to the ISA.
 void fill_matmul_scalar(KernelTable& k);

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "backends/cpu/ops.h"
+#include "backends/cpu/q4_panel.h"
 #include "core/quant_format.h"
 
 namespace hearth::cpu {
@@ -11,12 +12,24 @@ namespace hearth::cpu {
 namespace {
 
 // One row of a table, or of its packed copy (unpacked into `buf`), as a one-row tensor.
-Tensor table_row(const Tensor& table, const void* packed, int64_t row, std::vector<uint8_t>& buf) {
+Tensor table_row(const Tensor& table, const void* packed, bool q4_panel, int64_t row,
+                 std::vector<uint8_t>& buf) {
   const int64_t row_bytes = int64_t(table.nbytes) / table.rows();
   Tensor r = table;
   r.ndim = 2;
   r.shape = {1, table.cols(), 0, 0};
   r.nbytes = size_t(row_bytes);
+  if (packed && q4_panel) {  // the panel holds the row's scales too
+    const int64_t ng = table.cols() / table.group_size;
+    buf.resize(size_t(row_bytes + 2 * ng));
+    auto* scales = reinterpret_cast<uint16_t*>(buf.data() + row_bytes);
+    unpack_q4_panel(static_cast<const uint8_t*>(packed), table.cols(), table.group_size, row, 1,
+                    buf.data(), scales);
+    r.data = buf.data(), r.scales = scales;
+    return r;
+  }
+  if (table.quantized())  // F16/BF16 scales, cols / group_size per row
+    r.scales = static_cast<const uint16_t*>(table.scales) + row * (table.cols() / table.group_size);
   if (packed) {
     buf.resize(size_t(row_bytes));
     unpack_rows(packed, row, 1, row_bytes, pack_shape(table.dtype), buf.data());
@@ -24,19 +37,17 @@ Tensor table_row(const Tensor& table, const void* packed, int64_t row, std::vect
   } else {
     r.data = static_cast<const uint8_t*>(table.data) + row * row_bytes;
   }
-  if (table.quantized())  // F16/BF16 scales, cols / group_size per row
-    r.scales = static_cast<const uint16_t*>(table.scales) + row * (table.cols() / table.group_size);
   return r;
 }
 
 }  // namespace
 
-void embed_rows(const Tensor& table, const void* packed, const int32_t* tokens, float* out,
-                int64_t t0, int64_t t1) {
+void embed_rows(const Tensor& table, const void* packed, bool q4_panel, const int32_t* tokens,
+                float* out, int64_t t0, int64_t t1) {
   const int64_t n = table.cols();
   std::vector<uint8_t> buf;
   for (int64_t t = t0; t < t1; ++t) {
-    const Tensor row = table_row(table, packed, tokens[t], buf);
+    const Tensor row = table_row(table, packed, q4_panel, tokens[t], buf);
     if (row.quantized())  // Q8/Q4 tables (the tied LM head shares them): dequantize the row
       quant::dequantize_row(row, 0, out + t * n);
     else

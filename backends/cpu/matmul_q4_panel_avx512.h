@@ -1,0 +1,190 @@
+// Q4 from 16-row panels (q4_panel.h) on AVX-512 VNNI: the 16 rows of a group in the lanes of a
+// vector, one token's 4 activation codes (element order) broadcast against them by vpdpbusd. A
+// block's integer dot starts at -8 x its activation code sum (the codes are q + 8) and is scaled
+// once per block, token and 16 rows. Decode (up to kPrefillTokens - 1 tokens) reads each group
+// once per step for up to 8 tokens; the prefill GEMM takes its panels from the groups without
+// transposing. Include only from matmul_q4_avx512.cpp.
+#pragma once
+#include "backends/cpu/matmul_quant_gemm_avx512.h"
+#include "backends/cpu/q4_panel.h"
+
+namespace hearth::cpu::qk {
+namespace {
+
+// How far ahead of each group's stream the decode loops prefetch: in a kernel harness on Zen 5
+// (0.6B-shaped matrices from memory, one thread) 2 KiB matched the row-major kernel's bandwidth
+// for one token, where the hardware prefetchers alone reached 60-70% of it.
+constexpr int64_t kPanelAhead = 2048;
+
+template <int G>
+inline void prefetch_chunk(const uint8_t* chunk) {
+  for (int64_t b = 0; b < q4_panel_chunk_bytes(G); b += 64) prefetch(chunk + kPanelAhead + b);
+}
+
+// Block bb's 16 row scales of a chunk, as f32.
+template <int G, DType ST>
+inline __m512 panel_scales(const uint8_t* chunk, int bb) {
+  const int slot = bb * q4_panel_slots(G) / 4;
+  return widen_scales16(
+      ST,
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk + kQ4PanelCodeBytes + 32 * slot)));
+}
+
+inline __m512i broadcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// The int8 activations of the tokens of a step, element order (quantize_act_blocks_avx512).
+struct PanelActs {
+  const int8_t* q;     // [T][k]
+  const float* d;      // [T][k / 32] block scales
+  const int32_t* sum;  // [T][k / 32] block code sums
+  int64_t k;
+};
+
+// T tokens (1-8) against one group: y[t * ldy + i] for its 16 rows i. Below 4 tokens each token's
+// nibble planes go to two integer chains, so more vpdpbusd are in flight.
+template <int G, DType ST, int T>
+inline void panel_tokens(const uint8_t* group, const PanelActs& x, int t0, float* y, int64_t ldy) {
+  constexpr bool kSplit = T < 4;
+  const int64_t k = x.k, nb = k / kBlock;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < k / kChunk; ++c) {
+    const uint8_t* chunk = group + c * q4_panel_chunk_bytes(G);
+    prefetch_chunk<G>(chunk);
+    for (int bb = 0; bb < 4; ++bb) {
+      const int64_t b = 4 * c + bb;
+      __m512i lo_acc[T], hi_acc[T];
+      for (int t = 0; t < T; ++t) {
+        lo_acc[t] = _mm512_set1_epi32(-8 * x.sum[(t0 + t) * nb + b]);
+        hi_acc[t] = _mm512_setzero_si512();
+      }
+      for (int q = 0; q < 4; ++q) {
+        const __m512i v = _mm512_loadu_si512(chunk + 256 * bb + 64 * q);
+        const __m512i lo = _mm512_and_si512(v, m4);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        for (int t = 0; t < T; ++t) {
+          const int8_t* xb = x.q + (t0 + t) * k + 32 * b + 4 * q;
+          lo_acc[t] = _mm512_dpbusd_epi32(lo_acc[t], lo, broadcast4(xb));
+          __m512i& h = kSplit ? hi_acc[t] : lo_acc[t];
+          h = _mm512_dpbusd_epi32(h, hi, broadcast4(xb + 16));
+        }
+      }
+      const __m512 ws = panel_scales<G, ST>(chunk, bb);
+      for (int t = 0; t < T; ++t) {
+        const __m512i d = kSplit ? _mm512_add_epi32(lo_acc[t], hi_acc[t]) : lo_acc[t];
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d),
+                                 _mm512_mul_ps(ws, _mm512_set1_ps(x.d[(t0 + t) * nb + b])), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * ldy, acc[t]);
+}
+
+// One token against two groups at once, each its own stream (four integer chains in flight).
+template <int G, DType ST>
+inline void panel_pair(const uint8_t* g0, const uint8_t* g1, const PanelActs& x, float* y0,
+                       float* y1) {
+  const int64_t k = x.k;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  for (int64_t c = 0; c < k / kChunk; ++c) {
+    const uint8_t* c0 = g0 + c * q4_panel_chunk_bytes(G);
+    const uint8_t* c1 = g1 + c * q4_panel_chunk_bytes(G);
+    prefetch_chunk<G>(c0);
+    prefetch_chunk<G>(c1);
+    for (int bb = 0; bb < 4; ++bb) {
+      const int64_t b = 4 * c + bb;
+      __m512i a0 = _mm512_set1_epi32(-8 * x.sum[b]), a1 = a0;
+      __m512i h0 = _mm512_setzero_si512(), h1 = h0;
+      for (int q = 0; q < 4; ++q) {
+        const __m512i xa = broadcast4(x.q + 32 * b + 4 * q);
+        const __m512i xb = broadcast4(x.q + 32 * b + 16 + 4 * q);
+        const __m512i v0 = _mm512_loadu_si512(c0 + 256 * bb + 64 * q);
+        const __m512i v1 = _mm512_loadu_si512(c1 + 256 * bb + 64 * q);
+        a0 = _mm512_dpbusd_epi32(a0, _mm512_and_si512(v0, m4), xa);
+        h0 = _mm512_dpbusd_epi32(h0, _mm512_and_si512(_mm512_srli_epi16(v0, 4), m4), xb);
+        a1 = _mm512_dpbusd_epi32(a1, _mm512_and_si512(v1, m4), xa);
+        h1 = _mm512_dpbusd_epi32(h1, _mm512_and_si512(_mm512_srli_epi16(v1, 4), m4), xb);
+      }
+      const __m512 dx = _mm512_set1_ps(x.d[b]);
+      acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0, h0)),
+                             _mm512_mul_ps(panel_scales<G, ST>(c0, bb), dx), acc0);
+      acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a1, h1)),
+                             _mm512_mul_ps(panel_scales<G, ST>(c1, bb), dx), acc1);
+    }
+  }
+  _mm512_storeu_ps(y0, acc0);
+  _mm512_storeu_ps(y1, acc1);
+}
+
+// The last `left` (< 8) tokens of a group as one call of exactly that many.
+template <int G, DType ST, int T = 7>
+inline void panel_tail(const uint8_t* group, const PanelActs& x, int t0, int left, float* y,
+                       int64_t ldy) {
+  if constexpr (T > 0) {
+    if (left == T) return panel_tokens<G, ST, T>(group, x, t0, y, ldy);
+    panel_tail<G, ST, T - 1>(group, x, t0, left, y, ldy);
+  }
+}
+
+// Whole groups [g0, g1) (row indices, multiples of 16) for every token: y row r - y_row0.
+template <int G, DType ST>
+void panel_decode(const uint8_t* panel, int64_t g0, int64_t g1, const PanelActs& x, int n_tokens,
+                  float* y, int64_t ldy, int64_t y_row0) {
+  const int64_t gb = q4_panel_group_bytes(x.k, G);
+  auto group = [&](int64_t r) { return panel + r / kQ4PanelRows * gb; };
+  if (n_tokens == 1) {
+    // Two streams: [g0, g0 + half) beside [g0 + half, g0 + 2 half), as rows_dot_pair.
+    const int64_t half = (g1 - g0) / (2 * kQ4PanelRows) * kQ4PanelRows;
+    for (int64_t r = g0; r < g0 + half; r += kQ4PanelRows)
+      panel_pair<G, ST>(group(r), group(r + half), x, y + r - y_row0, y + r + half - y_row0);
+    if (g0 + 2 * half < g1)
+      panel_tokens<G, ST, 1>(group(g1 - kQ4PanelRows), x, 0, y + g1 - kQ4PanelRows - y_row0, ldy);
+    return;
+  }
+  for (int64_t r = g0; r < g1; r += kQ4PanelRows) {
+    int t = 0;
+    for (; t + 8 <= n_tokens; t += 8)
+      panel_tokens<G, ST, 8>(group(r), x, t, y + t * ldy + r - y_row0, ldy);
+    panel_tail<G, ST>(group(r), x, t, n_tokens - t, y + t * ldy + r - y_row0, ldy);
+  }
+}
+
+// The GEMM's panel (pack_panel's layout) for rows [r, r + n) from whole groups of the copy: a
+// group's vectors are already rows in lanes, so each is only split into its nibble planes.
+template <int G, DType ST>
+void panel_for_gemm(const uint8_t* panel, int64_t r, int n, int64_t k, const GemmActs& g) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const int64_t gb = q4_panel_group_bytes(k, G);
+  for (int v = 0; v < kPanelRows / 16; ++v) {
+    uint32_t* col = g.panel + 16 * v;
+    if (16 * v >= n) {  // an absent half of the panel: its results are never stored
+      for (int64_t d = 0; d < k / 4; ++d)
+        _mm512_storeu_si512(col + d * kPanelRows, _mm512_setzero_si512());
+      continue;
+    }
+    const uint8_t* group = panel + (r + 16 * v) / kQ4PanelRows * gb;
+    for (int64_t c = 0; c < k / kChunk; ++c) {
+      const uint8_t* chunk = group + c * q4_panel_chunk_bytes(G);
+      for (int bb = 0; bb < 4; ++bb) {
+        for (int q = 0; q < 4; ++q) {
+          const __m512i w = _mm512_loadu_si512(chunk + 256 * bb + 64 * q);
+          const int64_t dw = 32 * c + 8 * bb + q;  // natural dwords dw and dw + 4
+          _mm512_storeu_si512(col + dw * kPanelRows, _mm512_and_si512(w, m4));
+          _mm512_storeu_si512(col + (dw + 4) * kPanelRows,
+                              _mm512_and_si512(_mm512_srli_epi16(w, 4), m4));
+        }
+        _mm512_storeu_ps(g.scales + (4 * c + bb) * kPanelRows + 16 * v,
+                         panel_scales<G, ST>(chunk, bb));
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hearth::cpu::qk
