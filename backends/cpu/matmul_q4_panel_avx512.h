@@ -11,9 +11,8 @@
 namespace hearth::cpu::qk {
 namespace {
 
-// How far ahead of each group's stream the decode loops prefetch: in a kernel harness on Zen 5
-// (0.6B-shaped matrices from memory, one thread) 2 KiB matched the row-major kernel's bandwidth
-// for one token, where the hardware prefetchers alone reached 60-70% of it.
+// How far ahead of each group's stream the decode loops prefetch: the hardware prefetchers alone
+// fall well short of the bandwidth on these streams (bench/RESULTS.md, "Q4 as 16-row panels").
 constexpr int64_t kPanelAhead = 2048;
 
 template <int G>
