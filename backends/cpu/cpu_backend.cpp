@@ -316,22 +316,16 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
                   size_t(e - b));
     });
   };
-  // Q4 panels (q4_panel.h) hold a matrix's codes and scales both, so both sources go back. A
-  // slice's scales are read whole first: the file is then read in two long runs per slice, not
-  // two interleaved streams.
+  // Q4 panels (q4_panel.h) hold a matrix's codes and scales both, so both sources go back.
   auto make_q4_panel = [&](const Tensor& w, void* dst) {
     const int64_t k = w.cols(), ng = k / w.group_size;
-    const int64_t gb = q4_panel_group_bytes(k, w.group_size);
     const auto* codes = static_cast<const uint8_t*>(w.data);
     const auto* scales = static_cast<const uint16_t*>(w.scales);
     const int64_t slice = std::max<int64_t>(kQ4PanelRows, kSliceBytes / (k / 2) / 16 * 16);
     in_parallel(w.rows(), kQ4PanelRows, [&](int64_t b, int64_t e) {
-      std::vector<uint16_t> staged;
       for (int64_t s = b; s < e; s += slice) {
         const int64_t s1 = std::min(e, s + slice);
-        staged.assign(scales + s * ng, scales + s1 * ng);
-        pack_q4_panel(codes + s * (k / 2), staged.data(), k, w.group_size, 0, s1 - s,
-                      static_cast<uint8_t*>(dst) + s / kQ4PanelRows * gb);
+        pack_q4_panel(codes, scales, k, w.group_size, s, s1, static_cast<uint8_t*>(dst));
         weight_copies_->hand_back(codes + s * (k / 2), size_t((s1 - s) * (k / 2)));
         weight_copies_->hand_back(scales + s * ng, size_t((s1 - s) * ng * 2));
       }
@@ -342,14 +336,15 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
   // (16-row groups) do not.
   auto use_weight = [&](int id, bool logits, bool pack_ok = true) {
     Tensor w = ts[size_t(id)].weight;
-    if (weight_copies_ && cg->weight[size_t(id)].empty() && pack_ok && kernels_.q4_panel &&
-        w.dtype == DType::Q4 && !w.codebook && q4_panel_fits(w.rows(), w.cols(), w.group_size)) {
+    const bool place = weight_copies_ && cg->weight[size_t(id)].empty();
+    if (place && pack_ok && reads_q4_panel(kernels_, w) &&
+        q4_panel_fits(w.rows(), w.cols(), w.group_size)) {
       // w keeps pointing at the mapping: only rows outside whole groups read it (never, with the
       // 16-row splits of the steps).
       cg->w_il[size_t(id)] = weight_copies_->get(
           w.data, kQ4Panel, size_t(q4_panel_bytes(w.rows(), w.cols(), w.group_size)),
           [&](void* dst) { make_q4_panel(w, dst); }, kSelfReleased);
-    } else if (weight_copies_ && cg->weight[size_t(id)].empty()) {
+    } else if (place) {
       const size_t scale_bytes =
           w.quantized() ? size_t(w.rows() * (w.cols() / w.group_size)) * 2 : 0;
       const PackShape pack = pack_shape(w.dtype);

@@ -171,13 +171,13 @@ void gemm_rows(const StepCtx& c, const Tensor& w, const void* w_il, const float*
         block.shape[0] = n;
         block.data = codes;
         block.nbytes = size_t(n * row_bytes);
-        block.scales = static_cast<const uint16_t*>(w.scales) + r * (K / w.group_size);
         if (reads_q4_panel(c.kt, w)) {  // the copy holds the scales too
           auto* scales = reinterpret_cast<uint16_t*>(codes + n * row_bytes);
           unpack_q4_panel(static_cast<const uint8_t*>(w_il), K, w.group_size, r, n, codes, scales);
           block.scales = scales;
         } else {
           unpack_rows(w_il, r, n, row_bytes, pack_shape(w.dtype), codes);
+          block.scales = static_cast<const uint16_t*>(w.scales) + r * (K / w.group_size);
         }
         deq(block, 0, n, wide, xb != nullptr);
       } else {

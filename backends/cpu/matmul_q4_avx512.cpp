@@ -16,14 +16,12 @@ using namespace qk;
 
 struct Q4Codes {
   static constexpr int kOffsetLog2 = 3;  // nibbles hold q + 8
-  // Decode rows per pass of row-major codes: 8 x 64-byte chunks. Packed rows (kPackQ4) go 4 at
-  // a time in two streams: 4-row groups read at 94% of the bandwidth there, 8-row ones at 91%.
+  // Decode rows per pass of row-major codes (--mmap, rows outside whole panels): 8 x 64-byte
+  // chunks. The packed copy is panels (matmul_q4_panel_avx512.h), so decode_quant and gemm_quant
+  // never see kPack's groups here; it is the shape their templates require.
   static constexpr int kDecodeRows = 8;
   static constexpr PackShape kPack = kPackQ4;
   static constexpr int64_t kChunkBytes = 64;
-  // rows_dot_pair's prefetch distance per stream: best of 1-16 KiB in a kernel harness on Zen 5
-  // (one 134 MB matrix, one thread); 64 KiB, the one-stream distance, gained nothing.
-  static constexpr int64_t kPairPrefetch = 2048;
   template <bool kPrefetch = true>
   static __m512i dot(const uint8_t* c, __m512i xa, __m512i xb, __m512i init) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);

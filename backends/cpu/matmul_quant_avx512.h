@@ -250,26 +250,16 @@ inline void rows_dot(const Codes& cd, const uint8_t* const* w, int64_t chunk_str
   }
 }
 
-// How far ahead of each of rows_dot_pair's two streams a kernel prefetches its codes
-// (Codes::kPairPrefetch bytes), or 0 for none.
-template <class C, class = void>
-struct PairPrefetch : std::integral_constant<int64_t, 0> {};
-template <class C>
-struct PairPrefetch<C, std::void_t<decltype(C::kPairPrefetch)>>
-    : std::integral_constant<int64_t, C::kPairPrefetch> {};
-
 // Two packed groups of NR rows at once, each read as its own sequential stream (codes at w[s],
 // scales at sw[s], results to out[s]). Kernel-only on Zen 5, one thread, all 0.6B matrices: Q8
 // 97% of the read bandwidth against 88% for one stream with software prefetch; Q4 in 4-row groups
 // 94% against 88% (8-row groups in two streams: 91%; four streams of Q8: half the bandwidth). The
-// hardware prefetchers alone keep Q8's streams at the bandwidth; Q4 spends twice the instructions
-// per byte, so fewer of its lines are in flight, and a prefetch a little ahead of each stream
-// (PairPrefetch) keeps more of them coming.
+// hardware prefetchers alone keep Q8's streams at the bandwidth. (Q4 without a codebook now reads
+// 16-row panels instead, with a prefetch ahead of each stream: matmul_q4_panel_avx512.h.)
 template <class Codes, int G, DType ST, int NR>
 inline void rows_dot_pair(const Codes& cd, const uint8_t* const* w, const uint16_t* const* sw,
                           int64_t ng, const int8_t* xq, const float* xd, const int32_t* off,
                           int64_t nc, float* const* out) {
-  constexpr int64_t kAhead = PairPrefetch<Codes>::value;
   __m512 acc[2][NR];
   for (int s = 0; s < 2; ++s)
     for (int r = 0; r < NR; ++r) acc[s][r] = _mm512_setzero_ps();
@@ -280,9 +270,6 @@ inline void rows_dot_pair(const Codes& cd, const uint8_t* const* w, const uint16
     const __m512 dx = _mm512_broadcast_f32x4(_mm_loadu_ps(xd + 4 * j));
     for (int s = 0; s < 2; ++s)
       for (int r = 0; r < NR; ++r) {
-        if constexpr (kAhead > 0)
-          for (int64_t b = 0; b < Codes::kChunkBytes; b += 64)
-            prefetch(w[s] + (j * NR + r) * Codes::kChunkBytes + kAhead + b);
         const __m512i d =
             cd.template dot<false>(w[s] + (j * NR + r) * Codes::kChunkBytes, xa, xb, o);
         const __m512 f = _mm512_mul_ps(chunk_scales<G, ST>(sw[s] + r * ng, j), dx);
