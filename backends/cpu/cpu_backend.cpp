@@ -331,10 +331,7 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
       }
     });
   };
-  // A BF16 LM head is not packed: its screen computes single 4-row groups of it exactly, and
-  // they must round as the whole head's rows do, which the packed kernel's column-order sums
-  // (16-row groups) do not.
-  auto use_weight = [&](int id, bool logits, bool pack_ok = true) {
+  auto use_weight = [&](int id, bool pack_ok = true) {
     Tensor w = ts[size_t(id)].weight;
     const bool place = weight_copies_ && cg->weight[size_t(id)].empty();
     if (place && pack_ok && reads_q4_panel(kernels_, w) &&
@@ -352,8 +349,7 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
       // The AVX-512 kernels read every packed type; the AVX2 ones the quantized types.
       const bool reads_packed =
           kernels_.isa == Isa::Avx512 || (kernels_.isa == Isa::Avx2 && w.quantized());
-      if (!(logits && w.dtype == DType::BF16) && pack_ok && pack.chunk && reads_packed &&
-          pack_fits(pack, w.rows(), row_bytes))
+      if (pack_ok && pack.chunk && reads_packed && pack_fits(pack, w.rows(), row_bytes))
         cg->w_il[size_t(id)] = weight_copies_->get(
             w.data, kPacked, w.nbytes,
             [&](void* dst) {
@@ -449,8 +445,8 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
           // copies placed as the linear steps' are (decode reads 8 of 128 experts' scattered
           // matrices: packed rows in huge pages, not the mapping's 4 KiB pages).
           moe_native = true;
-          use_weight(n.in[1], false);
-          for (int e = 0; e < 3 * n.p.n_experts; ++e) use_weight(n.in[2] + e, false);
+          use_weight(n.in[1]);
+          for (int e = 0; e < 3 * n.p.n_experts; ++e) use_weight(n.in[2] + e);
           for (int id : {n.in[1], n.in[2], n.in[2] + 2}) {
             const Tensor& w = ts[size_t(id)].weight;
             max_k = std::max(max_k, w.cols());
@@ -463,7 +459,7 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
       case Step::Kind::Linear:
         widen_norm(s.lin.norm_w);
         for (const auto& p : s.lin.parts) {
-          use_weight(p.w, s.lin.logits);
+          use_weight(p.w);
           const Tensor& w = ts[size_t(p.w)].weight;
           max_k = std::max(max_k, w.cols());
           if (w.quantized())
@@ -509,7 +505,7 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
     // each token not seen before faults its row in, and once the load has streamed the weights
     // through the page cache that is a read from the disk: a 30B-A3B decode step on a VM waited
     // ~3 ms for one.
-    if (cg->weight[table].empty()) use_weight(int(table), false, false);
+    if (cg->weight[table].empty()) use_weight(int(table), false);
   }
 
   // Place activations with reuse: a tensor's block is free again after the last step reading it.

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <queue>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/compiled.h"
@@ -14,16 +15,17 @@ namespace hearth::cpu {
 
 namespace {
 
-// Prefetches the head's 4-row group at g0 (rows, and scales if quantized): the groups a screened
-// step computes are scattered, and each waited on memory from its first line.
-void prefetch_group(const Tensor& w, const void* w_il, int64_t g0) {
+// Prefetches the head's group of `n` rows at g0 (rows, and scales if quantized): the groups a
+// screened step computes are scattered, and each waited on memory from its first line. A packed
+// group's rows lie where the rows would (kernels.h PackShape).
+void prefetch_group(const Tensor& w, const void* w_il, int64_t g0, int64_t n) {
   const int64_t row_bytes = int64_t(w.nbytes) / w.rows();
   const char* rows = static_cast<const char*>(w_il ? w_il : w.data) + g0 * row_bytes;
-  for (int64_t i = 0; i < 4 * row_bytes; i += 64) __builtin_prefetch(rows + i);
+  for (int64_t i = 0; i < n * row_bytes; i += 64) __builtin_prefetch(rows + i);
   if (!w.quantized()) return;
   const int64_t scale_row = w.cols() / w.group_size * 2;
   const char* scales = static_cast<const char*>(w.scales) + g0 * scale_row;
-  for (int64_t i = 0; i < 4 * scale_row; i += 64) __builtin_prefetch(scales + i);
+  for (int64_t i = 0; i < n * scale_row; i += 64) __builtin_prefetch(scales + i);
 }
 
 // What both screened heads read: the head (as the matmuls read it), its screen, the calling
@@ -35,7 +37,8 @@ struct ScreenedHead {
         w(c.cg.weight[size_t(s.parts[0].w)]),
         w_il(c.cg.w_il[size_t(s.parts[0].w)]),
         x(x),
-        K(w.cols()) {
+        K(w.cols()),
+        group(w_il && w.dtype == DType::BF16 ? kPackBf16.rows : 4) {
     ThreadPool::split(w.rows(), c.tid, c.nth, 16, &b, &e);
     tmp = c.scratch() + c.cg.off_tmp;
     hw = tmp + c.cg.tmp_floats;
@@ -57,13 +60,16 @@ struct ScreenedHead {
     }
   }
 
-  // The head's own logits of the 4-row group at g0 (clipped to the range) into y.
-  int64_t exact(int64_t g0, float* y, bool reuse) const {
-    const int64_t g1 = std::min(g0 + 4, e);
-    matmul_rows(c, w, w_il, x, 1, g0, g1, y, 4, 0, reuse);
-    return g1;
+  // The head's own logits of the group holding row r (clipped to the range) into y[g0 - r0...]
+  // where [g0, g1) is the group, returned. Groups are the whole head's: 4 rows, or a packed BF16
+  // head's 16 (its kernel sums 16 rows at once, each in column order), so each row's logit is
+  // the one the whole head gives.
+  std::pair<int64_t, int64_t> exact(int64_t r, float* y, bool reuse) const {
+    const int64_t g0 = r / group * group, g1 = std::min(g0 + group, e);
+    matmul_rows(c, w, w_il, x, 1, g0, g1, y, group, 0, reuse);
+    return {g0, g1};
   }
-  void prefetch(int64_t g0) const { prefetch_group(w, w_il, g0); }
+  void prefetch(int64_t r) const { prefetch_group(w, w_il, r / group * group, group); }
 
   const StepCtx& c;
   const HeadScreen& hs;
@@ -71,6 +77,7 @@ struct ScreenedHead {
   const void* w_il;
   const float* x;
   int64_t K, b = 0, e = 0;
+  int64_t group;  // rows the head's kernel computes together (exact)
   float *tmp = nullptr, *hw = nullptr, *screen_scratch = nullptr;
   ScreenInput in;
   ScreenCandidate* cand = nullptr;
@@ -82,9 +89,9 @@ struct ScreenedHead {
 // rows block by block, keeping the 4-row groups whose upper bound reaches the best lower bound so
 // far, and computes each block's most promising group from the head itself at once, so that its
 // logit raises that bound for the blocks after; then, in row order, it computes every kept group
-// whose upper bound reaches the best logit any thread has computed so far. Groups start on
-// multiples of 4, as in the whole head's calls, so each row's logit is the one the whole head
-// gives; every other row's is provably below the maximum. (0.6B INT4, 5-bit screen: ~15,000 groups
+// whose upper bound reaches the best logit any thread has computed so far, as the head's groups
+// (ScreenedHead::exact) that hold them, so each row's logit is the one the whole head gives;
+// every other row's is provably below the maximum. (0.6B INT4, 5-bit screen: ~15,000 groups
 // pass the screen's own lower bounds, ~180 the best logit.)
 void argmax_screened(const StepCtx& c, const LinearStep& s, const float* x) {
   CpuCompiled& cg = c.cg;
@@ -95,8 +102,8 @@ void argmax_screened(const StepCtx& c, const LinearStep& s, const float* x) {
   float best = -INFINITY, lower = -INFINITY;
   int32_t best_row = -1;
   int64_t exact = 0, exact_seen = 0, m = 0;
-  auto compute = [&](int64_t g0) {
-    const int64_t g1 = h.exact(g0, tmp, exact > 0);
+  auto compute = [&](int64_t row) {
+    const auto [g0, g1] = h.exact(row, tmp, exact > 0);
     for (int64_t r = g0; r < g1; ++r) {
       const float v = tmp[r - g0];  // NaN never wins; ties go to the first row
       if (v > best || (v == best && r < best_row)) best = v, best_row = int32_t(r);
@@ -121,7 +128,9 @@ void argmax_screened(const StepCtx& c, const LinearStep& s, const float* x) {
       if (top < 0 || cand[i].upper > cand[top].upper) top = i;
     if (top >= 0 && cand[top].upper >= best) {
       compute(cand[top].row);
-      cand[top].upper = -INFINITY;  // done
+      // Done, with any other group of the screen's inside the one computed.
+      for (int64_t i = m0; i < m; ++i)
+        if (cand[i].row / h.group == cand[top].row / h.group) cand[i].upper = -INFINITY;
     }
   }
   int64_t next = 0;  // the next group to compute after the current one, prefetched meanwhile
@@ -130,10 +139,18 @@ void argmax_screened(const StepCtx& c, const LinearStep& s, const float* x) {
     while (from < m && !(cand[from].upper >= bar)) ++from;
     return from;
   };
-  for (int64_t i = find(0); i < m; i = find(next)) {
-    next = find(i + 1);
+  // Candidates come in row order: the screen's 4-row groups inside one group of the head's are
+  // computed once.
+  auto find_new = [&](int64_t from, int64_t row) {
+    for (from = find(from); from < m && cand[from].row / h.group == row / h.group;)
+      from = find(from + 1);
+    return from;
+  };
+  for (int64_t i = find(0); i < m;) {
+    next = find_new(i + 1, cand[i].row);
     if (next < m) h.prefetch(cand[next].row);
     compute(cand[i].row);
+    i = find(next);  // the bar may have risen
   }
   if (best_row >= 0) {
     cg.best_val[size_t(c.tid) * size_t(cg.max_outputs)] = best;
@@ -175,8 +192,8 @@ class KthLargest {
 // of the whole head are among the k largest of some range, so they and everything tied with the
 // k-th are exact. Two bars, each the k-th largest of k distinct rows' values and so a proof that
 // any row whose upper bound is below it has k rows above it: first the screen's lower bounds
-// (estimate - bound) of the whole range, then the exact logits computed so far. Groups start on
-// multiples of 4, so each logit is the one the whole head gives.
+// (estimate - bound) of the whole range, then the exact logits computed so far. Candidates are
+// the head's own groups (ScreenedHead::exact), so each logit is the one the whole head gives.
 void topk_screened(const StepCtx& c, const LinearStep& s, const float* x, int k, float* out) {
   CpuCompiled& cg = c.cg;
   const ScreenedHead h(c, s, x);
@@ -190,9 +207,9 @@ void topk_screened(const StepCtx& c, const LinearStep& s, const float* x, int k,
     const int64_t r1 = std::min(e, r + br);
     h.screen(r, r1, r > b);
     // (Not screen_select: it raises the bar to the best lower bound, the argmax's.)
-    for (int64_t g = 0; g < r1 - r; g += 4) {
+    for (int64_t g = 0; g < r1 - r; g += h.group) {
       float up = -INFINITY;
-      for (int64_t i = g; i < std::min(r1 - r, g + 4); ++i) {
+      for (int64_t i = g; i < std::min(r1 - r, g + h.group); ++i) {
         screened.offer(tmp[i] - h.hw[i]);
         up = std::max(up, tmp[i] + h.hw[i]);  // NaN: keeps up
       }
@@ -203,7 +220,7 @@ void topk_screened(const StepCtx& c, const LinearStep& s, const float* x, int k,
   int64_t kept = 0;
   for (int64_t i = 0; i < m; ++i)
     if (cand[i].upper >= bar) cand[kept++] = cand[i];
-  // First the groups of the highest upper bounds, rows enough for k several times over, so that
+  // First k groups of the highest upper bounds, rows enough for k several times over, so that
   // the exact bar starts near the k-th logit (a selection: sorting thousands of candidates cost
   // 5% of a 0.6B INT4 decode); then, in any order, every other one that still reaches it.
   const int64_t first = std::min<int64_t>(kept, k);
@@ -212,8 +229,8 @@ void topk_screened(const StepCtx& c, const LinearStep& s, const float* x, int k,
       [](const ScreenCandidate& a, const ScreenCandidate& z) { return a.upper > z.upper; });
   KthLargest exact(k);
   int64_t rows = 0;
-  auto compute = [&](int64_t g0) {
-    const int64_t g1 = h.exact(g0, out + g0, rows > 0);
+  auto compute = [&](int64_t row) {  // row starts a group
+    const auto [g0, g1] = h.exact(row, out + row, rows > 0);
     for (int64_t r = g0; r < g1; ++r) exact.offer(out[r]);
     rows += g1 - g0;
   };
