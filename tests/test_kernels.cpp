@@ -1451,12 +1451,12 @@ TEST_SUITE("kernels") {
       auto store = std::make_shared<WeightStore>();
       for (const Isa isa_kind : isas_here())
         for (int threads : {1, 3}) {
+          const std::string isa = isa_name(isa_kind);
           CAPTURE(K);
           CAPTURE(rows);
-          CAPTURE(isa_name(isa_kind));
+          CAPTURE(isa);
           CAPTURE(threads);
-          const double saved =
-              check_screened_top_k(h.g, h.N, h.n_x, isa_name(isa_kind), threads, store);
+          const double saved = check_screened_top_k(h.g, h.N, h.n_x, isa, threads, store);
           // Unless each of 3 threads' ~1370 rows is read in the packed head's 16-row groups,
           // of which k = 64 takes 1024 rows at once.
           if (rows % 16 != 0 || threads == 1) CHECK(saved > 0);
