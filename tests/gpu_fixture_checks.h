@@ -70,7 +70,7 @@ inline void check_16bit_kv(const MakeGpu& make, const CheckGpu& after) {
     for (auto [kvt, bound] : {std::pair{DType::F16, 1e-5}, {DType::BF16, 1e-4}})
       for (int chunk : {256, 7}) {
         CAPTURE(fx);
-        CAPTURE(dtype_name(kvt));
+        CAPTURE(std::string(dtype_name(kvt)));
         CAPTURE(chunk);
         auto runner = gpu_runner(make(kvt), *model, chunk, 4, kvt);
         const double worst = worst_kl_of_forward(*runner, s, want, V);

@@ -204,8 +204,8 @@ TEST_SUITE("kernels") {
       for (DType wt : {DType::F32, DType::F16, DType::BF16})
         for (int64_t K : {1, 15, 16, 17, 64, 100, 1024})
           for (int T : {1, 2, 3, 4, 5, 9}) {
-            CAPTURE(isa_name(isa));
-            CAPTURE(dtype_name(wt));
+            CAPTURE(std::string(isa_name(isa)));
+            CAPTURE(std::string(dtype_name(wt)));
             CAPTURE(K);
             CAPTURE(T);
             const int64_t N = 37, r0 = 3, r1 = 35;  // odd range: blocks of 8, 4 and single rows
@@ -273,7 +273,7 @@ TEST_SUITE("kernels") {
         for (int T : {1, 2, 3, 5, 8, 9, 12}) {
           for (auto [r0, r1] :
                {std::pair<int64_t, int64_t>{0, N}, {3, 45}, {5, 7}, {16, 32}, {0, 32}, {16, 48}}) {
-            CAPTURE(isa_name(isa));
+            CAPTURE(std::string(isa_name(isa)));
             CAPTURE(K);
             CAPTURE(T);
             CAPTURE(r0);
@@ -371,8 +371,8 @@ TEST_SUITE("kernels") {
         for (int hd : {16, 24, 32, 128})
           for (int group : {1, 2, 5})
             for (auto [n_tok, pos0] : {std::pair{1, 0}, {1, 130}, {7, 3}, {40, 100}}) {
-              CAPTURE(isa_name(isa));
-              CAPTURE(dtype_name(kvt));
+              CAPTURE(std::string(isa_name(isa)));
+              CAPTURE(std::string(dtype_name(kvt)));
               CAPTURE(hd);
               CAPTURE(group);
               CAPTURE(n_tok);
@@ -416,8 +416,8 @@ TEST_SUITE("kernels") {
       for (DType kvt : {DType::F32, DType::F16, DType::BF16, DType::I8})
         for (int bs : {16, 32})
           for (auto [n_tok, pos0] : {std::pair{1, 0}, {1, 31}, {1, 150}, {5, 70}, {20, 40}}) {
-            CAPTURE(isa_name(isa));
-            CAPTURE(dtype_name(kvt));
+            CAPTURE(std::string(isa_name(isa)));
+            CAPTURE(std::string(dtype_name(kvt)));
             CAPTURE(bs);
             CAPTURE(n_tok);
             CAPTURE(pos0);
@@ -512,8 +512,8 @@ TEST_SUITE("kernels") {
     for (Isa isa : isas_here())
       for (DType kvt : {DType::F32, DType::BF16})
         for (int n_tok : {1, 8, 16}) {  // whole blocks of 16 and 32 query rows
-          CAPTURE(isa_name(isa));
-          CAPTURE(dtype_name(kvt));
+          CAPTURE(std::string(isa_name(isa)));
+          CAPTURE(std::string(dtype_name(kvt)));
           CAPTURE(n_tok);
           const KernelTable kt = make_kernel_table(isa);
           const int rows = n_tok * group;
@@ -562,7 +562,7 @@ TEST_SUITE("kernels") {
     a[3] = -100.f, a[4] = 100.f, a[5] = -87.5f, a[6] = 88.5f, a[7] = 0.f;  // exp's clamps
     for (Isa isa : isas_here()) {
       const KernelTable kt = make_kernel_table(isa);
-      CAPTURE(isa_name(isa));
+      CAPTURE(std::string(isa_name(isa)));
       for (int64_t n : {1, 7, 16, 33, 1000}) {
         std::vector<float> out(static_cast<size_t>(n));
         kt.silu_mul(a.data(), b.data(), out.data(), n);
@@ -627,7 +627,7 @@ TEST_SUITE("kernels") {
         for (Isa isa : isas_here()) {
           CAPTURE(n);
           CAPTURE(start);
-          CAPTURE(isa_name(isa));
+          CAPTURE(std::string(isa_name(isa)));
           const KernelTable kt = make_kernel_table(isa);
           std::vector<ScreenCandidate> got(size_t(n + 16));
           float got_lower = start;
@@ -645,7 +645,7 @@ TEST_SUITE("kernels") {
   TEST_CASE("rms_norm and widen against float64") {
     for (Isa isa : isas_here()) {
       const KernelTable kt = make_kernel_table(isa);
-      CAPTURE(isa_name(isa));
+      CAPTURE(std::string(isa_name(isa)));
       for (int64_t n : {1, 16, 37, 128, 4096}) {
         CAPTURE(n);
         const auto x = randn(size_t(n), 33, 3.f);
@@ -686,7 +686,7 @@ TEST_SUITE("kernels") {
                               1.01171875f};
     for (Isa isa : isas_here()) {
       const KernelTable kt = make_kernel_table(isa);
-      CAPTURE(isa_name(isa));
+      CAPTURE(std::string(isa_name(isa)));
       const int n = int(sizeof specials / sizeof specials[0]);
       std::vector<uint16_t> h(static_cast<size_t>(n));
       kt.to_bf16(specials, h.data(), n);
@@ -1474,7 +1474,7 @@ TEST_SUITE("kernels") {
     auto store = std::make_shared<WeightStore>();
     for (const Isa isa_kind : isas_here())
       for (int threads : {1, 2}) {
-        CAPTURE(isa_name(isa_kind));
+        CAPTURE(std::string(isa_name(isa_kind)));
         CAPTURE(threads);
         const double saved = check_screened_top_k(g, N, n_x, isa_name(isa_kind), threads, store);
         if (make_kernel_table(isa_kind).screen_q8) CHECK(saved > 0);
@@ -1748,7 +1748,7 @@ TEST_SUITE("kernels") {
 #endif
       for (const auto& gemm : gemms)
         for (int threads : {1, 2}) {
-          CAPTURE(dtype_name(wt));
+          CAPTURE(std::string(dtype_name(wt)));
           CAPTURE(gemm);
           CAPTURE(threads);
           auto be = backend("", threads, gemm, 2);

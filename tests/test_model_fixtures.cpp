@@ -105,7 +105,7 @@ TEST_SUITE("model_fixtures") {
           for (int chunk : {256, 7}) {
             CAPTURE(fx);
             CAPTURE(isa);
-            CAPTURE(dtype_name(kvt));
+            CAPTURE(std::string(dtype_name(kvt)));
             CAPTURE(chunk);
             auto runner = make_runner(*model, isa, 2, chunk, kvt);
             const auto& s = seqs.back();
