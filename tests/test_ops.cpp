@@ -487,63 +487,67 @@ TEST_SUITE("ops") {
           }
   }
 
-  TEST_CASE("INT4 weights as 16-row panels: a tied table's rows and its logits, short and long") {
-    // With weight copies, Q4 matrices of whole 16-row groups are placed as panels (q4_panel.h)
-    // where the kernel table reads them (AVX-512), and a tied table is read from the head's panel:
-    // logits of embedded rows, x = table[id], y = x W^T, against float64 (each row's activations
-    // rounded to int8 as the kernels do). 3 and 40 tokens: decode and the int8 GEMM.
-    // 52 rows are not whole groups: that matrix must not be read as panels (its copy is the
-    // rows as they are), and a tied table neither.
+  TEST_CASE(
+      "INT4 and INT8 weights as 16-row panels: a tied table's rows and logits, short and long") {
+    // With weight copies, Q4 and Q8 matrices of whole 16-row groups are placed as panels
+    // (q4_panel.h, q8_panel.h) where the kernel table reads them (AVX-512), and a tied table is
+    // read from the head's panel: logits of embedded rows, x = table[id], y = x W^T, against
+    // float64 (each row's activations rounded to int8 as the kernels do). 3 and 40 tokens: decode
+    // and the int8 GEMM. 52 rows are not whole groups: that matrix must not be read as panels (its
+    // copy is the rows as they are), and a tied table neither.
     const int64_t K = 256;
-    for (const int64_t N : {int64_t(48), int64_t(52)}) {
-      const int group = 64;
-      std::mt19937 rng(7);
-      std::vector<int8_t> q(size_t(N * K));
-      for (auto& c : q) c = int8_t(int(rng() % 16) - 8);
-      std::vector<uint16_t> scales(size_t(N * K / group));
-      std::vector<double> sd(scales.size());
-      for (size_t i = 0; i < scales.size(); ++i) {
-        scales[i] = f32_to_bf16(0.01f + 0.05f * float(rng() % 1000) / 1000.f * (i % 3 ? 1 : -1));
-        sd[i] = bf16_to_f32(scales[i]);
-      }
-      const std::vector<uint8_t> codes = test::pack_codes(4, q.data(), N, K);
-      const Tensor w = test::quantized_view(4, N, K, codes, scales, DType::BF16, group, nullptr);
-      auto wd = [&](int64_t n, int64_t k) {
-        return double(q[size_t(n * K + k)]) * sd[size_t(n * (K / group) + k / group)];
-      };
-      for (int T : {3, 40}) {
-        std::vector<int32_t> ids;
-        for (int t = 0; t < T; ++t) ids.push_back(int32_t((t * 7 + 5) % N));
-        Graph g;
-        const int table = g.weight("table", w);
-        const int e = g.add(Op::Embed, g.activation("e", K), {table});
-        finish(g, g.add(Op::MatMul, g.activation("y", N), {e, g.weight("head", w)}));
-        std::vector<double> want(size_t(T * N));
-        for (int t = 0; t < T; ++t) {
-          std::vector<float> row(static_cast<size_t>(K));
-          for (int64_t k = 0; k < K; ++k) row[size_t(k)] = float(wd(ids[size_t(t)], k));
-          const std::vector<double> xq = int8_blocks(row.data(), K);
-          for (int64_t n = 0; n < N; ++n)
-            for (int64_t k = 0; k < K; ++k) want[size_t(t * N + n)] += xq[size_t(k)] * wd(n, k);
+    for (const int bits : {4, 8})
+      for (const int64_t N : {int64_t(48), int64_t(52)}) {
+        const int group = 64;
+        std::mt19937 rng(7);
+        std::vector<int8_t> q(size_t(N * K));
+        for (auto& c : q) c = int8_t(bits == 4 ? int(rng() % 16) - 8 : int(rng() % 255) - 127);
+        std::vector<uint16_t> scales(size_t(N * K / group));
+        std::vector<double> sd(scales.size());
+        for (size_t i = 0; i < scales.size(); ++i) {
+          scales[i] = f32_to_bf16(0.01f + 0.05f * float(rng() % 1000) / 1000.f * (i % 3 ? 1 : -1));
+          sd[i] = bf16_to_f32(scales[i]);
         }
-        for (const auto& isa : isas_here())
-          for (int threads : {1, 2}) {
-            if (isa == "scalar") continue;  // f32 products, not int8 ones
-            CAPTURE(N);
-            CAPTURE(T);
-            CAPTURE(isa);
-            CAPTURE(threads);
-            BackendOptions o;
-            o.threads = threads;
-            o.cpu.isa = isa;
-            o.cpu.weight_copies = std::make_shared<WeightStore>();
-            Harness h(isa, threads);
-            h.be = create_backend("cpu", o);
-            h.alloc({1, 1, 2}, 64);
-            CHECK(nerr(h.run(g, ids), want) < 1e-5);
+        const std::vector<uint8_t> codes = test::pack_codes(bits, q.data(), N, K);
+        const Tensor w =
+            test::quantized_view(bits, N, K, codes, scales, DType::BF16, group, nullptr);
+        auto wd = [&](int64_t n, int64_t k) {
+          return double(q[size_t(n * K + k)]) * sd[size_t(n * (K / group) + k / group)];
+        };
+        for (int T : {3, 40}) {
+          std::vector<int32_t> ids;
+          for (int t = 0; t < T; ++t) ids.push_back(int32_t((t * 7 + 5) % N));
+          Graph g;
+          const int table = g.weight("table", w);
+          const int e = g.add(Op::Embed, g.activation("e", K), {table});
+          finish(g, g.add(Op::MatMul, g.activation("y", N), {e, g.weight("head", w)}));
+          std::vector<double> want(size_t(T * N));
+          for (int t = 0; t < T; ++t) {
+            std::vector<float> row(static_cast<size_t>(K));
+            for (int64_t k = 0; k < K; ++k) row[size_t(k)] = float(wd(ids[size_t(t)], k));
+            const std::vector<double> xq = int8_blocks(row.data(), K);
+            for (int64_t n = 0; n < N; ++n)
+              for (int64_t k = 0; k < K; ++k) want[size_t(t * N + n)] += xq[size_t(k)] * wd(n, k);
           }
+          for (const auto& isa : isas_here())
+            for (int threads : {1, 2}) {
+              if (isa == "scalar") continue;  // f32 products, not int8 ones
+              CAPTURE(bits);
+              CAPTURE(N);
+              CAPTURE(T);
+              CAPTURE(isa);
+              CAPTURE(threads);
+              BackendOptions o;
+              o.threads = threads;
+              o.cpu.isa = isa;
+              o.cpu.weight_copies = std::make_shared<WeightStore>();
+              Harness h(isa, threads);
+              h.be = create_backend("cpu", o);
+              h.alloc({1, 1, 2}, 64);
+              CHECK(nerr(h.run(g, ids), want) < 1e-5);
+            }
+        }
       }
-    }
   }
 
   TEST_CASE("weights and logits past one binding's range run in parts (Vulkan)") {

@@ -14,6 +14,7 @@
 #include "backends/cpu/compiled.h"
 #include "backends/cpu/ops.h"
 #include "backends/cpu/q4_panel.h"
+#include "backends/cpu/q8_panel.h"
 #include "core/error.h"
 #include "core/huge_pages.h"
 
@@ -279,7 +280,14 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
   // are packed a group of rows at a time for the AVX-512 decode kernels (pack_rows); the library
   // GEMMs unpack BF16 blocks, and the int8 GEMM gathers its panels from the packed rows.
   // A screen's layout is part of its key: backends of different ISAs may share the store.
-  enum Layout : int { kVerbatim = 0, kPacked = 1, kScreen = 2, kScreenPacked = 3, kQ4Panel = 4 };
+  enum Layout : int {
+    kVerbatim = 0,
+    kPacked = 1,
+    kScreen = 2,
+    kScreenPacked = 3,
+    kQ4Panel = 4,
+    kQ8Panel = 5
+  };
   // A tied LM head is also the embedding table: the Embed step then reads the head's copy (one
   // row per token, unpacked if packed), so the model's mapping of it is handed back as any other
   // weight's, and the head, read whole by every sampled token the screen cannot spare, streams
@@ -316,41 +324,51 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
                   size_t(e - b));
     });
   };
-  // Q4 panels (q4_panel.h) hold a matrix's codes and scales both, so both sources go back.
-  auto make_q4_panel = [&](const Tensor& w, void* dst) {
-    const int64_t k = w.cols(), ng = k / w.group_size;
+  // Q4 and Q8 panels (q4_panel.h, q8_panel.h) hold a matrix's codes and scales both, so both
+  // sources go back.
+  auto make_panel = [&](const Tensor& w, void* dst) {
+    const int64_t k = w.cols(), ng = k / w.group_size, row_bytes = int64_t(w.nbytes) / w.rows();
     const auto* codes = static_cast<const uint8_t*>(w.data);
     const auto* scales = static_cast<const uint16_t*>(w.scales);
-    const int64_t slice = std::max<int64_t>(kQ4PanelRows, kSliceBytes / (k / 2) / 16 * 16);
+    const int64_t slice = std::max<int64_t>(kQ4PanelRows, kSliceBytes / row_bytes / 16 * 16);
     in_parallel(w.rows(), kQ4PanelRows, [&](int64_t b, int64_t e) {
       for (int64_t s = b; s < e; s += slice) {
         const int64_t s1 = std::min(e, s + slice);
-        pack_q4_panel(codes, scales, k, w.group_size, s, s1, static_cast<uint8_t*>(dst));
-        weight_copies_->hand_back(codes + s * (k / 2), size_t((s1 - s) * (k / 2)));
+        (w.dtype == DType::Q8 ? pack_q8_panel : pack_q4_panel)(codes, scales, k, w.group_size, s,
+                                                               s1, static_cast<uint8_t*>(dst));
+        weight_copies_->hand_back(codes + s * row_bytes, size_t((s1 - s) * row_bytes));
         weight_copies_->hand_back(scales + s * ng, size_t((s1 - s) * ng * 2));
       }
     });
   };
-  auto use_weight = [&](int id, bool pack_ok = true) {
+  // logits: an LM head, whose screen (a Q8 head's) reads its scales row-major.
+  auto use_weight = [&](int id, bool logits, bool pack_ok = true) {
     Tensor w = ts[size_t(id)].weight;
     const bool place = weight_copies_ && cg->weight[size_t(id)].empty();
-    if (place && pack_ok && reads_q4_panel(kernels_, w) &&
-        q4_panel_fits(w.rows(), w.cols(), w.group_size)) {
+    const bool q8p = reads_q8_panel(kernels_, w), panel = reads_q4_panel(kernels_, w) || q8p;
+    if (place && pack_ok && panel && q4_panel_fits(w.rows(), w.cols(), w.group_size)) {
       // w keeps pointing at the mapping: only rows outside whole groups read it (never, with the
       // 16-row splits of the steps).
+      const int64_t bytes =
+          (q8p ? q8_panel_bytes : q4_panel_bytes)(w.rows(), w.cols(), w.group_size);
       cg->w_il[size_t(id)] = weight_copies_->get(
-          w.data, kQ4Panel, size_t(q4_panel_bytes(w.rows(), w.cols(), w.group_size)),
-          [&](void* dst) { make_q4_panel(w, dst); }, kSelfReleased);
+          w.data, q8p ? kQ8Panel : kQ4Panel, size_t(bytes), [&](void* dst) { make_panel(w, dst); },
+          kSelfReleased);
+      if (q8p && logits) {
+        const size_t scale_bytes = size_t(w.rows() * (w.cols() / w.group_size)) * 2;
+        w.scales = weight_copies_->get(
+            w.scales, kVerbatim, scale_bytes,
+            [&](void* dst) { copy_in_parallel(dst, w.scales, scale_bytes); }, kSelfReleased);
+      }
     } else if (place) {
       const size_t scale_bytes =
           w.quantized() ? size_t(w.rows() * (w.cols() / w.group_size)) * 2 : 0;
       const PackShape pack = pack_shape(w.dtype);
       const int64_t row_bytes = int64_t(w.nbytes) / std::max<int64_t>(w.rows(), 1);
       // The AVX-512 kernels read every packed type; the AVX2 ones the quantized types. A kernel
-      // that reads Q4 panels reads no other packing: a matrix they do not fit is copied as it is.
+      // that reads panels reads no other packing: a matrix they do not fit is copied as it is.
       const bool reads_packed =
-          (kernels_.isa == Isa::Avx512 || (kernels_.isa == Isa::Avx2 && w.quantized())) &&
-          !reads_q4_panel(kernels_, w);
+          (kernels_.isa == Isa::Avx512 || (kernels_.isa == Isa::Avx2 && w.quantized())) && !panel;
       if (pack_ok && pack.chunk && reads_packed && pack_fits(pack, w.rows(), row_bytes))
         cg->w_il[size_t(id)] = weight_copies_->get(
             w.data, kPacked, w.nbytes,
@@ -384,13 +402,20 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
     const Tensor& w = ts[size_t(id)].weight;
     if (!weight_copies_ || !screenable(w) || cg->screen_w >= 0) return;
     if (w.dtype == DType::Q8 && !kernels_.screen_q8) return;
-    const bool pk = kernels_.isa == Isa::Avx512 && pack_fits(kPackQ8, w.rows(), w.cols());
+    // A BF16 head's Q8 copy is read by matmul_q8: as panels where it reads them, else packed on
+    // AVX-512 (the layout is part of the store's key).
+    const ScreenLayout pk =
+        kernels_.q8_panel ? (q8_panel_fits(w.rows(), w.cols(), kScreenGroup) ? ScreenLayout::kPanel
+                                                                             : ScreenLayout::kRows)
+        : kernels_.isa == Isa::Avx512 && pack_fits(kPackQ8, w.rows(), w.cols())
+            ? ScreenLayout::kPacked
+            : ScreenLayout::kRows;
     // The screen is made from the model's mapping of the head: a copied head's pages, handed
     // back when its copy was made, are read in again and go back once more, slice by slice.
     const void* mem = weight_copies_->get(
-        w.data, pk ? kScreenPacked : kScreen, head_screen_bytes(w),
+        w.data, pk == ScreenLayout::kRows ? kScreen : kScreenPacked, head_screen_bytes(w),
         [&](void* dst) {
-          copy_handing_back(w.data, w.rows(), int64_t(w.nbytes) / w.rows(), kPackQ8.rows,
+          copy_handing_back(w.data, w.rows(), int64_t(w.nbytes) / w.rows(), kQ4PanelRows,
                             [&](int64_t b, int64_t e) { build_head_screen(w, pk, dst, b, e); });
           if (w.quantized())
             weight_copies_->hand_back(w.scales, size_t(w.rows() * (w.cols() / w.group_size)) * 2);
@@ -447,8 +472,8 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
           // copies placed as the linear steps' are (decode reads 8 of 128 experts' scattered
           // matrices: packed rows in huge pages, not the mapping's 4 KiB pages).
           moe_native = true;
-          use_weight(n.in[1]);
-          for (int e = 0; e < 3 * n.p.n_experts; ++e) use_weight(n.in[2] + e);
+          use_weight(n.in[1], false);
+          for (int e = 0; e < 3 * n.p.n_experts; ++e) use_weight(n.in[2] + e, false);
           for (int id : {n.in[1], n.in[2], n.in[2] + 2}) {
             const Tensor& w = ts[size_t(id)].weight;
             max_k = std::max(max_k, w.cols());
@@ -461,7 +486,7 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
       case Step::Kind::Linear:
         widen_norm(s.lin.norm_w);
         for (const auto& p : s.lin.parts) {
-          use_weight(p.w);
+          use_weight(p.w, s.lin.logits);
           const Tensor& w = ts[size_t(p.w)].weight;
           max_k = std::max(max_k, w.cols());
           if (w.quantized())
@@ -507,7 +532,7 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
     // each token not seen before faults its row in, and once the load has streamed the weights
     // through the page cache that is a read from the disk: a 30B-A3B decode step on a VM waited
     // ~3 ms for one.
-    if (cg->weight[table].empty()) use_weight(int(table), false);
+    if (cg->weight[table].empty()) use_weight(int(table), false, false);
   }
 
   // Place activations with reuse: a tensor's block is free again after the last step reading it.

@@ -9,6 +9,7 @@
 #include "backends/cpu/compiled.h"
 #include "backends/cpu/ops.h"
 #include "backends/cpu/q4_panel.h"
+#include "backends/cpu/q8_panel.h"
 
 namespace hearth::cpu {
 
@@ -171,9 +172,11 @@ void gemm_rows(const StepCtx& c, const Tensor& w, const void* w_il, const float*
         block.shape[0] = n;
         block.data = codes;
         block.nbytes = size_t(n * row_bytes);
-        if (reads_q4_panel(c.kt, w)) {  // the copy holds the scales too
+        const bool q8p = reads_q8_panel(c.kt, w);
+        if (q8p || reads_q4_panel(c.kt, w)) {  // the copy holds the scales too
           auto* scales = reinterpret_cast<uint16_t*>(codes + n * row_bytes);
-          unpack_q4_panel(static_cast<const uint8_t*>(w_il), K, w.group_size, r, n, codes, scales);
+          (q8p ? unpack_q8_panel : unpack_q4_panel)(static_cast<const uint8_t*>(w_il), K,
+                                                    w.group_size, r, n, codes, scales);
           block.scales = scales;
         } else {
           unpack_rows(w_il, r, n, row_bytes, pack_shape(w.dtype), codes);

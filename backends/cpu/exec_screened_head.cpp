@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backends/cpu/compiled.h"
+#include "backends/cpu/q8_panel.h"
 
 namespace hearth::cpu {
 
@@ -18,7 +19,13 @@ namespace {
 // Prefetches the head's group of `n` rows at g0 (rows, and scales if quantized): the groups a
 // screened step computes are scattered, and each waited on memory from its first line. A packed
 // group's rows lie where the rows would (kernels.h PackShape).
-void prefetch_group(const Tensor& w, const void* w_il, int64_t g0, int64_t n) {
+void prefetch_group(const Tensor& w, const void* w_il, bool panel, int64_t g0, int64_t n) {
+  if (panel) {  // a Q8 panel: codes and scales in one span (q8_panel.h)
+    const int64_t gb = q8_panel_group_bytes(w.cols(), w.group_size);
+    const char* group = static_cast<const char*>(w_il) + g0 / kQ4PanelRows * gb;
+    for (int64_t i = 0; i < gb; i += 64) __builtin_prefetch(group + i);
+    return;
+  }
   const int64_t row_bytes = int64_t(w.nbytes) / w.rows();
   const char* rows = static_cast<const char*>(w_il ? w_il : w.data) + g0 * row_bytes;
   for (int64_t i = 0; i < n * row_bytes; i += 64) __builtin_prefetch(rows + i);
@@ -38,7 +45,8 @@ struct ScreenedHead {
         w_il(c.cg.w_il[size_t(s.parts[0].w)]),
         x(x),
         K(w.cols()),
-        group(w_il && w.dtype == DType::BF16 ? kPackBf16.rows : 4) {
+        panel(w_il && reads_q8_panel(c.kt, w)),
+        group(w_il && (w.dtype == DType::BF16 || panel) ? kQ4PanelRows : 4) {
     ThreadPool::split(w.rows(), c.tid, c.nth, 16, &b, &e);
     tmp = c.scratch() + c.cg.off_tmp;
     hw = tmp + c.cg.tmp_floats;
@@ -61,15 +69,15 @@ struct ScreenedHead {
   }
 
   // The head's own logits of the group holding row r (clipped to the range) into y[g0 - r0...]
-  // where [g0, g1) is the group, returned. Groups are the whole head's: 4 rows, or a packed BF16
-  // head's 16 (its kernel sums 16 rows at once, each in column order), so each row's logit is
-  // the one the whole head gives.
+  // where [g0, g1) is the group, returned. Groups are the whole head's: 4 rows, or 16 for a packed
+  // BF16 head (its kernel sums 16 rows at once, each in column order) and a Q8 one in panels, so
+  // each row's logit is the one the whole head gives.
   std::pair<int64_t, int64_t> exact(int64_t r, float* y, bool reuse) const {
     const int64_t g0 = r / group * group, g1 = std::min(g0 + group, e);
     matmul_rows(c, w, w_il, x, 1, g0, g1, y, group, 0, reuse);
     return {g0, g1};
   }
-  void prefetch(int64_t r) const { prefetch_group(w, w_il, r / group * group, group); }
+  void prefetch(int64_t r) const { prefetch_group(w, w_il, panel, r / group * group, group); }
 
   const StepCtx& c;
   const HeadScreen& hs;
@@ -77,6 +85,7 @@ struct ScreenedHead {
   const void* w_il;
   const float* x;
   int64_t K, b = 0, e = 0;
+  bool panel;     // w_il is Q8 panels
   int64_t group;  // rows the head's kernel computes together (exact)
   float *tmp = nullptr, *hw = nullptr, *screen_scratch = nullptr;
   ScreenInput in;

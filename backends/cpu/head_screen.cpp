@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/q8_panel.h"
 #include "core/error.h"
 #include "core/quant_format.h"
 
@@ -15,7 +16,7 @@ namespace hearth::cpu {
 
 namespace {
 
-constexpr int kGroup = 32;
+constexpr int kGroup = int(kScreenGroup);
 
 size_t align64(size_t n) {
   return (n + 63) / 64 * 64;
@@ -80,7 +81,7 @@ void build_hi(const Tensor& w, uint8_t* dst, int64_t r0, int64_t r1) {
 
 }  // namespace
 
-void build_head_screen(const Tensor& w, bool packed, void* dst, int64_t r0, int64_t r1) {
+void build_head_screen(const Tensor& w, ScreenLayout layout, void* dst, int64_t r0, int64_t r1) {
   if (!screenable(w)) fail("head screen: a ", dtype_name(w.dtype), " head cannot be screened");
   if (w.dtype == DType::Q8) return build_hi(w, static_cast<uint8_t*>(dst), r0, r1);
   const int64_t k = w.cols(), ng = k / kGroup;
@@ -89,18 +90,22 @@ void build_head_screen(const Tensor& w, bool packed, void* dst, int64_t r0, int6
   auto* bounds = reinterpret_cast<float*>(base + code_bytes(w) + scale_bytes(w));
   const quant::Scheme scheme{8, kGroup, DType::F16};
   const PackShape pack = kPackQ8;
+  const bool packed = layout == ScreenLayout::kPacked, panel = layout == ScreenLayout::kPanel;
   if (packed && !pack_fits(pack, w.rows(), k)) fail("head screen: rows cannot be packed");
+  if (panel && !q8_panel_fits(w.rows(), k, kGroup)) fail("head screen: rows cannot be panels");
 
-  // Whole packed groups per call, so a range writes only its own bytes.
-  const int64_t step = packed ? pack.rows : 1;
+  // Whole packed groups per call, so a range writes only its own bytes; a panel's scales are in
+  // it, so they are kept aside until the group is packed.
+  const int64_t step = packed ? pack.rows : panel ? kQ4PanelRows : 1;
   std::vector<float> row(static_cast<size_t>(k * step));
   std::vector<int8_t> q(static_cast<size_t>(k));
   std::vector<uint8_t> codes(static_cast<size_t>(k * step));
+  std::vector<uint16_t> group_scales(panel ? size_t(step * ng) : 0);
   for (int64_t g = r0 / step * step; g < r1; g += step) {
     to_f32(w.dtype, static_cast<const uint16_t*>(w.data) + g * k, row.data(), size_t(k * step));
     for (int64_t i = 0; i < step; ++i) {
       const float* wr = row.data() + i * k;
-      uint16_t* sr = scales + (g + i) * ng;
+      uint16_t* sr = panel ? group_scales.data() + i * ng : scales + (g + i) * ng;
       quant::quantize_row_rtn(wr, k, scheme, q.data(), sr);
       quant::pack_row(8, q.data(), k, codes.data() + i * k);
       double m = 0, e = 0, n = 0;
@@ -126,14 +131,17 @@ void build_head_screen(const Tensor& w, bool packed, void* dst, int64_t r0, int6
       br[1] = up(std::sqrt(e) * (1 + 1e-9));
       br[2] = up(std::sqrt(n) * (1 + 1e-9));
     }
-    if (packed)
+    if (panel)
+      pack_q8_panel(codes.data(), group_scales.data(), k, kGroup, 0, step,
+                    base + g / step * q8_panel_group_bytes(k, kGroup));
+    else if (packed)
       pack_rows(codes.data(), step, k, pack, base + g * k);
     else
       std::copy(codes.begin(), codes.end(), base + g * k);
   }
 }
 
-HeadScreen head_screen_view(const Tensor& w, bool packed, const void* dst) {
+HeadScreen head_screen_view(const Tensor& w, ScreenLayout layout, const void* dst) {
   const auto* base = static_cast<const uint8_t*>(dst);
   HeadScreen s;
   if (w.dtype == DType::Q8) {
@@ -149,7 +157,7 @@ HeadScreen head_screen_view(const Tensor& w, bool packed, const void* dst) {
   s.q8.scales = base + code_bytes(w);
   s.q8.scale_dtype = DType::F16;
   s.q8.group_size = kGroup;
-  s.w_il = packed ? base : nullptr;
+  s.w_il = layout == ScreenLayout::kRows ? nullptr : base;
   s.bounds = reinterpret_cast<const float*>(base + code_bytes(w) + scale_bytes(w));
   return s;
 }

@@ -46,7 +46,7 @@ namespace hearth::cpu {
 struct HeadScreen {
   // A BF16 head's:
   Tensor q8;                      // the Q8 copy; with w_il its codes are only the packed ones
-  const void* w_il = nullptr;     // packed codes (kPackQ8) for the AVX-512 kernel, else null
+  const void* w_il = nullptr;     // packed codes or panels (ScreenLayout) for matmul_q8, or null
   const float* bounds = nullptr;  // per row kScreenBounds floats {M, E, N}: N = |w| for rounding
   // A Q8 head's: the high bits of its codes (KernelTable::screen_q8 reads them), else null.
   const uint8_t* hi = nullptr;
@@ -120,13 +120,17 @@ bool screenable(const Tensor& w);
 size_t head_screen_bytes(const Tensor& w);
 // Bytes the screen reads per token (a Q8 head's scales too).
 size_t head_screen_read_bytes(const Tensor& w);
+// How a BF16 head's Q8 copy lies for the matmul_q8 that reads it: rows as they are, the kPackQ8
+// groups (rows a multiple of 4), or 16-row panels with their scales (q8_panel.h, rows a multiple
+// of 16, over the codes' and scales' bytes).
+enum class ScreenLayout { kRows, kPacked, kPanel };
+constexpr int64_t kScreenGroup = 32;  // the Q8 copy's group size
 // Writes rows [r0, r1) of the screen of w into dst (head_screen_bytes(w) bytes, 64-byte aligned),
-// so that threads can share the work; `packed` puts a BF16 head's Q8 codes in the kPackQ8 layout
-// (rows a multiple of 4, and r0 too). A Q8 head's screen is always in 4-row groups (r0 a multiple
-// of 4).
-void build_head_screen(const Tensor& w, bool packed, void* dst, int64_t r0, int64_t r1);
+// so that threads can share the work (r0 a multiple of 16). A Q8 head's screen is always in 4-row
+// groups, whatever `layout`.
+void build_head_screen(const Tensor& w, ScreenLayout layout, void* dst, int64_t r0, int64_t r1);
 // The screen build_head_screen wrote at dst.
-HeadScreen head_screen_view(const Tensor& w, bool packed, const void* dst);
+HeadScreen head_screen_view(const Tensor& w, ScreenLayout layout, const void* dst);
 
 // Per token: the sums X1 and X2 of the header and |x|, from the activations the head multiplies.
 struct ScreenInput {

@@ -257,6 +257,8 @@ struct KernelTable {
   QuantMatmulFn matmul_q8 = nullptr, matmul_q4 = nullptr;
   // matmul_q4 reads its packed copy (MatmulArgs::w_il) as 16-row panels (q4_panel.h), not kPackQ4.
   bool q4_panel = false;
+  // matmul_q8 reads its packed copy as 16-row panels (q8_panel.h), not kPackQ8.
+  bool q8_panel = false;
   QuantDequantFn dequant_q8 = nullptr, dequant_q4 = nullptr;
   // Q4 whose nibbles index a codebook (Tensor::codebook) rather than the uniform grid.
   QuantMatmulFn matmul_q4cb = nullptr;
@@ -282,6 +284,10 @@ struct KernelTable {
 // Whether w's packed copy, where it has one, is a Q4 panel (q4_panel.h) for this table.
 inline bool reads_q4_panel(const KernelTable& kt, const Tensor& w) {
   return kt.q4_panel && w.dtype == DType::Q4 && !w.codebook;
+}
+// The same for a Q8 panel (q8_panel.h).
+inline bool reads_q8_panel(const KernelTable& kt, const Tensor& w) {
+  return kt.q8_panel && w.dtype == DType::Q8 && !w.codebook;
 }
 
 // One fill function per kernel file; make_kernel_table calls those of each level up to the ISA.

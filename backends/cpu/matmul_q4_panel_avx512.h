@@ -3,7 +3,8 @@
 // block's integer dot starts at -8 x its activation code sum (the codes are q + 8) and is scaled
 // once per block, token and 16 rows. Decode (up to kPrefillTokens - 1 tokens) reads each group
 // once per step for up to 8 tokens; the prefill GEMM takes its panels from the groups without
-// transposing. Include only from matmul_q4_avx512.cpp.
+// transposing. Include only from matmul_q4_avx512.cpp and matmul_q8_panel_avx512.h (which shares
+// the activations, broadcasts, scales and prefetches).
 #pragma once
 #include "backends/cpu/matmul_quant_gemm_avx512.h"
 #include "backends/cpu/q4_panel.h"
@@ -15,18 +16,19 @@ namespace {
 // fall well short of the bandwidth on these streams (bench/RESULTS.md, "Q4 as 16-row panels").
 constexpr int64_t kPanelAhead = 2048;
 
-template <int G>
+// Chunks of CodeBytes of codes and then their scales: Q4 panels, and Q8 ones (q8_panel.h).
+template <int G, int64_t CodeBytes = kQ4PanelCodeBytes>
 inline void prefetch_chunk(const uint8_t* chunk) {
-  for (int64_t b = 0; b < q4_panel_chunk_bytes(G); b += 64) prefetch(chunk + kPanelAhead + b);
+  for (int64_t b = 0; b < CodeBytes + q4_panel_scale_bytes(G); b += 64)
+    prefetch(chunk + kPanelAhead + b);
 }
 
 // Block bb's 16 row scales of a chunk, as f32.
-template <int G, DType ST>
+template <int G, DType ST, int64_t CodeBytes = kQ4PanelCodeBytes>
 inline __m512 panel_scales(const uint8_t* chunk, int bb) {
   const int slot = bb * q4_panel_slots(G) / 4;
   return widen_scales16(
-      ST,
-      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk + kQ4PanelCodeBytes + 32 * slot)));
+      ST, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk + CodeBytes + 32 * slot)));
 }
 
 inline __m512i broadcast4(const int8_t* p) {

@@ -12,9 +12,9 @@ namespace hearth::cpu {
 
 // out[t] = table[tokens[t]] widened to f32, for t in [t0, t1). Token ids were checked by the
 // caller. With `packed` (a tied LM head the backend keeps packed by pack_rows in the shape of
-// its dtype, pack_shape, or a Q4 one as panels where `q4_panel`: q4_panel.h) the rows' codes
-// (and a panel's scales) are read from there instead of table.data.
-void embed_rows(const Tensor& table, const void* packed, bool q4_panel, const int32_t* tokens,
+// its dtype, pack_shape, or as panels where `panel`: q4_panel.h, q8_panel.h) the rows' codes (and
+// a panel's scales) are read from there instead of table.data.
+void embed_rows(const Tensor& table, const void* packed, bool panel, const int32_t* tokens,
                 float* out, int64_t t0, int64_t t1);
 
 // out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, for rows [r0, r1) of width n.

@@ -5,6 +5,7 @@
 
 #include "backends/cpu/ops.h"
 #include "backends/cpu/q4_panel.h"
+#include "backends/cpu/q8_panel.h"
 #include "core/quant_format.h"
 
 namespace hearth::cpu {
@@ -12,19 +13,20 @@ namespace hearth::cpu {
 namespace {
 
 // One row of a table, or of its packed copy (unpacked into `buf`), as a one-row tensor.
-Tensor table_row(const Tensor& table, const void* packed, bool q4_panel, int64_t row,
+Tensor table_row(const Tensor& table, const void* packed, bool panel, int64_t row,
                  std::vector<uint8_t>& buf) {
   const int64_t row_bytes = int64_t(table.nbytes) / table.rows();
   Tensor r = table;
   r.ndim = 2;
   r.shape = {1, table.cols(), 0, 0};
   r.nbytes = size_t(row_bytes);
-  if (packed && q4_panel) {  // the panel holds the row's scales too
+  if (packed && panel) {  // the panel holds the row's scales too
     const int64_t ng = table.cols() / table.group_size;
     buf.resize(size_t(row_bytes + 2 * ng));
     auto* scales = reinterpret_cast<uint16_t*>(buf.data() + row_bytes);
-    unpack_q4_panel(static_cast<const uint8_t*>(packed), table.cols(), table.group_size, row, 1,
-                    buf.data(), scales);
+    (table.dtype == DType::Q8 ? unpack_q8_panel : unpack_q4_panel)(
+        static_cast<const uint8_t*>(packed), table.cols(), table.group_size, row, 1, buf.data(),
+        scales);
     r.data = buf.data(), r.scales = scales;
     return r;
   }
@@ -42,12 +44,12 @@ Tensor table_row(const Tensor& table, const void* packed, bool q4_panel, int64_t
 
 }  // namespace
 
-void embed_rows(const Tensor& table, const void* packed, bool q4_panel, const int32_t* tokens,
+void embed_rows(const Tensor& table, const void* packed, bool panel, const int32_t* tokens,
                 float* out, int64_t t0, int64_t t1) {
   const int64_t n = table.cols();
   std::vector<uint8_t> buf;
   for (int64_t t = t0; t < t1; ++t) {
-    const Tensor row = table_row(table, packed, q4_panel, tokens[t], buf);
+    const Tensor row = table_row(table, packed, panel, tokens[t], buf);
     if (row.quantized())  // Q8/Q4 tables (the tied LM head shares them): dequantize the row
       quant::dequantize_row(row, 0, out + t * n);
     else
