@@ -123,36 +123,53 @@ inline void panel_pair(const uint8_t* g0, const uint8_t* g1, const PanelActs& x,
   _mm512_storeu_ps(y1, acc1);
 }
 
+// A panel format's kernels (Q4 here, Q8 in matmul_q8_panel_avx512.h): tokens<G, ST, T> (1-8 tokens
+// against one group), pair<G, ST> (one token against two groups), for_gemm<G, ST>, and the
+// bytes of a group.
+struct Q4Panel {
+  static constexpr int kOffsetLog2 = 3;  // codes are q + 8
+  template <int G, DType ST, int T>
+  static void tokens(const uint8_t* group, const PanelActs& x, int t0, float* y, int64_t ldy) {
+    panel_tokens<G, ST, T>(group, x, t0, y, ldy);
+  }
+  template <int G, DType ST>
+  static void pair(const uint8_t* g0, const uint8_t* g1, const PanelActs& x, float* y0, float* y1) {
+    panel_pair<G, ST>(g0, g1, x, y0, y1);
+  }
+  static int64_t group_bytes(int64_t k, int64_t group) { return q4_panel_group_bytes(k, group); }
+};
+
 // The last `left` (< 8) tokens of a group as one call of exactly that many.
-template <int G, DType ST, int T = 7>
+template <class P, int G, DType ST, int T = 7>
 inline void panel_tail(const uint8_t* group, const PanelActs& x, int t0, int left, float* y,
                        int64_t ldy) {
   if constexpr (T > 0) {
-    if (left == T) return panel_tokens<G, ST, T>(group, x, t0, y, ldy);
-    panel_tail<G, ST, T - 1>(group, x, t0, left, y, ldy);
+    if (left == T) return P::template tokens<G, ST, T>(group, x, t0, y, ldy);
+    panel_tail<P, G, ST, T - 1>(group, x, t0, left, y, ldy);
   }
 }
 
 // Whole groups [g0, g1) (row indices, multiples of 16) for every token: y row r - y_row0.
-template <int G, DType ST>
+template <class P, int G, DType ST>
 void panel_decode(const uint8_t* panel, int64_t g0, int64_t g1, const PanelActs& x, int n_tokens,
                   float* y, int64_t ldy, int64_t y_row0) {
-  const int64_t gb = q4_panel_group_bytes(x.k, G);
+  const int64_t gb = P::group_bytes(x.k, G);
   auto group = [&](int64_t r) { return panel + r / kQ4PanelRows * gb; };
   if (n_tokens == 1) {
     // Two streams: [g0, g0 + half) beside [g0 + half, g0 + 2 half), as rows_dot_pair.
     const int64_t half = (g1 - g0) / (2 * kQ4PanelRows) * kQ4PanelRows;
     for (int64_t r = g0; r < g0 + half; r += kQ4PanelRows)
-      panel_pair<G, ST>(group(r), group(r + half), x, y + r - y_row0, y + r + half - y_row0);
+      P::template pair<G, ST>(group(r), group(r + half), x, y + r - y_row0, y + r + half - y_row0);
     if (g0 + 2 * half < g1)
-      panel_tokens<G, ST, 1>(group(g1 - kQ4PanelRows), x, 0, y + g1 - kQ4PanelRows - y_row0, ldy);
+      P::template tokens<G, ST, 1>(group(g1 - kQ4PanelRows), x, 0, y + g1 - kQ4PanelRows - y_row0,
+                                   ldy);
     return;
   }
   for (int64_t r = g0; r < g1; r += kQ4PanelRows) {
     int t = 0;
     for (; t + 8 <= n_tokens; t += 8)
-      panel_tokens<G, ST, 8>(group(r), x, t, y + t * ldy + r - y_row0, ldy);
-    panel_tail<G, ST>(group(r), x, t, n_tokens - t, y + t * ldy + r - y_row0, ldy);
+      P::template tokens<G, ST, 8>(group(r), x, t, y + t * ldy + r - y_row0, ldy);
+    panel_tail<P, G, ST>(group(r), x, t, n_tokens - t, y + t * ldy + r - y_row0, ldy);
   }
 }
 
@@ -185,6 +202,41 @@ void panel_for_gemm(const uint8_t* panel, int64_t r, int n, int64_t k, const Gem
       }
     }
   }
+}
+
+// Whole 16-row groups from a panel copy (a.w_il) with P's kernels and for_gemm, the rows around
+// them by `rows` (the row-major kernel, from w).
+template <class P, int G, DType ST, class Rows, class ForGemm>
+void matmul_panel(const QuantMatmulArgs& a, Rows rows, ForGemm for_gemm) {
+  const auto* panel = static_cast<const uint8_t*>(a.w_il);
+  const int64_t k = a.k, nb = k / kBlock;
+  const auto [g0, g1] = whole_groups(a.r0, a.r1, kQ4PanelRows);
+  bool from_w = false;  // the row-major kernel ran and left its own activations in the scratch
+  for (auto [r0, r1] : {std::pair{a.r0, g0}, std::pair{g1, a.r1}}) {
+    if (r0 >= r1) continue;
+    QuantMatmulArgs b = a;
+    b.w_il = nullptr, b.reuse_x = false, b.r0 = r0, b.r1 = r1, b.y = a.y + (r0 - a.r0);
+    rows(b);
+    from_w = true;
+  }
+  if (g0 >= g1) return;
+  if (a.n_tokens >= kPrefillTokens) {
+    // The activations where the rows from w (gemm_quant) left them, if they ran: the same carve.
+    const GemmActs g = gemm_acts<GemmAvx512>(a, P::kOffsetLog2);
+    for (int64_t r = g0; r < g1; r += kPanelRows) {
+      const int n = int(min64(kPanelRows, g1 - r));
+      for_gemm(panel, r, n, k, g);
+      gemm_tokens<GemmAvx512>(g, k, a.n_tokens, a.y + (r - a.r0), a.ldy, n);
+    }
+    return;
+  }
+  ActTile at;
+  carve_act_tile(a.scratch, k, &at);
+  auto* sum = reinterpret_cast<int32_t*>(at.s);
+  for (int t = 0; t < a.n_tokens && (!a.reuse_x || from_w); ++t)
+    quantize_act_blocks_avx512(a.x + t * a.ldx, k, at.q + t * k, at.d + t * nb, sum + t * nb);
+  panel_decode<P, G, ST>(panel, g0, g1, PanelActs{at.q, at.d, sum, k}, a.n_tokens, a.y, a.ldy,
+                         a.r0);
 }
 
 }  // namespace

@@ -81,45 +81,13 @@ void matmul_q8_rows(const QuantMatmulArgs& a) {
   gemm_quant<Q8Codes, G>(a);
 }
 
-// Whole 16-row groups from the panel copy, the rows around them from w.
-template <int G, DType ST>
-void matmul_q8_panel(const QuantMatmulArgs& a) {
-  const auto* panel = static_cast<const uint8_t*>(a.w_il);
-  const int64_t k = a.k, nb = k / kBlock;
-  const auto [g0, g1] = whole_groups(a.r0, a.r1, kQ4PanelRows);
-  bool from_w = false;  // the row-major kernel ran and left its own activations in the scratch
-  for (auto [r0, r1] : {std::pair{a.r0, g0}, std::pair{g1, a.r1}}) {
-    if (r0 >= r1) continue;
-    QuantMatmulArgs b = a;
-    b.w_il = nullptr, b.reuse_x = false, b.r0 = r0, b.r1 = r1, b.y = a.y + (r0 - a.r0);
-    matmul_q8_rows<G>(b);
-    from_w = true;
-  }
-  if (g0 >= g1) return;
-  if (a.n_tokens >= kPrefillTokens) {
-    // The activations where the rows from w (gemm_quant) left them, if they ran: the same carve.
-    const GemmActs g = gemm_acts<GemmAvx512>(a, Q8Codes::kOffsetLog2);
-    for (int64_t r = g0; r < g1; r += kPanelRows) {
-      const int n = int(min64(kPanelRows, g1 - r));
-      q8_panel_for_gemm<G, ST>(panel, r, n, k, g);
-      gemm_tokens<GemmAvx512>(g, k, a.n_tokens, a.y + (r - a.r0), a.ldy, n);
-    }
-    return;
-  }
-  ActTile at;
-  carve_act_tile(a.scratch, k, &at);
-  auto* sum = reinterpret_cast<int32_t*>(at.s);
-  for (int t = 0; t < a.n_tokens && (!a.reuse_x || from_w); ++t)
-    quantize_act_blocks_avx512(a.x + t * a.ldx, k, at.q + t * k, at.d + t * nb, sum + t * nb);
-  q8_panel_decode<G, ST>(panel, g0, g1, PanelActs{at.q, at.d, sum, k}, a.n_tokens, a.y, a.ldy,
-                         a.r0);
-}
-
 template <int G>
 void matmul_q8_avx512_g(const QuantMatmulArgs& a) {
   if (!a.w_il) return matmul_q8_rows<G>(a);
-  if (a.scale_dtype == DType::BF16) return matmul_q8_panel<G, DType::BF16>(a);
-  matmul_q8_panel<G, DType::F16>(a);
+  if (a.scale_dtype == DType::BF16)
+    return matmul_panel<Q8Panel, G, DType::BF16>(a, matmul_q8_rows<G>,
+                                                 q8_panel_for_gemm<G, DType::BF16>);
+  matmul_panel<Q8Panel, G, DType::F16>(a, matmul_q8_rows<G>, q8_panel_for_gemm<G, DType::F16>);
 }
 
 void dequant_rows(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16) {

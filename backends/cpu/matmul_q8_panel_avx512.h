@@ -83,38 +83,19 @@ inline void q8_panel_pair(const uint8_t* g0, const uint8_t* g1, const PanelActs&
   _mm512_storeu_ps(y1, acc1);
 }
 
-// The last `left` (< 8) tokens of a group as one call of exactly that many.
-template <int G, DType ST, int T = 7>
-inline void q8_panel_tail(const uint8_t* group, const PanelActs& x, int t0, int left, float* y,
-                          int64_t ldy) {
-  if constexpr (T > 0) {
-    if (left == T) return q8_panel_tokens<G, ST, T>(group, x, t0, y, ldy);
-    q8_panel_tail<G, ST, T - 1>(group, x, t0, left, y, ldy);
+// Its kernels for panel_decode and matmul_panel (matmul_q4_panel_avx512.h).
+struct Q8Panel {
+  static constexpr int kOffsetLog2 = 7;  // codes are q + 128
+  template <int G, DType ST, int T>
+  static void tokens(const uint8_t* group, const PanelActs& x, int t0, float* y, int64_t ldy) {
+    q8_panel_tokens<G, ST, T>(group, x, t0, y, ldy);
   }
-}
-
-// Whole groups [g0, g1) (row indices, multiples of 16) for every token: y row r - y_row0.
-template <int G, DType ST>
-void q8_panel_decode(const uint8_t* panel, int64_t g0, int64_t g1, const PanelActs& x, int n_tokens,
-                     float* y, int64_t ldy, int64_t y_row0) {
-  const int64_t gb = q8_panel_group_bytes(x.k, G);
-  auto group = [&](int64_t r) { return panel + r / kQ4PanelRows * gb; };
-  if (n_tokens == 1) {
-    const int64_t half = (g1 - g0) / (2 * kQ4PanelRows) * kQ4PanelRows;
-    for (int64_t r = g0; r < g0 + half; r += kQ4PanelRows)
-      q8_panel_pair<G, ST>(group(r), group(r + half), x, y + r - y_row0, y + r + half - y_row0);
-    if (g0 + 2 * half < g1)
-      q8_panel_tokens<G, ST, 1>(group(g1 - kQ4PanelRows), x, 0, y + g1 - kQ4PanelRows - y_row0,
-                                ldy);
-    return;
+  template <int G, DType ST>
+  static void pair(const uint8_t* g0, const uint8_t* g1, const PanelActs& x, float* y0, float* y1) {
+    q8_panel_pair<G, ST>(g0, g1, x, y0, y1);
   }
-  for (int64_t r = g0; r < g1; r += kQ4PanelRows) {
-    int t = 0;
-    for (; t + 8 <= n_tokens; t += 8)
-      q8_panel_tokens<G, ST, 8>(group(r), x, t, y + t * ldy + r - y_row0, ldy);
-    q8_panel_tail<G, ST>(group(r), x, t, n_tokens - t, y + t * ldy + r - y_row0, ldy);
-  }
-}
+  static int64_t group_bytes(int64_t k, int64_t group) { return q8_panel_group_bytes(k, group); }
+};
 
 // The GEMM's panel (pack_panel's layout) for rows [r, r + n) from whole groups of the copy: its
 // vectors are already rows in lanes, codes + 128, in element order.
