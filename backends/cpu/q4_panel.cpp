@@ -16,11 +16,8 @@ struct PanelAt {
   static int64_t dword(int64_t r, int L) {  // within the chunk
     return ((L % 4) * 4 + L / 4) * 64 + (r % kQ4PanelRows) * 4;
   }
-  static int64_t scale(int64_t r, int s) {
-    return kQ4PanelCodeBytes + (s * kQ4PanelRows + r % kQ4PanelRows) * 2;
-  }
-  // The row's scale index of chunk c's slot s.
-  int64_t scale_index(int64_t c, int s) const { return c * q4_panel_slots(group) + s; }
+  static int64_t scale(int64_t r, int s) { return panel_scale_byte(kQ4PanelCodeBytes, r, s); }
+  int64_t scale_index(int64_t c, int s) const { return panel_scale_index(group, c, s); }
 };
 
 }  // namespace

@@ -25,6 +25,14 @@ constexpr int64_t q4_panel_scale_bytes(int64_t group) {
 constexpr int64_t q4_panel_chunk_bytes(int64_t group) {
   return kQ4PanelCodeBytes + q4_panel_scale_bytes(group);
 }
+// Where row r's scale of slot s lies in a chunk of code_bytes of codes (Q4 and Q8 panels alike),
+// and which of the row's scales that is for chunk c.
+constexpr int64_t panel_scale_byte(int64_t code_bytes, int64_t r, int s) {
+  return code_bytes + (s * kQ4PanelRows + r % kQ4PanelRows) * 2;
+}
+constexpr int64_t panel_scale_index(int64_t group, int64_t c, int s) {
+  return c * q4_panel_slots(group) + s;
+}
 // Whether a rows x k Q4 matrix with this group size has a panel copy.
 inline bool q4_panel_fits(int64_t rows, int64_t k, int64_t group) {
   return rows > 0 && rows % kQ4PanelRows == 0 && k % 128 == 0 &&

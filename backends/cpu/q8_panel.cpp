@@ -19,10 +19,8 @@ struct PanelAt {
   }
   static int64_t dword(int64_t r, int V) { return V * 64 + (r % kQ4PanelRows) * 4; }
   static int64_t source(int V) { return q8_slot_byte(4 * V); }
-  static int64_t scale(int64_t r, int s) {
-    return kQ8PanelCodeBytes + (s * kQ4PanelRows + r % kQ4PanelRows) * 2;
-  }
-  int64_t scale_index(int64_t c, int s) const { return c * q4_panel_slots(group) + s; }
+  static int64_t scale(int64_t r, int s) { return panel_scale_byte(kQ8PanelCodeBytes, r, s); }
+  int64_t scale_index(int64_t c, int s) const { return panel_scale_index(group, c, s); }
 };
 
 }  // namespace
