@@ -1,7 +1,8 @@
 // Q4 matmul, AVX2 with AVX-VNNI (Intel since Alder Lake, AMD Zen 5): the AVX2 kernel's layout and
 // loop (matmul_q4_avx2.cpp: 64-byte chunks of nibbles in slot order, low nibbles the first half),
 // each chunk's four nibble vectors multiplied into the int32 lanes by vpdpbusd instead of
-// maddubs, 16-bit adds and madd: the same exact integer dots in 4 instructions instead of 8.
+// maddubs, 16-bit adds and madd: the same exact integer dots in 4 instructions instead of 8
+// (dpbusd_chunk).
 // Prefill repacks panels of rows for the int8 GEMM (matmul_quant_gemm_avxvnni.h).
 #include "backends/cpu/matmul_quant_gemm_avxvnni.h"
 
@@ -17,9 +18,8 @@ struct Q4CodesVnni {
   static __m256i dot(const uint8_t* c, const int8_t* x) {
     __m256i n[4];
     q4_nibbles(c, n);
-    __m256i acc = _mm256_setzero_si256();
-    for (int i = 0; i < 4; ++i) acc = _mm256_dpbusd_avx_epi32(acc, n[i], load256(x + 32 * i));
-    return acc;
+    const __m256i xs[4] = {load256(x), load256(x + 32), load256(x + 64), load256(x + 96)};
+    return dpbusd_chunk(n, xs);
   }
   static void tail(const uint8_t* c, const int8_t* x, int m, int32_t* isum) {
     tail_block_dots(4, c, x, m, isum);

@@ -1,8 +1,7 @@
 // Q8 matmul, AVX2 with AVX-VNNI (Intel since Alder Lake, AMD Zen 5): the AVX2 kernel's layout and
-// loop (matmul_q8_avx2.cpp: 128-byte chunks in slot order, |code| against the activation carrying
-// the code's sign), each 32 bytes multiplied into the int32 lanes by one vpdpbusd instead of
-// maddubs and madd: the same exact integer dots. Prefill repacks panels of rows for the int8 GEMM
-// (matmul_quant_gemm_avxvnni.h).
+// loop (matmul_q8_avx2.cpp: 128-byte chunks in slot order), each 32 bytes of codes + 128 multiplied
+// into the int32 lanes by one vpdpbusd (dpbusd_chunk), the offset taken off per row. Prefill
+// repacks panels of rows for the int8 GEMM (matmul_quant_gemm_avxvnni.h).
 #include "backends/cpu/matmul_quant_gemm_avxvnni.h"
 
 namespace hearth::cpu {
@@ -13,17 +12,18 @@ using namespace qk;
 
 struct Q8CodesVnni {
   static constexpr int64_t kChunkBytes = 128;
-  // The vector dots are exact signed ones; the tail's use q + 128.
-  static constexpr int kVecOffset = 0, kTailOffset = 128;
-  static __m256i dot32(__m256i acc, const uint8_t* w, const int8_t* x) {
-    const __m256i wv = load256(w);
-    return _mm256_dpbusd_avx_epi32(acc, _mm256_abs_epi8(wv), _mm256_sign_epi8(load256(x), wv));
-  }
+  // The codes go in as q + 128 (their sign bits flipped): one vpdpbusd per 32 bytes, where |q|
+  // against x carrying q's sign took three operations; 128 x (each block's sum of x) comes off
+  // once per row, as Q4's + 8 does.
+  static constexpr int kVecOffset = 128, kTailOffset = 128;
   static __m256i dot(const uint8_t* c, const int8_t* x) {
-    __m256i acc = dot32(_mm256_setzero_si256(), c, x);
-    acc = dot32(acc, c + 32, x + 32);
-    acc = dot32(acc, c + 64, x + 64);
-    return dot32(acc, c + 96, x + 96);
+    const __m256i flip = _mm256_set1_epi8(char(0x80));
+    __m256i u[4], s[4];
+    for (int i = 0; i < 4; ++i) {
+      u[i] = _mm256_xor_si256(load256(c + 32 * i), flip);
+      s[i] = load256(x + 32 * i);
+    }
+    return dpbusd_chunk(u, s);
   }
   static void tail(const uint8_t* c, const int8_t* x, int m, int32_t* isum) {
     tail_block_dots(8, c, x, m, isum);

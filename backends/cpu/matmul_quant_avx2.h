@@ -99,16 +99,25 @@ inline void q4_nibbles(const uint8_t* c, __m256i* n) {
 // one linear stream over the matrix, as the AVX-512 kernels do (matmul_quant_avx512.h).
 constexpr int64_t kPrefetchAhead = 65536;
 
+// The packed groups are one linear stream, but the hardware prefetchers alone kept the kernel at
+// ~25 GB/s where the AVX-512 panels read 31-34 (Zen 5, one thread, all 0.6B Q8 matrices, runs
+// interleaved in one process); 2 KiB ahead into L1 reached 27-29 (1 KiB, 4 KiB and 64 KiB into L2
+// less). Decode only: a token tile's later tokens find the group in cache.
+constexpr int64_t kPackedAhead = 2048;
+
 // One token against a packed group of four rows (row q's chunk j at w + (4 j + q) kChunkBytes,
 // its block factors at P + q nbp): y[q] = the lane dots scaled by the factors and summed, before
 // the offset correction; the operations of the row-at-a-time loop, in the same order.
 template <class Codes>
 inline void packed_group_token(const Codes& cd, const uint8_t* w, const float* P, int64_t nbp,
-                               const int8_t* xq, int64_t nc, float y[4]) {
+                               const int8_t* xq, int64_t nc, bool prefetch, float y[4]) {
   __m256 acc[4];
   for (int q = 0; q < 4; ++q) acc[q] = _mm256_setzero_ps();
   for (int64_t j = 0; j < nc; ++j)
     for (int q = 0; q < 4; ++q) {
+      const char* c = reinterpret_cast<const char*>(w + (j * 4 + q) * Codes::kChunkBytes);
+      for (int64_t l = 0; prefetch && l < Codes::kChunkBytes; l += 64)
+        _mm_prefetch(c + kPackedAhead + l, _MM_HINT_T0);
       const __m256i d = cd.dot(w + (j * 4 + q) * Codes::kChunkBytes, xq + j * kChunk);
       const __m256 f = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(P + q * nbp + 4 * j));
       acc[q] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), f, acc[q]);
@@ -134,10 +143,10 @@ void matmul_quant_avx2(const QuantMatmulArgs& a, const Codes& cd) {
   const auto* codes = static_cast<const uint8_t*>(a.w);
   const auto* scales = static_cast<const uint16_t*>(a.scales);
   // Whole groups of the packed copy (MatmulArgs::w_il: kPackQ8 / kPackQ4, each row's chunk j
-  // beside its 3 neighbours') go four rows at a time: one linear stream the hardware prefetchers
-  // follow (no software prefetch) and four independent accumulators instead of one row's chain
-  // after another (two groups at once, eight accumulators, spill on 16 registers and measured
-  // slower). The same operations per row, so the same floats.
+  // beside its 3 neighbours') go four rows at a time: one linear stream (kPackedAhead) and four
+  // independent accumulators instead of one row's chain after another (two groups at once, eight
+  // accumulators, spill on 16 registers and measured slower; two streams of one group each, with
+  // their own prefetches, no faster). The same operations per row, so the same floats.
   constexpr int kGroup = 4;
   const auto* packed = static_cast<const uint8_t*>(a.w_il);
   const WholeGroups groups =
@@ -158,7 +167,7 @@ void matmul_quant_avx2(const QuantMatmulArgs& a, const Codes& cd) {
         float corr[kGroup], y[kGroup];
         for (int q = 0; q < kGroup; ++q)
           corr[q] = block_products(at.d + t * nb, at.s + t * nb, sw4 + q * nbp, nb, P4 + q * nbp);
-        packed_group_token(cd, packed + r * row_bytes, P4, nbp, at.q + t * k, nc, y);
+        packed_group_token(cd, packed + r * row_bytes, P4, nbp, at.q + t * k, nc, t == 0, y);
         for (int q = 0; q < kGroup; ++q)
           a.y[(t0 + t) * a.ldy + (r + q - a.r0)] = y[q] - float(Codes::kVecOffset) * corr[q];
       }
