@@ -1,8 +1,8 @@
 // Q4-codebook matmul, AVX2 with AVX-VNNI (Intel since Alder Lake, AMD Zen 5): the AVX2 kernel's
 // layout and loop (matmul_q4cb_avx2.cpp: Q4's 64-byte chunks in slot order, each nibble an index
 // into the 16 int8 levels), each 32 levels multiplied into the int32 lanes by one vpdpbusd (|level|
-// against the activation carrying the level's sign; dpbusd_chunk) instead of maddubs and madd:
-// the same exact integer dots. Prefill looks the levels up into panels for the int8 GEMM
+// against the activation carrying the level's sign) instead of maddubs and madd: the same exact
+// integer dots. Prefill looks the levels up into panels for the int8 GEMM
 // (matmul_quant_gemm_avxvnni.h) as level + 128.
 #include "backends/cpu/matmul_quant_gemm_avxvnni.h"
 
@@ -16,6 +16,8 @@ struct Q4CbCodesVnni {
   static constexpr int64_t kChunkBytes = 64;
   // The vector dots are exact signed ones; the tail's and the GEMM's use level + 128.
   static constexpr int kVecOffset = 0, kTailOffset = 128, kOffsetLog2 = 7;
+  // Hardware prefetchers alone: a software prefetch of the packed groups measured no faster.
+  static constexpr int64_t kPackedAhead = 0;
   __m256i lut;         // the levels (decode)
   __m256i lut_offset;  // levels + 128 (the GEMM's panels)
   uint8_t lut_u[16];   // levels + 128, for the tail and a short last chunk
@@ -25,19 +27,19 @@ struct Q4CbCodesVnni {
     lut_offset =
         _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lut_u)));
   }
+  static __m256i dot32(__m256i acc, __m256i lv, const int8_t* x) {
+    return _mm256_dpbusd_avx_epi32(acc, _mm256_abs_epi8(lv), _mm256_sign_epi8(load256(x), lv));
+  }
   __m256i dot(const uint8_t* c, const int8_t* x) const {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i v0 = load256(c), v1 = load256(c + 32);
-    const __m256i idx[4] = {_mm256_and_si256(v0, m4), _mm256_and_si256(v1, m4),
-                            _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4),
-                            _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4)};
-    __m256i u[4], s[4];
-    for (int i = 0; i < 4; ++i) {
-      const __m256i lv = _mm256_shuffle_epi8(lut, idx[i]);
-      u[i] = _mm256_abs_epi8(lv);
-      s[i] = _mm256_sign_epi8(load256(x + 32 * i), lv);
-    }
-    return dpbusd_chunk(u, s);
+    __m256i acc =
+        dot32(_mm256_setzero_si256(), _mm256_shuffle_epi8(lut, _mm256_and_si256(v0, m4)), x);
+    acc = dot32(acc, _mm256_shuffle_epi8(lut, _mm256_and_si256(v1, m4)), x + 32);
+    acc = dot32(acc, _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4)),
+                x + 64);
+    return dot32(acc, _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4)),
+                 x + 96);
   }
   void tail(const uint8_t* c, const int8_t* x, int m, int32_t* isum) const {
     tail_block_dots_lut(c, x, m, lut_u, isum);

@@ -99,11 +99,11 @@ inline void q4_nibbles(const uint8_t* c, __m256i* n) {
 // one linear stream over the matrix, as the AVX-512 kernels do (matmul_quant_avx512.h).
 constexpr int64_t kPrefetchAhead = 65536;
 
-// The packed groups are one linear stream, but the hardware prefetchers alone kept the kernel at
+// Q8's packed groups are one linear stream, but the hardware prefetchers alone kept the kernel at
 // ~25 GB/s where the AVX-512 panels read 31-34 (Zen 5, one thread, all 0.6B Q8 matrices, runs
-// interleaved in one process); 2 KiB ahead into L1 reached 27-29 (1 KiB, 4 KiB and 64 KiB into L2
-// less). Decode only: a token tile's later tokens find the group in cache.
-constexpr int64_t kPackedAhead = 2048;
+// interleaved in one process); 2 KiB ahead into L1 reached 27-29 with or without AVX-VNNI (1 KiB,
+// 4 KiB and 64 KiB into L2 less). Q4's gained nothing end to end.
+constexpr int64_t kQ8PackedAhead = 2048;
 
 // One token against a packed group of four rows (row q's chunk j at w + (4 j + q) kChunkBytes,
 // its block factors at P + q nbp): y[q] = the lane dots scaled by the factors and summed, before
@@ -115,9 +115,11 @@ inline void packed_group_token(const Codes& cd, const uint8_t* w, const float* P
   for (int q = 0; q < 4; ++q) acc[q] = _mm256_setzero_ps();
   for (int64_t j = 0; j < nc; ++j)
     for (int q = 0; q < 4; ++q) {
-      const char* c = reinterpret_cast<const char*>(w + (j * 4 + q) * Codes::kChunkBytes);
-      for (int64_t l = 0; prefetch && l < Codes::kChunkBytes; l += 64)
-        _mm_prefetch(c + kPackedAhead + l, _MM_HINT_T0);
+      if constexpr (Codes::kPackedAhead > 0)
+        for (int64_t l = 0; prefetch && l < Codes::kChunkBytes; l += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(w + (j * 4 + q) * Codes::kChunkBytes) +
+                           Codes::kPackedAhead + l,
+                       _MM_HINT_T0);
       const __m256i d = cd.dot(w + (j * 4 + q) * Codes::kChunkBytes, xq + j * kChunk);
       const __m256 f = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(P + q * nbp + 4 * j));
       acc[q] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), f, acc[q]);
@@ -129,8 +131,9 @@ inline void packed_group_token(const Codes& cd, const uint8_t* w, const float* P
 // widened once, then per (row, token) one pass over the chunks, each chunk's 8 lane dots scaled by
 // one broadcast of its 4 block factors. Codes provides kChunkBytes (per 128 elements), dot(chunk,
 // x) -> the chunk's 8 int32 lane dots (lane i: block i mod 4), kVecOffset (the unsigned offset
-// those dots still carry: Q4's +8; 0 where they are exact signed dots), and tail(chunk, x, m, isum)
-// with kTailOffset, the same for a short last chunk of m blocks (tail_block_dots).
+// those dots still carry: Q4's +8; 0 where they are exact signed dots), tail(chunk, x, m, isum)
+// with kTailOffset, the same for a short last chunk of m blocks (tail_block_dots), and
+// kPackedAhead, how far ahead decode prefetches the packed groups (0: not at all).
 template <class Codes>
 void matmul_quant_avx2(const QuantMatmulArgs& a, const Codes& cd) {
   const int64_t k = a.k, nb = k / kBlock, ng = k / a.group, nc = k / kChunk, kc = nc * kChunk;
@@ -143,10 +146,10 @@ void matmul_quant_avx2(const QuantMatmulArgs& a, const Codes& cd) {
   const auto* codes = static_cast<const uint8_t*>(a.w);
   const auto* scales = static_cast<const uint16_t*>(a.scales);
   // Whole groups of the packed copy (MatmulArgs::w_il: kPackQ8 / kPackQ4, each row's chunk j
-  // beside its 3 neighbours') go four rows at a time: one linear stream (kPackedAhead) and four
-  // independent accumulators instead of one row's chain after another (two groups at once, eight
-  // accumulators, spill on 16 registers and measured slower; two streams of one group each, with
-  // their own prefetches, no faster). The same operations per row, so the same floats.
+  // beside its 3 neighbours') go four rows at a time: one linear stream (Codes::kPackedAhead) and
+  // four independent accumulators instead of one row's chain after another (two groups at once,
+  // eight accumulators, spill on 16 registers and measured slower; two streams of one group each,
+  // with their own prefetches, no faster). The same operations per row, so the same floats.
   constexpr int kGroup = 4;
   const auto* packed = static_cast<const uint8_t*>(a.w_il);
   const WholeGroups groups =

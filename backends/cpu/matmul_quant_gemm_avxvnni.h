@@ -14,9 +14,9 @@
 namespace hearth::cpu::qk {
 namespace {
 
-// The 8 int32 lane dots of one 128-element chunk, u[i] (unsigned) against s[i] (signed): two
-// chains of two vpdpbusd, whose latency, not their throughput, held one chain of four (Q4 decode
-// 18 -> 24-26 GB/s of a 0.6B body on one Zen 5 thread).
+// The 8 int32 lane dots of one 128-element chunk, u[i] (unsigned) against s[i] (signed), in two
+// chains of two vpdpbusd: one chain of four waits on their latency (the Q8 decode loop alone, in
+// cache: 52 -> 70 GB/s on one Zen 5 thread).
 inline __m256i dpbusd_chunk(const __m256i u[4], const __m256i s[4]) {
   const __m256i z = _mm256_setzero_si256();
   const __m256i a = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(z, u[0], s[0]), u[2], s[2]);
