@@ -334,8 +334,7 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
     in_parallel(w.rows(), kQ4PanelRows, [&](int64_t b, int64_t e) {
       for (int64_t s = b; s < e; s += slice) {
         const int64_t s1 = std::min(e, s + slice);
-        (w.dtype == DType::Q8 ? pack_q8_panel : pack_q4_panel)(codes, scales, k, w.group_size, s,
-                                                               s1, static_cast<uint8_t*>(dst));
+        pack_panel(w.dtype, codes, scales, k, w.group_size, s, s1, static_cast<uint8_t*>(dst));
         weight_copies_->hand_back(codes + s * row_bytes, size_t((s1 - s) * row_bytes));
         weight_copies_->hand_back(scales + s * ng, size_t((s1 - s) * ng * 2));
       }
@@ -345,16 +344,15 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
   auto use_weight = [&](int id, bool logits, bool pack_ok = true) {
     Tensor w = ts[size_t(id)].weight;
     const bool place = weight_copies_ && cg->weight[size_t(id)].empty();
-    const bool q8p = reads_q8_panel(kernels_, w), panel = reads_q4_panel(kernels_, w) || q8p;
+    const bool panel = reads_panel(kernels_, w), q8 = w.dtype == DType::Q8;
     if (place && pack_ok && panel && q4_panel_fits(w.rows(), w.cols(), w.group_size)) {
       // w keeps pointing at the mapping: only rows outside whole groups read it (never, with the
       // 16-row splits of the steps).
-      const int64_t bytes =
-          (q8p ? q8_panel_bytes : q4_panel_bytes)(w.rows(), w.cols(), w.group_size);
+      const int64_t bytes = panel_bytes(w.dtype, w.rows(), w.cols(), w.group_size);
       cg->w_il[size_t(id)] = weight_copies_->get(
-          w.data, q8p ? kQ8Panel : kQ4Panel, size_t(bytes), [&](void* dst) { make_panel(w, dst); },
+          w.data, q8 ? kQ8Panel : kQ4Panel, size_t(bytes), [&](void* dst) { make_panel(w, dst); },
           kSelfReleased);
-      if (q8p && logits) {
+      if (q8 && logits) {
         const size_t scale_bytes = size_t(w.rows() * (w.cols() / w.group_size)) * 2;
         w.scales = weight_copies_->get(
             w.scales, kVerbatim, scale_bytes,

@@ -8,7 +8,6 @@
 
 #include "backends/cpu/compiled.h"
 #include "backends/cpu/ops.h"
-#include "backends/cpu/q4_panel.h"
 #include "backends/cpu/q8_panel.h"
 
 namespace hearth::cpu {
@@ -172,11 +171,10 @@ void gemm_rows(const StepCtx& c, const Tensor& w, const void* w_il, const float*
         block.shape[0] = n;
         block.data = codes;
         block.nbytes = size_t(n * row_bytes);
-        const bool q8p = reads_q8_panel(c.kt, w);
-        if (q8p || reads_q4_panel(c.kt, w)) {  // the copy holds the scales too
+        if (reads_panel(c.kt, w)) {  // the copy holds the scales too
           auto* scales = reinterpret_cast<uint16_t*>(codes + n * row_bytes);
-          (q8p ? unpack_q8_panel : unpack_q4_panel)(static_cast<const uint8_t*>(w_il), K,
-                                                    w.group_size, r, n, codes, scales);
+          unpack_panel(w.dtype, static_cast<const uint8_t*>(w_il), K, w.group_size, r, n, codes,
+                       scales);
           block.scales = scales;
         } else {
           unpack_rows(w_il, r, n, row_bytes, pack_shape(w.dtype), codes);

@@ -289,6 +289,10 @@ inline bool reads_q4_panel(const KernelTable& kt, const Tensor& w) {
 inline bool reads_q8_panel(const KernelTable& kt, const Tensor& w) {
   return kt.q8_panel && w.dtype == DType::Q8 && !w.codebook;
 }
+// Whether w's packed copy is Q4 or Q8 panels.
+inline bool reads_panel(const KernelTable& kt, const Tensor& w) {
+  return reads_q4_panel(kt, w) || reads_q8_panel(kt, w);
+}
 
 // One fill function per kernel file; make_kernel_table calls those of each level up to the ISA.
 void fill_matmul_scalar(KernelTable& k);

@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include "backends/cpu/ops.h"
-#include "backends/cpu/q4_panel.h"
 #include "backends/cpu/q8_panel.h"
 #include "core/quant_format.h"
 
@@ -24,9 +23,8 @@ Tensor table_row(const Tensor& table, const void* packed, bool panel, int64_t ro
     const int64_t ng = table.cols() / table.group_size;
     buf.resize(size_t(row_bytes + 2 * ng));
     auto* scales = reinterpret_cast<uint16_t*>(buf.data() + row_bytes);
-    (table.dtype == DType::Q8 ? unpack_q8_panel : unpack_q4_panel)(
-        static_cast<const uint8_t*>(packed), table.cols(), table.group_size, row, 1, buf.data(),
-        scales);
+    unpack_panel(table.dtype, static_cast<const uint8_t*>(packed), table.cols(), table.group_size,
+                 row, 1, buf.data(), scales);
     r.data = buf.data(), r.scales = scales;
     return r;
   }

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "backends/cpu/q4_panel.h"
+#include "core/dtype.h"
 
 namespace hearth::cpu {
 
@@ -38,5 +39,18 @@ void pack_q8_panel(const uint8_t* codes, const uint16_t* scales, int64_t k, int6
 // Rows [r0, r0 + n) of the copy back to row-major codes and scales (either may be null).
 void unpack_q8_panel(const uint8_t* panel, int64_t k, int64_t group, int64_t r0, int64_t n,
                      uint8_t* codes, uint16_t* scales);
+
+// The same for Q4 or Q8 panels, by the weight's dtype (Q8, else Q4).
+inline int64_t panel_bytes(DType t, int64_t rows, int64_t k, int64_t group) {
+  return (t == DType::Q8 ? q8_panel_bytes : q4_panel_bytes)(rows, k, group);
+}
+inline void pack_panel(DType t, const uint8_t* codes, const uint16_t* scales, int64_t k,
+                       int64_t group, int64_t r0, int64_t r1, uint8_t* panel) {
+  (t == DType::Q8 ? pack_q8_panel : pack_q4_panel)(codes, scales, k, group, r0, r1, panel);
+}
+inline void unpack_panel(DType t, const uint8_t* panel, int64_t k, int64_t group, int64_t r0,
+                         int64_t n, uint8_t* codes, uint16_t* scales) {
+  (t == DType::Q8 ? unpack_q8_panel : unpack_q4_panel)(panel, k, group, r0, n, codes, scales);
+}
 
 }  // namespace hearth::cpu
