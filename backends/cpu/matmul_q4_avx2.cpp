@@ -2,8 +2,9 @@
 // the chunk's first half and high nibbles its second, as q + 8, 4-byte lane i in block i mod 4.
 // maddubs multiplies nibbles with int8 activations in the same slot order; the four products of a
 // chunk add in 16 bits (each at most 2 * 15 * 127) before widening, then one broadcast of the
-// chunk's 4 block factors scales the lanes; the +8 is removed per block afterwards.
-#include "backends/cpu/matmul_quant_avx2.h"
+// chunk's 4 block factors scales the lanes; the +8 is removed per block afterwards. The backend's
+// copy (w_il) is 16-row panels (q4_panel.h), read by matmul_q4_panel_avx2.h.
+#include "backends/cpu/matmul_q4_panel_avx2.h"
 
 namespace hearth::cpu {
 
@@ -30,8 +31,29 @@ struct Q4Codes {
   }
 };
 
-void matmul_q4_avx2(const QuantMatmulArgs& a) {
+// Row-major codes (w), any rows.
+void matmul_q4_rows(const QuantMatmulArgs& a) {
   matmul_quant_avx2(a, Q4Codes());
+}
+
+template <int G>
+void matmul_q4_panel_g(const QuantMatmulArgs& a) {
+  auto no_gemm = [](const QuantMatmulArgs&, int64_t, int64_t) { return false; };
+  if (a.scale_dtype == DType::BF16)
+    return matmul_q4_panel<DotMaddubs, G, DType::BF16>(a, matmul_q4_rows, no_gemm);
+  matmul_q4_panel<DotMaddubs, G, DType::F16>(a, matmul_q4_rows, no_gemm);
+}
+
+void matmul_q4_avx2(const QuantMatmulArgs& a) {
+  if (!a.w_il) return matmul_q4_rows(a);
+  switch (a.group) {  // a panel copy exists for these (q4_panel_fits)
+    case 32:
+      return matmul_q4_panel_g<32>(a);
+    case 64:
+      return matmul_q4_panel_g<64>(a);
+    default:
+      return matmul_q4_panel_g<128>(a);
+  }
 }
 
 // Nibbles minus 8.
@@ -51,6 +73,7 @@ void dequant_rows(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16) 
 
 void fill_matmul_q4_avx2(KernelTable& k) {
   k.matmul_q4 = matmul_q4_avx2;
+  k.q4_panel = true;
   k.dequant_q4 = dequant_rows;
 }
 

@@ -37,14 +37,6 @@ inline __m512i broadcast4(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-// The int8 activations of the tokens of a step, element order (quantize_act_blocks_avx512).
-struct PanelActs {
-  const int8_t* q;     // [T][k]
-  const float* d;      // [T][k / 32] block scales
-  const int32_t* sum;  // [T][k / 32] block code sums
-  int64_t k;
-};
-
 // T tokens (1-8) against one group: y[t * ldy + i] for its 16 rows i. Below 4 tokens each token's
 // nibble planes go to two integer chains, so more vpdpbusd are in flight.
 template <int G, DType ST, int T>

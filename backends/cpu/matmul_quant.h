@@ -30,6 +30,15 @@ struct ActTile {
   float* s;
 };
 
+// The int8 activations of a step's tokens for the panel kernels (q4_panel.h, q8_panel.h), in
+// element order (KernelTable::quant_act).
+struct PanelActs {
+  const int8_t* q;     // [T][k]
+  const float* d;      // [T][k / 32] block scales
+  const int32_t* sum;  // [T][k / 32] block code sums
+  int64_t k;
+};
+
 // Carves an ActTile for kTokenTile tokens from the front of scratch; returns the rest.
 float* carve_act_tile(float* scratch, int64_t k, ActTile* t);
 // Portable activation quantization (scale amax / 127, codes rounded to nearest even), slot order.

@@ -4,9 +4,11 @@
 #pragma once
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "backends/cpu/matmul_quant.h"
+#include "backends/cpu/simd_avx2.h"
 #include "core/dtype.h"
 #include "core/quant_format.h"
 
@@ -93,6 +95,69 @@ inline void q4_nibbles(const uint8_t* c, __m256i* n) {
   n[2] = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4);
   n[3] = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
 }
+
+// The QuantActFn: as quantize_act_scalar rounds (amax / 127 per block, nearest even; a block with
+// a NaN or infinity gets a NaN scale and zero codes), in element order.
+inline void quantize_act_blocks_avx2(const float* x, int64_t k, int8_t* q, float* d, int32_t* sum) {
+  const __m256 sign = _mm256_set1_ps(-0.f), big = _mm256_set1_ps(3.4028235e38f);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t b = 0; b < k / kBlock; ++b) {
+    __m256 v[4], amax = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+      v[i] = _mm256_loadu_ps(x + 32 * b + 8 * i);
+      const __m256 a = _mm256_andnot_ps(sign, v[i]);
+      amax = _mm256_max_ps(amax, a);
+      bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, big, _CMP_NLE_UQ));  // NaN or infinite
+    }
+    const bool finite = _mm256_movemask_ps(bad) == 0;
+    const float m = hmax256(amax);
+    const __m256 inv = _mm256_set1_ps(finite && m > 0.f ? 127.f / m : 0.f);
+    __m256i c[4];
+    for (int i = 0; i < 4; ++i)
+      c[i] = finite ? _mm256_cvtps_epi32(_mm256_mul_ps(v[i], inv)) : _mm256_setzero_si256();
+    // packs work within 128-bit lanes: bytes come out as [c0 0-3, c1 0-3, c2 0-3, c3 0-3 |
+    // c0 4-7, ...] in dwords; one dword permute puts them back in element order.
+    const __m256i b8 =
+        _mm256_packs_epi16(_mm256_packs_epi32(c[0], c[1]), _mm256_packs_epi32(c[2], c[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b),
+                        _mm256_permutevar8x32_epi32(b8, order));
+    const __m256i s = _mm256_add_epi32(_mm256_add_epi32(c[0], c[1]), _mm256_add_epi32(c[2], c[3]));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+    d[b] = finite ? m / 127.f : NAN;
+    sum[b] = _mm_cvtsi128_si32(s4);
+  }
+}
+
+// The Dot policies of the kernels written over both (screen_q8_avx2.h, matmul_q4_panel_avx2.h):
+// dot(acc, u, s) is acc plus the 8 int32 lane sums of 4 adjacent u8 x s8 products, by maddubs and
+// madd (AVX2; the pair sums must stay below 2^15) or by vpdpbusd (AVX-VNNI, only in files built
+// for it). A block's sum of up to 8 such products of nibbles (u <= 15, |s| <= 127) goes
+// block = begin(init); block = step(block, u, s) ...; end(block, init): vpdpbusd from init on,
+// maddubs adding in 16 bits (8 x 2 x 15 x 127 < 2^15) and widening once at the end.
+struct DotMaddubs {
+  static __m256i dot(__m256i acc, __m256i u, __m256i s) {
+    return _mm256_add_epi32(acc, dot_u8s8(u, s));
+  }
+  static __m256i begin(__m256i) { return _mm256_setzero_si256(); }
+  static __m256i step(__m256i block, __m256i u, __m256i s) {
+    return _mm256_add_epi16(block, _mm256_maddubs_epi16(u, s));
+  }
+  static __m256i end(__m256i block, __m256i init) {
+    return _mm256_add_epi32(init, _mm256_madd_epi16(block, _mm256_set1_epi16(1)));
+  }
+};
+#ifdef __AVXVNNI__
+struct DotVnni {
+  static __m256i dot(__m256i acc, __m256i u, __m256i s) {
+    return _mm256_dpbusd_avx_epi32(acc, u, s);
+  }
+  static __m256i begin(__m256i init) { return init; }
+  static __m256i step(__m256i block, __m256i u, __m256i s) { return dot(block, u, s); }
+  static __m256i end(__m256i block, __m256i) { return block; }
+};
+#endif
 
 // Decode streams the codes once, row after row; the hardware prefetchers alone left the kernel
 // waiting on memory half the time. Prefetching into L2 this far ahead of each 64 bytes read makes

@@ -24,41 +24,6 @@ inline __m256i dpbusd_chunk(const __m256i u[4], const __m256i s[4]) {
   return _mm256_add_epi32(a, b);
 }
 
-// The QuantActFn: as quantize_act_scalar rounds (amax / 127 per block, nearest even; a block with
-// a NaN or infinity gets a NaN scale and zero codes), in element order.
-inline void quantize_act_blocks_avxvnni(const float* x, int64_t k, int8_t* q, float* d,
-                                        int32_t* sum) {
-  const __m256 sign = _mm256_set1_ps(-0.f), big = _mm256_set1_ps(3.4028235e38f);
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  for (int64_t b = 0; b < k / kBlock; ++b) {
-    __m256 v[4], amax = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
-    for (int i = 0; i < 4; ++i) {
-      v[i] = _mm256_loadu_ps(x + 32 * b + 8 * i);
-      const __m256 a = _mm256_andnot_ps(sign, v[i]);
-      amax = _mm256_max_ps(amax, a);
-      bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, big, _CMP_NLE_UQ));  // NaN or infinite
-    }
-    const bool finite = _mm256_movemask_ps(bad) == 0;
-    const float m = hmax256(amax);
-    const __m256 inv = _mm256_set1_ps(finite && m > 0.f ? 127.f / m : 0.f);
-    __m256i c[4];
-    for (int i = 0; i < 4; ++i)
-      c[i] = finite ? _mm256_cvtps_epi32(_mm256_mul_ps(v[i], inv)) : _mm256_setzero_si256();
-    // packs work within 128-bit lanes: bytes come out as [c0 0-3, c1 0-3, c2 0-3, c3 0-3 |
-    // c0 4-7, ...] in dwords; one dword permute puts them back in element order.
-    const __m256i b8 =
-        _mm256_packs_epi16(_mm256_packs_epi32(c[0], c[1]), _mm256_packs_epi32(c[2], c[3]));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b),
-                        _mm256_permutevar8x32_epi32(b8, order));
-    const __m256i s = _mm256_add_epi32(_mm256_add_epi32(c[0], c[1]), _mm256_add_epi32(c[2], c[3]));
-    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
-    d[b] = finite ? m / 127.f : NAN;
-    sum[b] = _mm_cvtsi128_si32(s4);
-  }
-}
-
 // The int8 peak loop of these tables: the 256-bit vpdpbusd, 32 multiply-adds each.
 inline float dot_i8_loop_avxvnni(int64_t iters, double* ops) {
   const __m256i u = _mm256_set1_epi8(3), v = _mm256_set1_epi8(-2);
@@ -95,7 +60,7 @@ struct GemmAvxVnni {
     _mm256_maskstore_ps(y, _mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(n)), lane), v);
   }
   static void quant_act(const float* x, int64_t k, int8_t* q, float* d, int32_t* sum) {
-    quantize_act_blocks_avxvnni(x, k, q, d, sum);
+    quantize_act_blocks_avx2(x, k, q, d, sum);
   }
 };
 constexpr int kPanelRows = GemmAvxVnni::kPanelRows;
@@ -103,7 +68,7 @@ constexpr int kPanelRows = GemmAvxVnni::kPanelRows;
 // What every Q8/Q4 AVX-VNNI fill function sets: the int8 prefill GEMM, its activations and peak.
 inline void fill_quant_prefill(KernelTable& k) {
   k.quant_prefill = true;
-  k.quant_act = quantize_act_blocks_avxvnni;
+  k.quant_act = quantize_act_blocks_avx2;
   k.dot_i8_loop = dot_i8_loop_avxvnni;
 }
 

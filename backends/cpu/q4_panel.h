@@ -1,12 +1,12 @@
-// Q4 weights as 16-row panels, the copy the AVX-512 Q4 kernels read (KernelTable::q4_panel):
-// rows in groups of 16; a group is its rows' 128-element chunks in order, and a chunk is 1024 bytes
-// of codes, [block b < 4][q < 4][row i < 16] dwords where dword (b, q, i) is row i's slot dword
-// 4q + b of the chunk (quant/FORMAT.md: its low nibbles are block b's elements 4q .. 4q + 3, its
-// high ones 16 + 4q .. 19 + 4q), then the chunk's scales, [slot s][row i] F16/BF16 for the
-// chunk's groups (4 for group 32, 2 for 64, 1 for 128), padded to 64 bytes. Rows then sit in
-// vector lanes: one vpdpbusd multiplies 16 rows by one token's 4 activation codes, so a step of
-// several tokens unpacks each code once for all of them and scales each block once per token and
-// 16 rows, and a group is one linear stream.
+// Q4 weights as 16-row panels, the copy the AVX-512 and AVX2 Q4 kernels read
+// (KernelTable::q4_panel): rows in groups of 16; a group is its rows' 128-element chunks in order,
+// and a chunk is 1024 bytes of codes, [block b < 4][q < 4][row i < 16] dwords where dword (b, q, i)
+// is row i's slot dword 4q + b of the chunk (quant/FORMAT.md: its low nibbles are block b's
+// elements 4q .. 4q + 3, its high ones 16 + 4q .. 19 + 4q), then the chunk's scales, [slot s][row
+// i] F16/BF16 for the chunk's groups (4 for group 32, 2 for 64, 1 for 128), padded to 64 bytes.
+// Rows then sit in vector lanes: one vpdpbusd multiplies 16 rows by one token's 4 activation codes,
+// so a step of several tokens unpacks each code once for all of them and scales each block once per
+// token and 16 rows, and a group is one linear stream.
 #pragma once
 #include <cstdint>
 

@@ -4,18 +4,8 @@
 
 namespace hearth::cpu {
 
-namespace {
-
-struct DotMaddubs {
-  static __m256i dot(__m256i acc, __m256i u, __m256i s) {
-    return _mm256_add_epi32(acc, qk::dot_u8s8(u, s));
-  }
-};
-
-}  // namespace
-
 void fill_screen_q8_avx2(KernelTable& k) {
-  k.screen_q8 = qk::screen_q8_avx2<DotMaddubs>;
+  k.screen_q8 = qk::screen_q8_avx2<qk::DotMaddubs>;
 }
 
 }  // namespace hearth::cpu
