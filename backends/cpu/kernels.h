@@ -46,7 +46,7 @@ struct PackShape {
 // widens to 16 rows' products (matmul_avx512.h, rows_bf16_packed).
 constexpr PackShape kPackBf16{4, 16};
 constexpr PackShape kPackQ8{128, 4};  // one 128-element chunk (quant/FORMAT.md), 4 rows per pass
-constexpr PackShape kPackQ4{64, 4};   // the same in nibbles, for Q4 with a codebook (plain Q4: q4_panel.h)
+constexpr PackShape kPackQ4{64, 4};   // the same in nibbles (Q4 codebooks; Q4: q4_panel.h)
 // The packed layout of a weight type (a codebook's Q4 as Q4), or {0, 0} for one never packed.
 inline PackShape pack_shape(DType t) {
   return t == DType::BF16 ? kPackBf16
