@@ -49,8 +49,8 @@ inline void half_planes(const uint8_t* chunk, int bb, int q, int h, __m256i* lo,
   *hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
 }
 
-// One token against one group, both halves in one pass over its stream, each half's nibble planes
-// in two integer chains (four in flight): y[0..16).
+// One token against one group (the last of an odd count), both halves in one pass over its
+// stream, each half's nibble planes in two integer chains (four in flight): y[0..16).
 template <class Dot, int G, DType ST>
 inline void q4_group_token(const uint8_t* group, const PanelActs& x, float* y) {
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -170,8 +170,8 @@ inline void q4_half_tail(const uint8_t* group, int h, const PanelActs& x, int t0
   }
 }
 
-// Whole groups [g0, g1) (row indices, multiples of 16) for tokens [t0, t0 + n) (at most a token
-// tile): y row r - y_row0. One token reads two groups at a time, [g0, g0 + half) beside [g0 + half,
+// Whole groups [g0, g1) (row indices, multiples of 16) for n tokens (at most a token tile): y row
+// r - y_row0. One token reads two groups at a time, [g0, g0 + half) beside [g0 + half,
 // g0 + 2 half); several take a group half by half and four tokens at a time, from L1 after the
 // first pass (a group is 9-27 KiB at the 0.6B's widths).
 template <class Dot, int G, DType ST>
