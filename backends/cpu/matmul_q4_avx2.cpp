@@ -36,24 +36,8 @@ void matmul_q4_rows(const QuantMatmulArgs& a) {
   matmul_quant_avx2(a, Q4Codes());
 }
 
-template <int G>
-void matmul_q4_panel_g(const QuantMatmulArgs& a) {
-  auto no_gemm = [](const QuantMatmulArgs&, int64_t, int64_t) { return false; };
-  if (a.scale_dtype == DType::BF16)
-    return matmul_q4_panel<DotMaddubs, G, DType::BF16>(a, matmul_q4_rows, no_gemm);
-  matmul_q4_panel<DotMaddubs, G, DType::F16>(a, matmul_q4_rows, no_gemm);
-}
-
 void matmul_q4_avx2(const QuantMatmulArgs& a) {
-  if (!a.w_il) return matmul_q4_rows(a);
-  switch (a.group) {  // a panel copy exists for these (q4_panel_fits)
-    case 32:
-      return matmul_q4_panel_g<32>(a);
-    case 64:
-      return matmul_q4_panel_g<64>(a);
-    default:
-      return matmul_q4_panel_g<128>(a);
-  }
+  matmul_q4_avx2_panels<DotMaddubs>(a, matmul_q4_rows, [](auto&&...) { return false; });
 }
 
 // Nibbles minus 8.

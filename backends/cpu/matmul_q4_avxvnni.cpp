@@ -78,38 +78,25 @@ void panel_for_gemm(const uint8_t* group, int64_t k, const GemmActs& g) {
   }
 }
 
+// A long step's whole groups through the int8 GEMM, each group one GEMM panel.
 template <int G, DType ST>
-void matmul_q4_panel_st(const QuantMatmulArgs& a) {
-  auto gemm = [](const QuantMatmulArgs& b, int64_t g0, int64_t g1) {
-    if (b.n_tokens < kPrefillTokens) return false;
-    // The activations where the rows from w (gemm_quant) left them, if they ran: the same carve.
-    const GemmActs g = gemm_acts<GemmAvxVnni>(b, Q4CodesVnni::kOffsetLog2);
-    const auto* panel = static_cast<const uint8_t*>(b.w_il);
-    for (int64_t r = g0; r < g1; r += kQ4PanelRows) {
-      panel_for_gemm<G, ST>(panel + r / kQ4PanelRows * q4_panel_group_bytes(b.k, G), b.k, g);
-      gemm_tokens<GemmAvxVnni>(g, b.k, b.n_tokens, b.y + (r - b.r0), b.ldy, int(kQ4PanelRows));
-    }
-    return true;
-  };
-  matmul_q4_panel<DotVnni, G, ST>(a, matmul_q4_rows, gemm);
-}
-
-template <int G>
-void matmul_q4_panel_g(const QuantMatmulArgs& a) {
-  if (a.scale_dtype == DType::BF16) return matmul_q4_panel_st<G, DType::BF16>(a);
-  matmul_q4_panel_st<G, DType::F16>(a);
+bool gemm_groups(const QuantMatmulArgs& a, int64_t g0, int64_t g1) {
+  if (a.n_tokens < kPrefillTokens) return false;
+  // The activations where the rows from w (gemm_quant) left them, if they ran: the same carve.
+  const GemmActs acts = gemm_acts<GemmAvxVnni>(a, Q4CodesVnni::kOffsetLog2);
+  const auto* panel = static_cast<const uint8_t*>(a.w_il);
+  for (int64_t r = g0; r < g1; r += kQ4PanelRows) {
+    panel_for_gemm<G, ST>(panel + r / kQ4PanelRows * q4_panel_group_bytes(a.k, G), a.k, acts);
+    gemm_tokens<GemmAvxVnni>(acts, a.k, a.n_tokens, a.y + (r - a.r0), a.ldy, int(kQ4PanelRows));
+  }
+  return true;
 }
 
 void matmul_q4_avxvnni(const QuantMatmulArgs& a) {
-  if (!a.w_il) return matmul_q4_rows(a);
-  switch (a.group) {  // a panel copy exists for these (q4_panel_fits)
-    case 32:
-      return matmul_q4_panel_g<32>(a);
-    case 64:
-      return matmul_q4_panel_g<64>(a);
-    default:
-      return matmul_q4_panel_g<128>(a);
-  }
+  matmul_q4_avx2_panels<DotVnni>(
+      a, matmul_q4_rows, [](const QuantMatmulArgs& b, int64_t g0, int64_t g1, auto g, auto st) {
+        return gemm_groups<decltype(g)::value, decltype(st)::value>(b, g0, g1);
+      });
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #pragma once
 #include "backends/cpu/matmul_quant_avx2.h"
 #include "backends/cpu/q4_panel.h"
+#include "backends/cpu/quant_dispatch.h"
 
 namespace hearth::cpu::qk {
 namespace {
@@ -196,23 +197,18 @@ void q4_panel_decode(const uint8_t* panel, int64_t g0, int64_t g1, const PanelAc
 }
 
 // Whole 16-row groups from the panel copy (a.w_il), the rows around them by `rows` (the
-// row-major kernel, from w). gemm(a, g0, g1) runs a long step's whole groups where the ISA has an
-// int8 GEMM and returns whether it did; otherwise every step goes through the decode kernels, a
-// token tile at a time.
+// row-major kernel, from w). gemm(a, g0, g1, G, ST) (the last two as std::integral_constant) runs
+// a long step's whole groups where the ISA has an int8 GEMM and returns whether it did; otherwise
+// every step goes through the decode kernels, a token tile at a time.
 template <class Dot, int G, DType ST, class Rows, class Gemm>
 void matmul_q4_panel(const QuantMatmulArgs& a, Rows rows, Gemm gemm) {
   const auto* panel = static_cast<const uint8_t*>(a.w_il);
   const int64_t k = a.k, nb = k / kBlock;
   const auto [g0, g1] = whole_groups(a.r0, a.r1, kQ4PanelRows);
-  bool from_w = false;  // the row-major kernel ran and left its own activations in the scratch
-  for (auto [r0, r1] : {std::pair{a.r0, g0}, std::pair{g1, a.r1}}) {
-    if (r0 >= r1) continue;
-    QuantMatmulArgs b = a;
-    b.w_il = nullptr, b.reuse_x = false, b.r0 = r0, b.r1 = r1, b.y = a.y + (r0 - a.r0);
-    rows(b);
-    from_w = true;
-  }
-  if (g0 >= g1 || gemm(a, g0, g1)) return;
+  const bool from_w = rows_outside_groups(a, {g0, g1}, rows);
+  if (g0 >= g1 ||
+      gemm(a, g0, g1, std::integral_constant<int, G>(), std::integral_constant<DType, ST>()))
+    return;
   ActTile at;
   carve_act_tile(a.scratch, k, &at);
   auto* sum = reinterpret_cast<int32_t*>(at.s);
@@ -225,6 +221,18 @@ void matmul_q4_panel(const QuantMatmulArgs& a, Rows rows, Gemm gemm) {
     q4_panel_decode<Dot, G, ST>(panel, g0, g1, PanelActs{at.q, at.d, sum, k}, n, a.y + t0 * a.ldy,
                                 a.ldy, a.r0);
   }
+}
+
+// The Q4 QuantMatmulFn of an AVX2 file: row-major codes (no copy) through rows, a panel copy
+// through matmul_q4_panel with the file's Dot and gemm.
+template <class Dot, class Rows, class Gemm>
+void matmul_q4_avx2_panels(const QuantMatmulArgs& a, Rows rows, Gemm gemm) {
+  if (!a.w_il) return rows(a);
+  with_group(a.group, [&](auto g) {
+    constexpr int G = decltype(g)::value;
+    if (a.scale_dtype == DType::BF16) return matmul_q4_panel<Dot, G, DType::BF16>(a, rows, gemm);
+    matmul_q4_panel<Dot, G, DType::F16>(a, rows, gemm);
+  });
 }
 
 }  // namespace

@@ -203,14 +203,7 @@ void matmul_panel(const QuantMatmulArgs& a, Rows rows, ForGemm for_gemm) {
   const auto* panel = static_cast<const uint8_t*>(a.w_il);
   const int64_t k = a.k, nb = k / kBlock;
   const auto [g0, g1] = whole_groups(a.r0, a.r1, kQ4PanelRows);
-  bool from_w = false;  // the row-major kernel ran and left its own activations in the scratch
-  for (auto [r0, r1] : {std::pair{a.r0, g0}, std::pair{g1, a.r1}}) {
-    if (r0 >= r1) continue;
-    QuantMatmulArgs b = a;
-    b.w_il = nullptr, b.reuse_x = false, b.r0 = r0, b.r1 = r1, b.y = a.y + (r0 - a.r0);
-    rows(b);
-    from_w = true;
-  }
+  const bool from_w = rows_outside_groups(a, {g0, g1}, rows);
   if (g0 >= g1) return;
   if (a.n_tokens >= kPrefillTokens) {
     // The activations where the rows from w (gemm_quant) left them, if they ran: the same carve.

@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "backends/cpu/matmul_quant.h"
+#include "backends/cpu/quant_dispatch.h"
 
 namespace hearth::cpu::qk {
 namespace {
@@ -516,20 +517,6 @@ inline void dequant_tail(int64_t k, const uint16_t* scales, DType st, void* dst,
           const int64_t i = kc + 32 * b + 16 * h + 4 * q + e;
           store1<BF16>(dst, i, float(value(h, 4 * (m * q + b) + e)) * scale_f32(st, scales[i / G]));
         }
-}
-
-// Calls f(std::integral_constant<int, G>()) for the group size (32, 64 or 128: the loader allows no
-// other), so each kernel is compiled once per group size.
-template <class F>
-inline void with_group(int group, F f) {
-  switch (group) {
-    case 32:
-      return f(std::integral_constant<int, 32>());
-    case 64:
-      return f(std::integral_constant<int, 64>());
-    default:
-      return f(std::integral_constant<int, 128>());
-  }
 }
 
 // A QuantDequantFn from a one-row dequantizer: row(g, to_bf16, codes, scales, out) writes the row
