@@ -490,11 +490,11 @@ TEST_SUITE("ops") {
   TEST_CASE(
       "INT4 and INT8 weights as 16-row panels: a tied table's rows and logits, short and long") {
     // With weight copies, Q4 and Q8 matrices of whole 16-row groups are placed as panels
-    // (q4_panel.h, q8_panel.h) where the kernel table reads them (AVX-512; Q4 on AVX2 too), and a
-    // tied table is read from the head's panel: logits of embedded rows, x = table[id], y = x W^T,
-    // against float64 (each row's activations rounded to int8 as the kernels do). 3 and 40 tokens:
-    // decode and the int8 GEMM. 52 rows are not whole groups: that matrix must not be read as
-    // panels (its copy is the rows as they are), and a tied table neither.
+    // (q4_panel.h, q8_panel.h) where the kernel table reads them (AVX-512, AVX-VNNI; Q4 on AVX2),
+    // and a tied table is read from the head's panel: logits of embedded rows, x = table[id], y = x
+    // W^T, against float64 (each row's activations rounded to int8 as the kernels do). 3 and 40
+    // tokens: decode and the int8 GEMM. 52 rows are not whole groups: that matrix must not be read
+    // as panels (its copy is the rows as they are), and a tied table neither.
     const int64_t K = 256;
     for (const int bits : {4, 8})
       for (const int64_t N : {int64_t(48), int64_t(52)}) {

@@ -3,8 +3,8 @@
 // maddubs multiplies nibbles with int8 activations in the same slot order; the four products of a
 // chunk add in 16 bits (each at most 2 * 15 * 127) before widening, then one broadcast of the
 // chunk's 4 block factors scales the lanes; the +8 is removed per block afterwards. The backend's
-// copy (w_il) is 16-row panels (q4_panel.h), read by matmul_q4_panel_avx2.h.
-#include "backends/cpu/matmul_q4_panel_avx2.h"
+// copy (w_il) is 16-row panels (q4_panel.h), read by matmul_panel_avx2.h.
+#include "backends/cpu/matmul_panel_avx2.h"
 
 namespace hearth::cpu {
 
@@ -37,7 +37,7 @@ void matmul_q4_rows(const QuantMatmulArgs& a) {
 }
 
 void matmul_q4_avx2(const QuantMatmulArgs& a) {
-  matmul_q4_avx2_panels<DotMaddubs>(a, matmul_q4_rows, [](auto&&...) { return false; });
+  matmul_avx2_panels<Q4PanelAvx2, DotMaddubs>(a, matmul_q4_rows, [](auto&&...) { return false; });
 }
 
 // Nibbles minus 8.

@@ -3,8 +3,7 @@
 // each chunk's four nibble vectors multiplied into the int32 lanes by vpdpbusd instead of
 // maddubs, 16-bit adds and madd: the same exact integer dots in 4 instructions instead of 8.
 // Prefill repacks panels of rows for the int8 GEMM (matmul_quant_gemm_avxvnni.h). The backend's
-// copy (w_il) is 16-row panels (q4_panel.h), read by matmul_q4_panel_avx2.h.
-#include "backends/cpu/matmul_q4_panel_avx2.h"
+// copy (w_il) is 16-row panels (q4_panel.h), read by matmul_panel_avx2.h.
 #include "backends/cpu/matmul_quant_gemm_avxvnni.h"
 
 namespace hearth::cpu {
@@ -53,50 +52,8 @@ void matmul_q4_rows(const QuantMatmulArgs& a) {
   matmul_quant_avx2(a, Q4CodesVnni());
 }
 
-// The GEMM's panel (pack_panel's layout: 16 rows, [k / 4][16] dwords) from one group of the copy:
-// its vectors are already rows in lanes, so each is only split into its nibble planes.
-template <int G, DType ST>
-void panel_for_gemm(const uint8_t* group, int64_t k, const GemmActs& g) {
-  static_assert(kPanelRows == kQ4PanelRows, "a GEMM panel is one group");
-  for (int64_t c = 0; c < k / kChunk; ++c) {
-    const uint8_t* chunk = group + c * q4_panel_chunk_bytes(G);
-    for (int bb = 0; bb < 4; ++bb) {
-      for (int q = 0; q < 4; ++q) {
-        const int64_t dw = 32 * c + 8 * bb + q;  // natural dwords dw and dw + 4
-        for (int h = 0; h < 2; ++h) {
-          __m256i lo, hi;
-          half_planes(chunk, bb, q, h, &lo, &hi);
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(g.panel + dw * kPanelRows + 8 * h), lo);
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(g.panel + (dw + 4) * kPanelRows + 8 * h),
-                              hi);
-        }
-      }
-      for (int h = 0; h < 2; ++h)
-        _mm256_storeu_ps(g.scales + (4 * c + bb) * kPanelRows + 8 * h,
-                         half_scales<G, ST>(chunk, bb, h));
-    }
-  }
-}
-
-// A long step's whole groups through the int8 GEMM, each group one GEMM panel.
-template <int G, DType ST>
-bool gemm_groups(const QuantMatmulArgs& a, int64_t g0, int64_t g1) {
-  if (a.n_tokens < kPrefillTokens) return false;
-  // The activations where the rows from w (gemm_quant) left them, if they ran: the same carve.
-  const GemmActs acts = gemm_acts<GemmAvxVnni>(a, Q4CodesVnni::kOffsetLog2);
-  const auto* panel = static_cast<const uint8_t*>(a.w_il);
-  for (int64_t r = g0; r < g1; r += kQ4PanelRows) {
-    panel_for_gemm<G, ST>(panel + r / kQ4PanelRows * q4_panel_group_bytes(a.k, G), a.k, acts);
-    gemm_tokens<GemmAvxVnni>(acts, a.k, a.n_tokens, a.y + (r - a.r0), a.ldy, int(kQ4PanelRows));
-  }
-  return true;
-}
-
 void matmul_q4_avxvnni(const QuantMatmulArgs& a) {
-  matmul_q4_avx2_panels<DotVnni>(
-      a, matmul_q4_rows, [](const QuantMatmulArgs& b, int64_t g0, int64_t g1, auto g, auto st) {
-        return gemm_groups<decltype(g)::value, decltype(st)::value>(b, g0, g1);
-      });
+  matmul_avx2_panels<Q4PanelAvx2, DotVnni>(a, matmul_q4_rows, PanelGemm<Q4PanelAvx2>());
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Q8 matmul, AVX2 with AVX-VNNI (Intel since Alder Lake, AMD Zen 5): the AVX2 kernel's layout and
 // loop (matmul_q8_avx2.cpp: 128-byte chunks in slot order), each 32 bytes of codes + 128 multiplied
 // into the int32 lanes by one vpdpbusd (dpbusd_chunk), the offset taken off per row. Prefill
-// repacks panels of rows for the int8 GEMM (matmul_quant_gemm_avxvnni.h).
+// repacks panels of rows for the int8 GEMM (matmul_quant_gemm_avxvnni.h). The backend's copy
+// (w_il) is 16-row panels (q8_panel.h), read by matmul_panel_avx2.h.
 #include "backends/cpu/matmul_quant_gemm_avxvnni.h"
 
 namespace hearth::cpu {
@@ -49,15 +50,21 @@ struct Q8CodesVnni {
   }
 };
 
-void matmul_q8_avxvnni(const QuantMatmulArgs& a) {
+// Row-major codes (w), any rows.
+void matmul_q8_rows(const QuantMatmulArgs& a) {
   if (a.n_tokens >= kPrefillTokens) return gemm_quant(a, Q8CodesVnni());
   matmul_quant_avx2(a, Q8CodesVnni());
+}
+
+void matmul_q8_avxvnni(const QuantMatmulArgs& a) {
+  matmul_avx2_panels<Q8PanelAvx2, DotVnni>(a, matmul_q8_rows, PanelGemm<Q8PanelAvx2>());
 }
 
 }  // namespace
 
 void fill_matmul_q8_avxvnni(KernelTable& k) {
   k.matmul_q8 = matmul_q8_avxvnni;
+  k.q8_panel = true;
   fill_quant_prefill(k);
 }
 

@@ -130,7 +130,7 @@ inline void quantize_act_blocks_avx2(const float* x, int64_t k, int8_t* q, float
   }
 }
 
-// The Dot policies of the kernels written over both (screen_q8_avx2.h, matmul_q4_panel_avx2.h):
+// The Dot policies of the kernels written over both (screen_q8_avx2.h, matmul_panel_avx2.h):
 // dot(acc, u, s) is acc plus the 8 int32 lane sums of 4 adjacent u8 x s8 products, by maddubs and
 // madd (AVX2; the pair sums must stay below 2^15) or by vpdpbusd (AVX-VNNI, only in files built
 // for it). A block's sum of up to 8 such products of nibbles (u <= 15, |s| <= 127) goes

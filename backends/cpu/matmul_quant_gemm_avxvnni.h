@@ -6,6 +6,7 @@
 #pragma once
 #include <cmath>
 
+#include "backends/cpu/matmul_panel_avx2.h"
 #include "backends/cpu/matmul_quant_avx2.h"
 #include "backends/cpu/matmul_quant_gemm.h"
 #include "backends/cpu/peak_chains.h"
@@ -169,6 +170,27 @@ void gemm_quant(const QuantMatmulArgs& a, const Codes& cd = Codes()) {
     gemm_tokens<GemmAvxVnni>(g, k, a.n_tokens, a.y + (r - a.r0), a.ldy, n);
   }
 }
+
+// matmul_avx2_panels' gemm for a format-F panel copy: a long step's whole groups through the int8
+// GEMM, each group one GEMM panel taken from the copy as it is; false for a short step.
+template <class F>
+struct PanelGemm {
+  template <int G, DType ST>
+  bool operator()(const QuantMatmulArgs& a, int64_t g0, int64_t g1, std::integral_constant<int, G>,
+                  std::integral_constant<DType, ST>) const {
+    if (a.n_tokens < kPrefillTokens) return false;
+    // The activations where the rows from w (gemm_quant) left them, if they ran: the same carve.
+    const GemmActs g = gemm_acts<GemmAvxVnni>(a, F::kOffset == 8 ? 3 : 7);
+    const auto* panel = static_cast<const uint8_t*>(a.w_il);
+    const int64_t gb = a.k / kChunk * chunk_bytes<F, G>();
+    for (int64_t r = g0; r < g1; r += kPanelRows) {
+      panel_for_gemm_avx2<F, G, ST, kPanelRows>(panel + r / kPanelRows * gb, a.k, g.panel,
+                                                g.scales);
+      gemm_tokens<GemmAvxVnni>(g, a.k, a.n_tokens, a.y + (r - a.r0), a.ldy, int(kPanelRows));
+    }
+    return true;
+  }
+};
 
 }  // namespace
 }  // namespace hearth::cpu::qk
