@@ -15,13 +15,13 @@
 namespace hearth::cpu::qk {
 namespace {
 
-// A panel format F: kCodeBytes (of a chunk's codes, before its scales), kOffset (the codes hold
-// q + kOffset), and a block's kPlanes planes: plane(chunk, bb, p, h), half h of plane p of block
-// bb, unsigned codes against the activations at element act(p) of the block (4 of them,
-// broadcast). act(p) / 4 is the plane's natural dword, where the GEMM's panel keeps it.
+// A panel format F: kCodeBytes (of a chunk's codes, before its scales), kOffset = 2^kOffsetLog2
+// (the codes hold q + kOffset), and a block's kPlanes planes: plane(chunk, bb, p, h), half h of
+// plane p of block bb, unsigned codes against the activations at element act(p) of the block (4 of
+// them, broadcast). act(p) / 4 is the plane's natural dword, where the GEMM's panel keeps it.
 struct Q4PanelAvx2 {
   static constexpr int64_t kCodeBytes = kQ4PanelCodeBytes;
-  static constexpr int kOffset = 8, kPlanes = 8;
+  static constexpr int kOffsetLog2 = 3, kOffset = 1 << kOffsetLog2, kPlanes = 8;
   // Planes 2q and 2q + 1: the low and high nibbles of vector q.
   static __m256i plane(const uint8_t* chunk, int bb, int p, int h) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -34,7 +34,7 @@ struct Q4PanelAvx2 {
 // would overflow 16 bits).
 struct Q8PanelAvx2 {
   static constexpr int64_t kCodeBytes = kQ8PanelCodeBytes;
-  static constexpr int kOffset = 128, kPlanes = 8;
+  static constexpr int kOffsetLog2 = 7, kOffset = 1 << kOffsetLog2, kPlanes = 8;
   static __m256i plane(const uint8_t* chunk, int bb, int p, int h) {
     return load256(chunk + 512 * bb + 64 * p + 32 * h);
   }

@@ -180,7 +180,7 @@ struct PanelGemm {
                   std::integral_constant<DType, ST>) const {
     if (a.n_tokens < kPrefillTokens) return false;
     // The activations where the rows from w (gemm_quant) left them, if they ran: the same carve.
-    const GemmActs g = gemm_acts<GemmAvxVnni>(a, F::kOffset == 8 ? 3 : 7);
+    const GemmActs g = gemm_acts<GemmAvxVnni>(a, F::kOffsetLog2);
     const auto* panel = static_cast<const uint8_t*>(a.w_il);
     const int64_t gb = a.k / kChunk * chunk_bytes<F, G>();
     for (int64_t r = g0; r < g1; r += kPanelRows) {
