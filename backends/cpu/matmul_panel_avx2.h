@@ -5,8 +5,7 @@
 // scaled once per block, token and 8 rows; each (row, token) takes the same operations in the same
 // order for any number of tokens, as on AVX-512 (matmul_q4_panel_avx512.h), so a batched step
 // gives each sequence its own step's floats. The copies are the AVX-512 kernels' own: one layout
-// for both ISAs. Include only from matmul_q4_avx2.cpp, matmul_q4_avxvnni.cpp and
-// matmul_q8_avxvnni.cpp.
+// for both ISAs. Include only from the Q4 and Q8 *_avx2.cpp and *_avxvnni.cpp files.
 #pragma once
 #include "backends/cpu/matmul_quant_avx2.h"
 #include "backends/cpu/q8_panel.h"
@@ -30,8 +29,8 @@ struct Q4PanelAvx2 {
   }
   static constexpr int act(int p) { return p % 2 ? 16 + 4 * (p / 2) : 4 * (p / 2); }
 };
-// Q8's planes are its vectors as stored (q + 128); only vpdpbusd takes them (maddubs' pair sums
-// would overflow 16 bits).
+// Q8's planes are its vectors as stored (q + 128), for vpdpbusd (maddubs' pair sums would overflow
+// 16 bits on them: plain AVX2 reads Q8PanelSigned).
 struct Q8PanelAvx2 {
   static constexpr int64_t kCodeBytes = kQ8PanelCodeBytes;
   static constexpr int kOffsetLog2 = 7, kOffset = 1 << kOffsetLog2, kPlanes = 8;
@@ -39,6 +38,26 @@ struct Q8PanelAvx2 {
     return load256(chunk + 512 * bb + 64 * p + 32 * h);
   }
   static constexpr int act(int p) { return 4 * p; }
+};
+
+// Q8 without AVX-VNNI: the panel's codes back to signed q (their sign bits flipped again), for
+// DotSigned, whose products are exact signed ones: no offset.
+struct Q8PanelSigned {
+  static constexpr int64_t kCodeBytes = kQ8PanelCodeBytes;
+  static constexpr int kOffset = 0, kPlanes = 8;
+  static __m256i plane(const uint8_t* chunk, int bb, int p, int h) {
+    return _mm256_xor_si256(Q8PanelAvx2::plane(chunk, bb, p, h), _mm256_set1_epi8(char(0x80)));
+  }
+  static constexpr int act(int p) { return Q8PanelAvx2::act(p); }
+};
+// Dot for Q8PanelSigned's signed codes w: maddubs on |w| and the activations carrying w's sign
+// (pair sums at most 2 x 128 x 127 < 2^15), widened at every step.
+struct DotSigned {
+  static __m256i begin(__m256i init) { return init; }
+  static __m256i step(__m256i block, __m256i w, __m256i s) {
+    return _mm256_add_epi32(block, dot_u8s8(_mm256_abs_epi8(w), _mm256_sign_epi8(s, w)));
+  }
+  static __m256i end(__m256i block, __m256i) { return block; }
 };
 
 template <class F, int G>

@@ -1,8 +1,9 @@
 // Q8 matmul, AVX2: 128-element chunks of 128 bytes in slot order (quant/FORMAT.md), 4-byte lane i
 // in block i mod 4, against int8 activations in the same slot order, 32 bytes at a time with
 // maddubs on |code| and the activation carrying the code's sign; one broadcast of the chunk's 4
-// block factors scales the lanes.
-#include "backends/cpu/matmul_quant_avx2.h"
+// block factors scales the lanes. The backend's copy (w_il) is 16-row panels (q8_panel.h), read by
+// matmul_panel_avx2.h as signed codes.
+#include "backends/cpu/matmul_panel_avx2.h"
 
 namespace hearth::cpu {
 
@@ -28,8 +29,13 @@ struct Q8Codes {
   }
 };
 
-void matmul_q8_avx2(const QuantMatmulArgs& a) {
+// Row-major codes (w), any rows.
+void matmul_q8_rows(const QuantMatmulArgs& a) {
   matmul_quant_avx2(a, Q8Codes());
+}
+
+void matmul_q8_avx2(const QuantMatmulArgs& a) {
+  matmul_avx2_panels<Q8PanelSigned, DotSigned>(a, matmul_q8_rows, [](auto&&...) { return false; });
 }
 
 // Half h of a chunk is its 64 bytes at c0 + 64 h.
@@ -45,6 +51,7 @@ void dequant_rows(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16) 
 
 void fill_matmul_q8_avx2(KernelTable& k) {
   k.matmul_q8 = matmul_q8_avx2;
+  k.q8_panel = true;
   k.dequant_q8 = dequant_rows;
 }
 

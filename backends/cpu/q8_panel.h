@@ -1,4 +1,4 @@
-// Q8 weights as 16-row panels, the copy the AVX-512 and AVX-VNNI Q8 kernels read
+// Q8 weights as 16-row panels, the copy the AVX-512 and AVX2 Q8 kernels read
 // (KernelTable::q8_panel): rows in groups of 16 as Q4 panels (q4_panel.h); a chunk is 2048 bytes
 // of codes, [block b < 4][q < 8][row i < 16] dwords where dword (b, q, i) holds row i's elements
 // 32b + 4q .. 32b + 4q + 3 (in element order, wherever quant/FORMAT.md's slot order keeps them)
