@@ -15,8 +15,6 @@ using namespace qk;
 struct Q4Codes {
   static constexpr int64_t kChunkBytes = 64;
   static constexpr int kVecOffset = 8, kTailOffset = 8;  // nibbles hold q + 8
-  // Hardware prefetchers alone: a software prefetch of the packed groups measured no faster.
-  static constexpr int64_t kPackedAhead = 0;
   static __m256i dot(const uint8_t* c, const int8_t* x) {
     __m256i n[4];
     q4_nibbles(c, n);

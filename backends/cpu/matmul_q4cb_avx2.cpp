@@ -17,8 +17,6 @@ struct Q4CbCodes {
   static constexpr int64_t kChunkBytes = 64;
   // The vector dots are exact signed ones; the tail's use level + 128.
   static constexpr int kVecOffset = 0, kTailOffset = 128;
-  // Hardware prefetchers alone: a software prefetch of the packed groups measured no faster.
-  static constexpr int64_t kPackedAhead = 0;
   __m256i lut;
   uint8_t lut_u[16];  // levels + 128, for the short last chunk
   explicit Q4CbCodes(const int8_t* codebook) {

@@ -16,8 +16,6 @@ struct Q4CbCodesVnni {
   static constexpr int64_t kChunkBytes = 64;
   // The vector dots are exact signed ones; the tail's and the GEMM's use level + 128.
   static constexpr int kVecOffset = 0, kTailOffset = 128, kOffsetLog2 = 7;
-  // Hardware prefetchers alone: a software prefetch of the packed groups measured no faster.
-  static constexpr int64_t kPackedAhead = 0;
   __m256i lut;         // the levels (decode)
   __m256i lut_offset;  // levels + 128 (the GEMM's panels)
   uint8_t lut_u[16];   // levels + 128, for the tail and a short last chunk

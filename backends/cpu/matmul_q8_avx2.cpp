@@ -15,7 +15,6 @@ struct Q8Codes {
   static constexpr int64_t kChunkBytes = 128;
   // The vector dots are exact signed ones; the tail's use q + 128.
   static constexpr int kVecOffset = 0, kTailOffset = 128;
-  static constexpr int64_t kPackedAhead = kQ8PackedAhead;
   static __m256i dot32(const uint8_t* w, const int8_t* x) {
     const __m256i wv = load256(w);
     return dot_u8s8(_mm256_abs_epi8(wv), _mm256_sign_epi8(load256(x), wv));

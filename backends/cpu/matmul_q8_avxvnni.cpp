@@ -17,7 +17,6 @@ struct Q8CodesVnni {
   // against x carrying q's sign took three operations; 128 x (each block's sum of x) comes off
   // once per row, as Q4's + 8 does.
   static constexpr int kVecOffset = 128, kTailOffset = 128;
-  static constexpr int64_t kPackedAhead = kQ8PackedAhead;
   static __m256i dot(const uint8_t* c, const int8_t* x) {
     const __m256i flip = _mm256_set1_epi8(char(0x80));
     __m256i u[4], s[4];

@@ -164,27 +164,16 @@ struct DotVnni {
 // one linear stream over the matrix, as the AVX-512 kernels do (matmul_quant_avx512.h).
 constexpr int64_t kPrefetchAhead = 65536;
 
-// Q8's packed groups are one linear stream, but the hardware prefetchers alone kept the kernel at
-// ~25 GB/s where the AVX-512 panels read 31-34 (Zen 5, one thread, all 0.6B Q8 matrices, runs
-// interleaved in one process); 2 KiB ahead into L1 reached 27-29 with or without AVX-VNNI (1 KiB,
-// 4 KiB and 64 KiB into L2 less). Q4's gained nothing end to end.
-constexpr int64_t kQ8PackedAhead = 2048;
-
 // One token against a packed group of four rows (row q's chunk j at w + (4 j + q) kChunkBytes,
 // its block factors at P + q nbp): y[q] = the lane dots scaled by the factors and summed, before
 // the offset correction; the operations of the row-at-a-time loop, in the same order.
 template <class Codes>
 inline void packed_group_token(const Codes& cd, const uint8_t* w, const float* P, int64_t nbp,
-                               const int8_t* xq, int64_t nc, bool prefetch, float y[4]) {
+                               const int8_t* xq, int64_t nc, float y[4]) {
   __m256 acc[4];
   for (int q = 0; q < 4; ++q) acc[q] = _mm256_setzero_ps();
   for (int64_t j = 0; j < nc; ++j)
     for (int q = 0; q < 4; ++q) {
-      if constexpr (Codes::kPackedAhead > 0)
-        for (int64_t l = 0; prefetch && l < Codes::kChunkBytes; l += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(w + (j * 4 + q) * Codes::kChunkBytes) +
-                           Codes::kPackedAhead + l,
-                       _MM_HINT_T0);
       const __m256i d = cd.dot(w + (j * 4 + q) * Codes::kChunkBytes, xq + j * kChunk);
       const __m256 f = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(P + q * nbp + 4 * j));
       acc[q] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), f, acc[q]);
@@ -197,8 +186,7 @@ inline void packed_group_token(const Codes& cd, const uint8_t* w, const float* P
 // one broadcast of its 4 block factors. Codes provides kChunkBytes (per 128 elements), dot(chunk,
 // x) -> the chunk's 8 int32 lane dots (lane i: block i mod 4), kVecOffset (the unsigned offset
 // those dots still carry: Q4's +8; 0 where they are exact signed dots), tail(chunk, x, m, isum)
-// with kTailOffset, the same for a short last chunk of m blocks (tail_block_dots), and
-// kPackedAhead, how far ahead decode prefetches the packed groups (0: not at all).
+// with kTailOffset, the same for a short last chunk of m blocks (tail_block_dots).
 template <class Codes>
 void matmul_quant_avx2(const QuantMatmulArgs& a, const Codes& cd) {
   const int64_t k = a.k, nb = k / kBlock, ng = k / a.group, nc = k / kChunk, kc = nc * kChunk;
@@ -210,11 +198,12 @@ void matmul_quant_avx2(const QuantMatmulArgs& a, const Codes& cd) {
   float* P = sw + nbp;
   const auto* codes = static_cast<const uint8_t*>(a.w);
   const auto* scales = static_cast<const uint16_t*>(a.scales);
-  // Whole groups of the packed copy (MatmulArgs::w_il: kPackQ8 / kPackQ4, each row's chunk j
-  // beside its 3 neighbours') go four rows at a time: one linear stream (Codes::kPackedAhead) and
-  // four independent accumulators instead of one row's chain after another (two groups at once,
-  // eight accumulators, spill on 16 registers and measured slower; two streams of one group each,
-  // with their own prefetches, no faster). The same operations per row, so the same floats.
+  // Whole groups of the packed copy (MatmulArgs::w_il: kPackQ4 for Q4 with a codebook, each
+  // row's chunk j beside its 3 neighbours'; Q4 and Q8 are panels, matmul_panel_avx2.h) go four rows
+  // at a time: one linear stream and four independent accumulators instead of one row's chain after
+  // another (two groups at once, eight accumulators, spill on 16 registers and measured slower; two
+  // streams of one group each, with their own prefetches, no faster). The same operations per row,
+  // so the same floats.
   constexpr int kGroup = 4;
   const auto* packed = static_cast<const uint8_t*>(a.w_il);
   const WholeGroups groups =
@@ -235,7 +224,7 @@ void matmul_quant_avx2(const QuantMatmulArgs& a, const Codes& cd) {
         float corr[kGroup], y[kGroup];
         for (int q = 0; q < kGroup; ++q)
           corr[q] = block_products(at.d + t * nb, at.s + t * nb, sw4 + q * nbp, nb, P4 + q * nbp);
-        packed_group_token(cd, packed + r * row_bytes, P4, nbp, at.q + t * k, nc, t == 0, y);
+        packed_group_token(cd, packed + r * row_bytes, P4, nbp, at.q + t * k, nc, y);
         for (int q = 0; q < kGroup; ++q)
           a.y[(t0 + t) * a.ldy + (r + q - a.r0)] = y[q] - float(Codes::kVecOffset) * corr[q];
       }
