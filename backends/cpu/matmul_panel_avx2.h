@@ -79,12 +79,8 @@ inline void prefetch_panel_chunk(const uint8_t* chunk) {
 template <class F, int G, DType ST>
 inline __m256 half_scales(const uint8_t* chunk, int bb, int h) {
   const int slot = bb * q4_panel_slots(G) / 4;
-  const __m128i s =
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(chunk + F::kCodeBytes + 32 * slot + 16 * h));
-  if constexpr (ST == DType::BF16)
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(s), 16));
-  else
-    return _mm256_cvtph_ps(s);
+  return widen_scales8(ST, _mm_loadu_si128(reinterpret_cast<const __m128i*>(chunk + F::kCodeBytes +
+                                                                            32 * slot + 16 * h)));
 }
 
 inline __m256i broadcast4(const int8_t* p) {

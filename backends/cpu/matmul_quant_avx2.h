@@ -42,6 +42,12 @@ inline __m256i dot_u8s8(__m256i u, __m256i s) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
 
+// 8 F16 or BF16 scales as f32.
+inline __m256 widen_scales8(DType t, __m128i h) {
+  return t == DType::BF16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+                          : _mm256_cvtph_ps(h);
+}
+
 // out[b] = the f32 scale of block b's group, for the nb blocks of one row (per_group blocks per
 // group), once per row rather than per (row, token).
 inline void block_scales(DType t, const uint16_t* s, int per_group, int64_t nb, float* out) {
@@ -49,9 +55,7 @@ inline void block_scales(DType t, const uint16_t* s, int per_group, int64_t nb, 
     int64_t b = 0;
     for (; b + 8 <= nb; b += 8) {
       const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + b));
-      _mm256_storeu_ps(out + b, t == DType::BF16 ? _mm256_castsi256_ps(_mm256_slli_epi32(
-                                                       _mm256_cvtepu16_epi32(h), 16))
-                                                 : _mm256_cvtph_ps(h));
+      _mm256_storeu_ps(out + b, widen_scales8(t, h));
     }
     for (; b < nb; ++b) out[b] = scale_f32(t, s[b]);
     return;

@@ -74,7 +74,8 @@ inline void fill_quant_prefill(KernelTable& k) {
 }
 
 // Where rows' codes are: rows of the whole groups [g.g0, g.g1) in the packed copy
-// (MatmulArgs::w_il, kPackQ8 / kPackQ4), as the decode kernels read them, the others row-major.
+// (MatmulArgs::w_il, kPackQ4: Q4 with a codebook; Q4 and Q8 copies are panels, PanelGemm), as the
+// decode kernels read them, the others row-major.
 struct RowCodes {
   static constexpr int64_t R = kPackQ4.rows;
   static_assert(kPackQ8.rows == R, "Q8 and Q4 rows are packed in groups of the same size");

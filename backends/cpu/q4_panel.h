@@ -4,9 +4,9 @@
 // is row i's slot dword 4q + b of the chunk (quant/FORMAT.md: its low nibbles are block b's
 // elements 4q .. 4q + 3, its high ones 16 + 4q .. 19 + 4q), then the chunk's scales, [slot s][row
 // i] F16/BF16 for the chunk's groups (4 for group 32, 2 for 64, 1 for 128), padded to 64 bytes.
-// Rows then sit in vector lanes: one vpdpbusd multiplies 16 rows by one token's 4 activation codes,
-// so a step of several tokens unpacks each code once for all of them and scales each block once per
-// token and 16 rows, and a group is one linear stream.
+// Rows then sit in vector lanes: one vpdpbusd multiplies 16 rows (AVX2: 8, a vector's half) by one
+// token's 4 activation codes, so a step of several tokens unpacks each code once for all of them
+// and scales each block once per token and 16 rows, and a group is one linear stream.
 #pragma once
 #include <cstdint>
 
