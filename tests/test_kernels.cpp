@@ -728,8 +728,7 @@ TEST_SUITE("kernels") {
             CAPTURE(variant);
             CAPTURE(T);
             CAPTURE(r0);
-            const bool as_panel =
-                (variant == 4 && qt.kt.q4_panel) || (variant == 8 && qt.kt.q8_panel);
+            const bool as_panel = (bits == 4 && qt.kt.q4_panel) || (variant == 8 && qt.kt.q8_panel);
             const int64_t group_rows = as_panel ? kQ4PanelRows : shape.rows;
             const auto x = randn(size_t(T * k), uint32_t(90 + T));
             std::vector<float> scratch(size_t(quant_matmul_scratch_floats(k, T)));
@@ -769,14 +768,17 @@ TEST_SUITE("kernels") {
   }
 
   TEST_CASE("Q4 and Q8 panels: the copy unpacks to its rows, and the kernels read it as the rows") {
+    const int8_t cb[16] = {-127, -90, -66, -46, -31, -19, -10, -4, 0, 5, 12, 22, 35, 52, 75, 127};
     const int64_t N = 64, k = 384;
-    for (const int bits : {4, 8})
+    for (const int variant : {4, 8, 0})  // 0: Q4 with a codebook
       for (auto [group, st] : {std::pair{32, DType::F16}, {64, DType::BF16}, {128, DType::F16}}) {
-        CAPTURE(bits);
+        CAPTURE(variant);
         CAPTURE(group);
+        const int bits = variant ? variant : 4;
+        const int8_t* codebook = variant ? nullptr : cb;
         const bool q8 = bits == 8;
         const int64_t row_bytes = k * bits / 8;
-        const QWeights w = make_qweights(bits, group, st, N, k, 83);
+        const QWeights w = make_qweights(bits, group, st, N, k, 83, codebook);
         std::vector<uint8_t> panel(size_t((q8 ? q8_panel_bytes : q4_panel_bytes)(N, k, group)));
         for (int64_t r = 0; r < N; r += 16)  // in slices, as the backend's threads make it
           (q8 ? pack_q8_panel : pack_q4_panel)(w.codes.data(), w.scales.data(), k, group, r, r + 16,
@@ -802,10 +804,10 @@ TEST_SUITE("kernels") {
               std::vector<float> scratch(size_t(quant_matmul_scratch_floats(k, T)));
               auto run = [&](const uint8_t* c, const uint16_t* sc, const void* il) {
                 std::vector<float> y(size_t(T * N), NAN);
-                QuantMatmulArgs a = test::quant_args({c, sc, st, group, nullptr, k}, x.data(), k, T,
-                                                     y.data(), N, r0, r1, scratch.data());
+                QuantMatmulArgs a = test::quant_args({c, sc, st, group, codebook, k}, x.data(), k,
+                                                     T, y.data(), N, r0, r1, scratch.data());
                 a.w_il = il;
-                (q8 ? qt.kt.matmul_q8 : qt.kt.matmul_q4)(a);
+                (q8 ? qt.kt.matmul_q8 : codebook ? qt.kt.matmul_q4cb : qt.kt.matmul_q4)(a);
                 return y;
               };
               const auto want = run(w.codes.data(), w.scales.data(), nullptr);
@@ -825,11 +827,12 @@ TEST_SUITE("kernels") {
   TEST_CASE("embedding rows from a packed copy (a tied LM head's) are the table's rows") {
     const int8_t cb[16] = {-127, -91, -66, -46, -31, -19, -10, -4, 0, 5, 12, 22, 35, 52, 75, 105};
     const int64_t N = 32, k = 384;
-    // 0: Q4 with a codebook; -4 and -8: Q4 and Q8 as panels.
-    for (int variant : {8, 4, 0, -4, -8}) {
+    // 0: Q4 with a codebook; -4 and -8: Q4 and Q8 as panels; -1: Q4 with a codebook as panels.
+    for (int variant : {8, 4, 0, -4, -8, -1}) {
       CAPTURE(variant);
       const int bits = variant == 8 || variant == -8 ? 8 : 4;
-      const QWeights w = make_qweights(bits, 64, DType::BF16, N, k, 81, variant ? nullptr : cb);
+      const bool codebook = variant == 0 || variant == -1;
+      const QWeights w = make_qweights(bits, 64, DType::BF16, N, k, 81, codebook ? cb : nullptr);
       Tensor t = w.view();
       std::vector<uint8_t> packed(w.codes.size());
       if (variant < 0) {

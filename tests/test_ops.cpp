@@ -489,15 +489,18 @@ TEST_SUITE("ops") {
 
   TEST_CASE(
       "INT4 and INT8 weights as 16-row panels: a tied table's rows and logits, short and long") {
-    // With weight copies, Q4 and Q8 matrices of whole 16-row groups are placed as panels
-    // (q4_panel.h, q8_panel.h) where the kernel table reads them (AVX-512, AVX-VNNI; Q4 on AVX2),
-    // and a tied table is read from the head's panel: logits of embedded rows, x = table[id], y = x
-    // W^T, against float64 (each row's activations rounded to int8 as the kernels do). 3 and 40
-    // tokens: decode and the int8 GEMM. 52 rows are not whole groups: that matrix must not be read
-    // as panels (its copy is the rows as they are), and a tied table neither.
+    // With weight copies, Q4 (with or without a codebook) and Q8 matrices of whole 16-row groups
+    // are placed as panels (q4_panel.h, q8_panel.h) where the kernel table reads them (x86), and a
+    // tied table is read from the head's panel: logits of embedded rows, x = table[id], y = x W^T,
+    // against float64 (each row's activations rounded to int8 as the kernels do). 3 and 40 tokens:
+    // decode and the int8 GEMM. 52 rows are not whole groups: that matrix must not be read as
+    // panels (its copy is the rows as they are), and a tied table neither.
     const int64_t K = 256;
-    for (const int bits : {4, 8})
+    const int8_t cb[16] = {-127, -90, -66, -46, -31, -19, -10, -4, 0, 5, 12, 22, 35, 52, 75, 127};
+    for (const int variant : {4, 8, 0})  // 0: Q4 with a codebook
       for (const int64_t N : {int64_t(48), int64_t(52)}) {
+        const int bits = variant ? variant : 4;
+        const int8_t* codebook = variant ? nullptr : cb;
         const int group = 64;
         std::mt19937 rng(7);
         std::vector<int8_t> q(size_t(N * K));
@@ -510,9 +513,10 @@ TEST_SUITE("ops") {
         }
         const std::vector<uint8_t> codes = test::pack_codes(bits, q.data(), N, K);
         const Tensor w =
-            test::quantized_view(bits, N, K, codes, scales, DType::BF16, group, nullptr);
+            test::quantized_view(bits, N, K, codes, scales, DType::BF16, group, codebook);
         auto wd = [&](int64_t n, int64_t k) {
-          return double(q[size_t(n * K + k)]) * sd[size_t(n * (K / group) + k / group)];
+          const int c = q[size_t(n * K + k)];
+          return double(codebook ? codebook[c + 8] : c) * sd[size_t(n * (K / group) + k / group)];
         };
         for (int T : {3, 40}) {
           std::vector<int32_t> ids;
@@ -532,7 +536,7 @@ TEST_SUITE("ops") {
           for (const auto& isa : isas_here())
             for (int threads : {1, 2}) {
               if (isa == "scalar") continue;  // f32 products, not int8 ones
-              CAPTURE(bits);
+              CAPTURE(variant);
               CAPTURE(N);
               CAPTURE(T);
               CAPTURE(isa);

@@ -363,11 +363,10 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
           w.quantized() ? size_t(w.rows() * (w.cols() / w.group_size)) * 2 : 0;
       const PackShape pack = pack_shape(w.dtype);
       const int64_t row_bytes = int64_t(w.nbytes) / std::max<int64_t>(w.rows(), 1);
-      // The AVX-512 kernels read every packed type; the AVX2 ones the quantized types (Q4 with a
-      // codebook: Q4 and Q8 are panels there). A kernel that reads panels reads no other packing:
-      // a matrix they do not fit is copied as it is.
-      const bool reads_packed =
-          (kernels_.isa == Isa::Avx512 || (kernels_.isa == Isa::Avx2 && w.quantized())) && !panel;
+      // The AVX-512 kernels read packed BF16 (quantized types are panels there and on AVX2). A
+      // kernel that reads panels reads no other packing: a matrix they do not fit is copied as it
+      // is.
+      const bool reads_packed = kernels_.isa == Isa::Avx512 && !panel;
       if (pack_ok && pack.chunk && reads_packed && pack_fits(pack, w.rows(), row_bytes))
         cg->w_il[size_t(id)] = weight_copies_->get(
             w.data, kPacked, w.nbytes,

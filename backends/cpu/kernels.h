@@ -28,8 +28,9 @@ struct MatmulArgs {
   int64_t prefetch_r1 = 0;
   // BF16, Q8 and Q4 (AVX-512 kernels), or null: the same weight packed by pack_rows with the
   // chunk and group of its type (kPackBf16, kPackQ8, kPackQ4), which the kernel reads instead of w
-  // for whole groups of rows (other kernels ignore it); Q4 without a codebook as 16-row panels
-  // with their scales (q4_panel.h) where KernelTable::q4_panel says so.
+  // for whole groups of rows (other kernels ignore it); Q4 (with or without a codebook) and Q8 as
+  // 16-row panels with their scales (q4_panel.h, q8_panel.h) where KernelTable::q4_panel and
+  // q8_panel say so.
   const void* w_il = nullptr;
 };
 
@@ -46,7 +47,7 @@ struct PackShape {
 // widens to 16 rows' products (matmul_avx512.h, rows_bf16_packed).
 constexpr PackShape kPackBf16{4, 16};
 constexpr PackShape kPackQ8{128, 4};  // one 128-element chunk (quant/FORMAT.md), 4 rows per pass
-constexpr PackShape kPackQ4{64, 4};   // the same in nibbles (Q4 codebooks; Q4: q4_panel.h)
+constexpr PackShape kPackQ4{64, 4};   // the same in nibbles
 // The packed layout of a weight type (a codebook's Q4 as Q4), or {0, 0} for one never packed.
 inline PackShape pack_shape(DType t) {
   return t == DType::BF16 ? kPackBf16
@@ -255,7 +256,8 @@ struct KernelTable {
   // CPU has them (peak_amx.cpp); null elsewhere. Returns 0 flops if the OS refuses tile state.
   FmaLoopFn dot_bf16_tile_loop = nullptr;
   QuantMatmulFn matmul_q8 = nullptr, matmul_q4 = nullptr;
-  // matmul_q4 reads its packed copy (MatmulArgs::w_il) as 16-row panels (q4_panel.h), not kPackQ4.
+  // matmul_q4 and matmul_q4cb read their packed copy (MatmulArgs::w_il) as 16-row panels
+  // (q4_panel.h), not kPackQ4.
   bool q4_panel = false;
   // matmul_q8 reads its packed copy as 16-row panels (q8_panel.h), not kPackQ8.
   bool q8_panel = false;
@@ -283,7 +285,7 @@ struct KernelTable {
 
 // Whether w's packed copy, where it has one, is a Q4 panel (q4_panel.h) for this table.
 inline bool reads_q4_panel(const KernelTable& kt, const Tensor& w) {
-  return kt.q4_panel && w.dtype == DType::Q4 && !w.codebook;
+  return kt.q4_panel && w.dtype == DType::Q4;
 }
 // The same for a Q8 panel (q8_panel.h).
 inline bool reads_q8_panel(const KernelTable& kt, const Tensor& w) {

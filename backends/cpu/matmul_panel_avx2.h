@@ -1,11 +1,12 @@
-// Q4 and Q8 from 16-row panels (q4_panel.h, q8_panel.h) on AVX2: each 64-byte panel vector is two
-// 8-lane halves, rows 0-7 and 8-15 of the group, and one token's 4 activation codes (element
-// order) are broadcast against a half by Dot (vpdpbusd with AVX-VNNI, maddubs and madd without). A
-// block's integer dot starts at -offset x its activation code sum (the codes are q + offset) and is
-// scaled once per block, token and 8 rows; each (row, token) takes the same operations in the same
-// order for any number of tokens, as on AVX-512 (matmul_q4_panel_avx512.h), so a batched step
-// gives each sequence its own step's floats. The copies are the AVX-512 kernels' own: one layout
-// for both ISAs. Include only from the Q4 and Q8 *_avx2.cpp and *_avxvnni.cpp files.
+// Q4 (with or without a codebook) and Q8 from 16-row panels (q4_panel.h, q8_panel.h) on AVX2: each
+// 64-byte panel vector is two 8-lane halves, rows 0-7 and 8-15 of the group, and one token's 4
+// activation codes (element order) are broadcast against a half by Dot (vpdpbusd with AVX-VNNI,
+// maddubs and madd without). A block's integer dot starts at -offset x its activation code sum (the
+// codes are q + offset) and is scaled once per block, token and 8 rows; each (row, token) takes the
+// same operations in the same order for any number of tokens, as on AVX-512
+// (matmul_q4_panel_avx512.h), so a batched step gives each sequence its own step's floats. The
+// copies are the AVX-512 kernels' own: one layout for both ISAs. Include only from the Q4,
+// Q4-codebook and Q8 *_avx2.cpp and *_avxvnni.cpp files.
 #pragma once
 #include "backends/cpu/matmul_quant_avx2.h"
 #include "backends/cpu/q8_panel.h"
@@ -14,10 +15,11 @@
 namespace hearth::cpu::qk {
 namespace {
 
-// A panel format F: kCodeBytes (of a chunk's codes, before its scales), kOffset = 2^kOffsetLog2
-// (the codes hold q + kOffset), and a block's kPlanes planes: plane(chunk, bb, p, h), half h of
-// plane p of block bb, unsigned codes against the activations at element act(p) of the block (4 of
-// them, broadcast). act(p) / 4 is the plane's natural dword, where the GEMM's panel keeps it.
+// A panel format F, an object the kernels call: kCodeBytes (of a chunk's codes, before its
+// scales), kOffset = 2^kOffsetLog2 (the codes hold q + kOffset), and a block's kPlanes planes:
+// plane(chunk, bb, p, h), half h of plane p of block bb, unsigned codes against the activations at
+// element act(p) of the block (4 of them, broadcast). act(p) / 4 is the plane's natural dword,
+// where the GEMM's panel keeps it.
 struct Q4PanelAvx2 {
   static constexpr int64_t kCodeBytes = kQ4PanelCodeBytes;
   static constexpr int kOffsetLog2 = 3, kOffset = 1 << kOffsetLog2, kPlanes = 8;
@@ -40,6 +42,33 @@ struct Q8PanelAvx2 {
   static constexpr int act(int p) { return 4 * p; }
 };
 
+// Q4 with a codebook: Q4's planes looked up (vpshufb) as levels + 128, for vpdpbusd.
+struct Q4CbPanelAvx2 {
+  static constexpr int64_t kCodeBytes = kQ4PanelCodeBytes;
+  static constexpr int kOffsetLog2 = 7, kOffset = 1 << kOffsetLog2, kPlanes = 8;
+  __m256i lut;  // the 16 levels + 128 in each 128-bit lane
+  explicit Q4CbPanelAvx2(const int8_t* codebook)
+      : lut(_mm256_xor_si256(levels_lut(codebook), _mm256_set1_epi8(char(0x80)))) {}
+  static __m256i levels_lut(const int8_t* codebook) {
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codebook)));
+  }
+  __m256i plane(const uint8_t* chunk, int bb, int p, int h) const {
+    return _mm256_shuffle_epi8(lut, Q4PanelAvx2::plane(chunk, bb, p, h));
+  }
+  static constexpr int act(int p) { return Q4PanelAvx2::act(p); }
+};
+// The same without AVX-VNNI: the signed levels, for DotSigned (no offset).
+struct Q4CbPanelSigned {
+  static constexpr int64_t kCodeBytes = kQ4PanelCodeBytes;
+  static constexpr int kOffset = 0, kPlanes = 8;
+  __m256i lut;  // the 16 levels in each 128-bit lane
+  explicit Q4CbPanelSigned(const int8_t* codebook) : lut(Q4CbPanelAvx2::levels_lut(codebook)) {}
+  __m256i plane(const uint8_t* chunk, int bb, int p, int h) const {
+    return _mm256_shuffle_epi8(lut, Q4PanelAvx2::plane(chunk, bb, p, h));
+  }
+  static constexpr int act(int p) { return Q4PanelAvx2::act(p); }
+};
+
 // Q8 without AVX-VNNI: the panel's codes back to signed q (their sign bits flipped again), for
 // DotSigned, whose products are exact signed ones: no offset.
 struct Q8PanelSigned {
@@ -50,8 +79,8 @@ struct Q8PanelSigned {
   }
   static constexpr int act(int p) { return Q8PanelAvx2::act(p); }
 };
-// Dot for Q8PanelSigned's signed codes w: maddubs on |w| and the activations carrying w's sign
-// (pair sums at most 2 x 128 x 127 < 2^15), widened at every step.
+// Dot for Q8PanelSigned's and Q4CbPanelSigned's signed codes w: maddubs on |w| and the activations
+// carrying w's sign (pair sums at most 2 x 128 x 127 < 2^15), widened at every step.
 struct DotSigned {
   static __m256i begin(__m256i init) { return init; }
   static __m256i step(__m256i block, __m256i w, __m256i s) {
@@ -96,7 +125,7 @@ inline __m256i block_init(const PanelActs& x, int kOffset, int64_t t, int64_t b)
 // One token against one group (the last of an odd count), both halves in one pass over its
 // stream, each half's even and odd planes in two integer chains (four in flight): y[0..16).
 template <class F, class Dot, int G, DType ST>
-inline void panel_group_token(const uint8_t* group, const PanelActs& x, float* y) {
+inline void panel_group_token(const F& f, const uint8_t* group, const PanelActs& x, float* y) {
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   for (int64_t c = 0; c < x.k / kChunk; ++c) {
     const uint8_t* chunk = group + c * chunk_bytes<F, G>();
@@ -110,7 +139,7 @@ inline void panel_group_token(const uint8_t* group, const PanelActs& x, float* y
         const __m256i xp = broadcast4(x.q + 32 * b + F::act(p));
         for (int h = 0; h < 2; ++h) {
           __m256i& d = p % 2 ? odd[h] : even[h];
-          d = Dot::step(d, F::plane(chunk, bb, p, h), xp);
+          d = Dot::step(d, f.plane(chunk, bb, p, h), xp);
         }
       }
       const __m256 dx = _mm256_set1_ps(x.d[b]);
@@ -128,8 +157,8 @@ inline void panel_group_token(const uint8_t* group, const PanelActs& x, float* y
 // flight, two streams): on one Zen 5 thread the 0.6B's Q4 body reads 29-30 GB/s this way against
 // 24-25 from one group at a time, as fast as the AVX-512 panels in the same runs.
 template <class F, class Dot, int G, DType ST>
-inline void panel_group_pair(const uint8_t* g0, const uint8_t* g1, const PanelActs& x, float* y0,
-                             float* y1) {
+inline void panel_group_pair(const F& f, const uint8_t* g0, const uint8_t* g1, const PanelActs& x,
+                             float* y0, float* y1) {
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                    _mm256_setzero_ps()};
   for (int64_t c = 0; c < x.k / kChunk; ++c) {
@@ -143,8 +172,7 @@ inline void panel_group_pair(const uint8_t* g0, const uint8_t* g1, const PanelAc
       for (int i = 0; i < 4; ++i) d[i] = Dot::begin(init);
       for (int p = 0; p < F::kPlanes; ++p) {
         const __m256i xp = broadcast4(x.q + 32 * b + F::act(p));
-        for (int i = 0; i < 4; ++i)
-          d[i] = Dot::step(d[i], F::plane(chunk[i / 2], bb, p, i % 2), xp);
+        for (int i = 0; i < 4; ++i) d[i] = Dot::step(d[i], f.plane(chunk[i / 2], bb, p, i % 2), xp);
       }
       const __m256 dx = _mm256_set1_ps(x.d[b]);
       for (int i = 0; i < 4; ++i)
@@ -162,8 +190,8 @@ inline void panel_group_pair(const uint8_t* g0, const uint8_t* g1, const PanelAc
 // T tokens (1-4: their accumulators and integer chains fill the 16 registers) against half h of
 // one group: y[t * ldy + i] for its 8 rows i. pf: prefetch the stream (the group's first pass).
 template <class F, class Dot, int G, DType ST, int T>
-inline void panel_half_tokens(const uint8_t* group, int h, const PanelActs& x, int t0, float* y,
-                              int64_t ldy, bool pf) {
+inline void panel_half_tokens(const F& f, const uint8_t* group, int h, const PanelActs& x, int t0,
+                              float* y, int64_t ldy, bool pf) {
   const int64_t k = x.k, nb = k / kBlock;
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
@@ -175,7 +203,7 @@ inline void panel_half_tokens(const uint8_t* group, int h, const PanelActs& x, i
       __m256i d[T];
       for (int t = 0; t < T; ++t) d[t] = Dot::begin(block_init(x, F::kOffset, t0 + t, b));
       for (int p = 0; p < F::kPlanes; ++p) {
-        const __m256i v = F::plane(chunk, bb, p, h);
+        const __m256i v = f.plane(chunk, bb, p, h);
         for (int t = 0; t < T; ++t)
           d[t] = Dot::step(d[t], v, broadcast4(x.q + (t0 + t) * k + 32 * b + F::act(p)));
       }
@@ -191,11 +219,11 @@ inline void panel_half_tokens(const uint8_t* group, int h, const PanelActs& x, i
 
 // Tokens [t0, t0 + n) (n <= 4) against half h of a group, as one call of exactly n.
 template <class F, class Dot, int G, DType ST, int T = 4>
-inline void panel_half_tail(const uint8_t* group, int h, const PanelActs& x, int t0, int n,
-                            float* y, int64_t ldy, bool pf) {
+inline void panel_half_tail(const F& f, const uint8_t* group, int h, const PanelActs& x, int t0,
+                            int n, float* y, int64_t ldy, bool pf) {
   if constexpr (T > 0) {
-    if (n == T) return panel_half_tokens<F, Dot, G, ST, T>(group, h, x, t0, y, ldy, pf);
-    panel_half_tail<F, Dot, G, ST, T - 1>(group, h, x, t0, n, y, ldy, pf);
+    if (n == T) return panel_half_tokens<F, Dot, G, ST, T>(f, group, h, x, t0, y, ldy, pf);
+    panel_half_tail<F, Dot, G, ST, T - 1>(f, group, h, x, t0, n, y, ldy, pf);
   }
 }
 
@@ -204,32 +232,33 @@ inline void panel_half_tail(const uint8_t* group, int h, const PanelActs& x, int
 // half); several take a group half by half and four tokens at a time, from L1 after the first
 // pass (a group is 9-54 KiB at the 0.6B's widths).
 template <class F, class Dot, int G, DType ST>
-void panel_decode_avx2(const uint8_t* panel, int64_t g0, int64_t g1, const PanelActs& x, int n,
-                       float* y, int64_t ldy, int64_t y_row0) {
+void panel_decode_avx2(const F& f, const uint8_t* panel, int64_t g0, int64_t g1, const PanelActs& x,
+                       int n, float* y, int64_t ldy, int64_t y_row0) {
   const int64_t gb = x.k / kChunk * chunk_bytes<F, G>();
   auto group = [&](int64_t r) { return panel + r / kQ4PanelRows * gb; };
   if (n == 1) {
     const int64_t half = (g1 - g0) / (2 * kQ4PanelRows) * kQ4PanelRows;
     for (int64_t r = g0; r < g0 + half; r += kQ4PanelRows)
-      panel_group_pair<F, Dot, G, ST>(group(r), group(r + half), x, y + r - y_row0,
+      panel_group_pair<F, Dot, G, ST>(f, group(r), group(r + half), x, y + r - y_row0,
                                       y + r + half - y_row0);
     if (g0 + 2 * half < g1)
-      panel_group_token<F, Dot, G, ST>(group(g1 - kQ4PanelRows), x, y + g1 - kQ4PanelRows - y_row0);
+      panel_group_token<F, Dot, G, ST>(f, group(g1 - kQ4PanelRows), x,
+                                       y + g1 - kQ4PanelRows - y_row0);
     return;
   }
   for (int64_t r = g0; r < g1; r += kQ4PanelRows)
     for (int h = 0; h < 2; ++h)
       for (int t = 0; t < n; t += 4)
-        panel_half_tail<F, Dot, G, ST>(group(r), h, x, t, n - t < 4 ? n - t : 4,
+        panel_half_tail<F, Dot, G, ST>(f, group(r), h, x, t, n - t < 4 ? n - t : 4,
                                        y + t * ldy + (r - y_row0), ldy, h == 0 && t == 0);
 }
 
-// Whole 16-row groups from the panel copy (a.w_il), the rows around them by `rows` (the
-// row-major kernel, from w). gemm(a, g0, g1, G, ST) (the last two as std::integral_constant) runs
-// a long step's whole groups where the ISA has an int8 GEMM and returns whether it did; otherwise
-// every step goes through the decode kernels, a token tile at a time.
+// Whole 16-row groups from the panel copy (a.w_il) of format f, the rows around them by `rows`
+// (the row-major kernel, from w). gemm(a, g0, g1, G, ST) (the last two as std::integral_constant)
+// runs a long step's whole groups where the ISA has an int8 GEMM and returns whether it did;
+// otherwise every step goes through the decode kernels, a token tile at a time.
 template <class F, class Dot, int G, DType ST, class Rows, class Gemm>
-void matmul_panel_avx2(const QuantMatmulArgs& a, Rows rows, Gemm gemm) {
+void matmul_panel_avx2(const QuantMatmulArgs& a, const F& f, Rows rows, Gemm gemm) {
   const auto* panel = static_cast<const uint8_t*>(a.w_il);
   const int64_t k = a.k, nb = k / kBlock;
   const auto [g0, g1] = whole_groups(a.r0, a.r1, kQ4PanelRows);
@@ -246,21 +275,21 @@ void matmul_panel_avx2(const QuantMatmulArgs& a, Rows rows, Gemm gemm) {
     for (int t = 0; t < n && !reuse; ++t)
       quantize_act_blocks_avx2(a.x + (t0 + t) * a.ldx, k, at.q + t * k, at.d + t * nb,
                                sum + t * nb);
-    panel_decode_avx2<F, Dot, G, ST>(panel, g0, g1, PanelActs{at.q, at.d, sum, k}, n,
+    panel_decode_avx2<F, Dot, G, ST>(f, panel, g0, g1, PanelActs{at.q, at.d, sum, k}, n,
                                      a.y + t0 * a.ldy, a.ldy, a.r0);
   }
 }
 
 // A QuantMatmulFn of an AVX2 file: row-major codes (no copy) through rows, a panel copy of format
-// F through matmul_panel_avx2 with the file's Dot and gemm.
-template <class F, class Dot, class Rows, class Gemm>
-void matmul_avx2_panels(const QuantMatmulArgs& a, Rows rows, Gemm gemm) {
+// f through matmul_panel_avx2 with the file's Dot and gemm.
+template <class Dot, class F, class Rows, class Gemm>
+void matmul_avx2_panels(const QuantMatmulArgs& a, const F& f, Rows rows, Gemm gemm) {
   if (!a.w_il) return rows(a);
   with_group(a.group, [&](auto g) {
     constexpr int G = decltype(g)::value;
     if (a.scale_dtype == DType::BF16)
-      return matmul_panel_avx2<F, Dot, G, DType::BF16>(a, rows, gemm);
-    matmul_panel_avx2<F, Dot, G, DType::F16>(a, rows, gemm);
+      return matmul_panel_avx2<F, Dot, G, DType::BF16>(a, f, rows, gemm);
+    matmul_panel_avx2<F, Dot, G, DType::F16>(a, f, rows, gemm);
   });
 }
 
@@ -268,7 +297,8 @@ void matmul_avx2_panels(const QuantMatmulArgs& a, Rows rows, Gemm gemm) {
 // group of a format-F copy: its vectors are already rows in lanes, so each plane is stored where
 // its natural dword goes.
 template <class F, int G, DType ST, int PanelRows>
-void panel_for_gemm_avx2(const uint8_t* group, int64_t k, uint32_t* gemm_panel, float* scales) {
+void panel_for_gemm_avx2(const F& f, const uint8_t* group, int64_t k, uint32_t* gemm_panel,
+                         float* scales) {
   static_assert(PanelRows == kQ4PanelRows, "a GEMM panel is one group");
   for (int64_t c = 0; c < k / kChunk; ++c) {
     const uint8_t* chunk = group + c * chunk_bytes<F, G>();
@@ -277,7 +307,7 @@ void panel_for_gemm_avx2(const uint8_t* group, int64_t k, uint32_t* gemm_panel, 
         const int64_t dw = 8 * (4 * c + bb) + F::act(p) / 4;
         for (int h = 0; h < 2; ++h)
           _mm256_storeu_si256(reinterpret_cast<__m256i*>(gemm_panel + dw * PanelRows + 8 * h),
-                              F::plane(chunk, bb, p, h));
+                              f.plane(chunk, bb, p, h));
       }
       for (int h = 0; h < 2; ++h)
         _mm256_storeu_ps(scales + (4 * c + bb) * PanelRows + 8 * h,

@@ -35,7 +35,7 @@ void matmul_q4_rows(const QuantMatmulArgs& a) {
 }
 
 void matmul_q4_avx2(const QuantMatmulArgs& a) {
-  matmul_avx2_panels<Q4PanelAvx2, DotMaddubs>(a, matmul_q4_rows, [](auto&&...) { return false; });
+  matmul_avx2_panels<DotMaddubs>(a, Q4PanelAvx2(), matmul_q4_rows, [](auto&&...) { return false; });
 }
 
 // Nibbles minus 8.

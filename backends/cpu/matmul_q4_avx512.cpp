@@ -91,9 +91,8 @@ template <int G>
 void matmul_q4_avx512_g(const QuantMatmulArgs& a) {
   if (!a.w_il) return matmul_q4_rows<G>(a);
   if (a.scale_dtype == DType::BF16)
-    return matmul_panel<Q4Panel, G, DType::BF16>(a, matmul_q4_rows<G>,
-                                                 panel_for_gemm<G, DType::BF16>);
-  matmul_panel<Q4Panel, G, DType::F16>(a, matmul_q4_rows<G>, panel_for_gemm<G, DType::F16>);
+    return matmul_panel<Q4Panel, G, DType::BF16>(a, Q4Panel(), matmul_q4_rows<G>);
+  matmul_panel<Q4Panel, G, DType::F16>(a, Q4Panel(), matmul_q4_rows<G>);
 }
 
 void dequant_rows(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16) {

@@ -51,7 +51,7 @@ void matmul_q4_rows(const QuantMatmulArgs& a) {
 }
 
 void matmul_q4_avxvnni(const QuantMatmulArgs& a) {
-  matmul_avx2_panels<Q4PanelAvx2, DotVnni>(a, matmul_q4_rows, PanelGemm<Q4PanelAvx2>());
+  matmul_avx2_panels<DotVnni>(a, Q4PanelAvx2(), matmul_q4_rows, PanelGemm<Q4PanelAvx2>());
 }
 
 }  // namespace

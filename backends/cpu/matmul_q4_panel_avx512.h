@@ -1,7 +1,8 @@
 // Q4 from 16-row panels (q4_panel.h) on AVX-512 VNNI: the 16 rows of a group in the lanes of a
 // vector, one token's 4 activation codes (element order) broadcast against them by vpdpbusd. A
-// block's integer dot starts at -8 x its activation code sum (the codes are q + 8) and is scaled
-// once per block, token and 16 rows. Decode (up to kPrefillTokens - 1 tokens) reads each group
+// nibble is a code as it is (q + 8) or, with a codebook, an index looked up as level + 128; a
+// block's integer dot starts at -offset x its activation code sum and is scaled once per block,
+// token and 16 rows. Decode (up to kPrefillTokens - 1 tokens) reads each group
 // once per step for up to 8 tokens; the prefill GEMM takes its panels from the groups without
 // transposing. Include only from matmul_q4_avx512.cpp and matmul_q8_panel_avx512.h (which shares
 // the activations, broadcasts, scales and prefetches).
@@ -37,13 +38,38 @@ inline __m512i broadcast4(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
+// What a panel vector's two nibble planes hold, as vpdpbusd's unsigned operands: Q4's codes as
+// they are (q + 8), or a codebook's levels + 128 (one vpshufb each).
+struct Q4Nibbles {
+  static constexpr int kOffsetLog2 = 3;
+  void planes(__m512i v, __m512i* lo, __m512i* hi) const {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    *lo = _mm512_and_si512(v, m4);
+    *hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+  }
+};
+struct Q4CbLevels {
+  static constexpr int kOffsetLog2 = 7;
+  __m512i lut;  // the 16 levels + 128 in each 128-bit lane
+  explicit Q4CbLevels(const int8_t* codebook) {
+    alignas(16) uint8_t u[16];
+    for (int i = 0; i < 16; ++i) u[i] = uint8_t(codebook[i] + 128);
+    lut = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(u)));
+  }
+  void planes(__m512i v, __m512i* lo, __m512i* hi) const {
+    Q4Nibbles().planes(v, lo, hi);
+    *lo = _mm512_shuffle_epi8(lut, *lo);
+    *hi = _mm512_shuffle_epi8(lut, *hi);
+  }
+};
+
 // T tokens (1-8) against one group: y[t * ldy + i] for its 16 rows i. Below 4 tokens each token's
 // nibble planes go to two integer chains, so more vpdpbusd are in flight.
-template <int G, DType ST, int T>
-inline void panel_tokens(const uint8_t* group, const PanelActs& x, int t0, float* y, int64_t ldy) {
+template <class N, int G, DType ST, int T>
+inline void panel_tokens(const N& nib, const uint8_t* group, const PanelActs& x, int t0, float* y,
+                         int64_t ldy) {
   constexpr bool kSplit = T < 4;
   const int64_t k = x.k, nb = k / kBlock;
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t c = 0; c < k / kChunk; ++c) {
@@ -53,13 +79,12 @@ inline void panel_tokens(const uint8_t* group, const PanelActs& x, int t0, float
       const int64_t b = 4 * c + bb;
       __m512i lo_acc[T], hi_acc[T];
       for (int t = 0; t < T; ++t) {
-        lo_acc[t] = _mm512_set1_epi32(-8 * x.sum[(t0 + t) * nb + b]);
+        lo_acc[t] = _mm512_set1_epi32(-(1 << N::kOffsetLog2) * x.sum[(t0 + t) * nb + b]);
         hi_acc[t] = _mm512_setzero_si512();
       }
       for (int q = 0; q < 4; ++q) {
-        const __m512i v = _mm512_loadu_si512(chunk + 256 * bb + 64 * q);
-        const __m512i lo = _mm512_and_si512(v, m4);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        __m512i lo, hi;
+        nib.planes(_mm512_loadu_si512(chunk + 256 * bb + 64 * q), &lo, &hi);
         for (int t = 0; t < T; ++t) {
           const int8_t* xb = x.q + (t0 + t) * k + 32 * b + 4 * q;
           lo_acc[t] = _mm512_dpbusd_epi32(lo_acc[t], lo, broadcast4(xb));
@@ -79,11 +104,10 @@ inline void panel_tokens(const uint8_t* group, const PanelActs& x, int t0, float
 }
 
 // One token against two groups at once, each its own stream (four integer chains in flight).
-template <int G, DType ST>
-inline void panel_pair(const uint8_t* g0, const uint8_t* g1, const PanelActs& x, float* y0,
-                       float* y1) {
+template <class N, int G, DType ST>
+inline void panel_pair(const N& nib, const uint8_t* g0, const uint8_t* g1, const PanelActs& x,
+                       float* y0, float* y1) {
   const int64_t k = x.k;
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   for (int64_t c = 0; c < k / kChunk; ++c) {
     const uint8_t* c0 = g0 + c * q4_panel_chunk_bytes(G);
@@ -92,17 +116,18 @@ inline void panel_pair(const uint8_t* g0, const uint8_t* g1, const PanelActs& x,
     prefetch_chunk<G>(c1);
     for (int bb = 0; bb < 4; ++bb) {
       const int64_t b = 4 * c + bb;
-      __m512i a0 = _mm512_set1_epi32(-8 * x.sum[b]), a1 = a0;
+      __m512i a0 = _mm512_set1_epi32(-(1 << N::kOffsetLog2) * x.sum[b]), a1 = a0;
       __m512i h0 = _mm512_setzero_si512(), h1 = h0;
       for (int q = 0; q < 4; ++q) {
         const __m512i xa = broadcast4(x.q + 32 * b + 4 * q);
         const __m512i xb = broadcast4(x.q + 32 * b + 16 + 4 * q);
-        const __m512i v0 = _mm512_loadu_si512(c0 + 256 * bb + 64 * q);
-        const __m512i v1 = _mm512_loadu_si512(c1 + 256 * bb + 64 * q);
-        a0 = _mm512_dpbusd_epi32(a0, _mm512_and_si512(v0, m4), xa);
-        h0 = _mm512_dpbusd_epi32(h0, _mm512_and_si512(_mm512_srli_epi16(v0, 4), m4), xb);
-        a1 = _mm512_dpbusd_epi32(a1, _mm512_and_si512(v1, m4), xa);
-        h1 = _mm512_dpbusd_epi32(h1, _mm512_and_si512(_mm512_srli_epi16(v1, 4), m4), xb);
+        __m512i lo0, hi0, lo1, hi1;
+        nib.planes(_mm512_loadu_si512(c0 + 256 * bb + 64 * q), &lo0, &hi0);
+        nib.planes(_mm512_loadu_si512(c1 + 256 * bb + 64 * q), &lo1, &hi1);
+        a0 = _mm512_dpbusd_epi32(a0, lo0, xa);
+        h0 = _mm512_dpbusd_epi32(h0, hi0, xb);
+        a1 = _mm512_dpbusd_epi32(a1, lo1, xa);
+        h1 = _mm512_dpbusd_epi32(h1, hi1, xb);
       }
       const __m512 dx = _mm512_set1_ps(x.d[b]);
       acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0, h0)),
@@ -115,61 +140,11 @@ inline void panel_pair(const uint8_t* g0, const uint8_t* g1, const PanelActs& x,
   _mm512_storeu_ps(y1, acc1);
 }
 
-// A panel format's kernels (Q4 here, Q8 in matmul_q8_panel_avx512.h): tokens<G, ST, T> (1-8 tokens
-// against one group), pair<G, ST> (one token against two groups), for_gemm<G, ST>, and the
-// bytes of a group.
-struct Q4Panel {
-  static constexpr int kOffsetLog2 = 3;  // codes are q + 8
-  template <int G, DType ST, int T>
-  static void tokens(const uint8_t* group, const PanelActs& x, int t0, float* y, int64_t ldy) {
-    panel_tokens<G, ST, T>(group, x, t0, y, ldy);
-  }
-  template <int G, DType ST>
-  static void pair(const uint8_t* g0, const uint8_t* g1, const PanelActs& x, float* y0, float* y1) {
-    panel_pair<G, ST>(g0, g1, x, y0, y1);
-  }
-  static int64_t group_bytes(int64_t k, int64_t group) { return q4_panel_group_bytes(k, group); }
-};
-
-// The last `left` (< 8) tokens of a group as one call of exactly that many.
-template <class P, int G, DType ST, int T = 7>
-inline void panel_tail(const uint8_t* group, const PanelActs& x, int t0, int left, float* y,
-                       int64_t ldy) {
-  if constexpr (T > 0) {
-    if (left == T) return P::template tokens<G, ST, T>(group, x, t0, y, ldy);
-    panel_tail<P, G, ST, T - 1>(group, x, t0, left, y, ldy);
-  }
-}
-
-// Whole groups [g0, g1) (row indices, multiples of 16) for every token: y row r - y_row0.
-template <class P, int G, DType ST>
-void panel_decode(const uint8_t* panel, int64_t g0, int64_t g1, const PanelActs& x, int n_tokens,
-                  float* y, int64_t ldy, int64_t y_row0) {
-  const int64_t gb = P::group_bytes(x.k, G);
-  auto group = [&](int64_t r) { return panel + r / kQ4PanelRows * gb; };
-  if (n_tokens == 1) {
-    // Two streams: [g0, g0 + half) beside [g0 + half, g0 + 2 half), as rows_dot_pair.
-    const int64_t half = (g1 - g0) / (2 * kQ4PanelRows) * kQ4PanelRows;
-    for (int64_t r = g0; r < g0 + half; r += kQ4PanelRows)
-      P::template pair<G, ST>(group(r), group(r + half), x, y + r - y_row0, y + r + half - y_row0);
-    if (g0 + 2 * half < g1)
-      P::template tokens<G, ST, 1>(group(g1 - kQ4PanelRows), x, 0, y + g1 - kQ4PanelRows - y_row0,
-                                   ldy);
-    return;
-  }
-  for (int64_t r = g0; r < g1; r += kQ4PanelRows) {
-    int t = 0;
-    for (; t + 8 <= n_tokens; t += 8)
-      P::template tokens<G, ST, 8>(group(r), x, t, y + t * ldy + r - y_row0, ldy);
-    panel_tail<P, G, ST>(group(r), x, t, n_tokens - t, y + t * ldy + r - y_row0, ldy);
-  }
-}
-
 // The GEMM's panel (pack_panel's layout) for rows [r, r + n) from whole groups of the copy: a
 // group's vectors are already rows in lanes, so each is only split into its nibble planes.
-template <int G, DType ST>
-void panel_for_gemm(const uint8_t* panel, int64_t r, int n, int64_t k, const GemmActs& g) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
+template <class N, int G, DType ST>
+void panel_for_gemm(const N& nib, const uint8_t* panel, int64_t r, int n, int64_t k,
+                    const GemmActs& g) {
   const int64_t gb = q4_panel_group_bytes(k, G);
   for (int v = 0; v < kPanelRows / 16; ++v) {
     uint32_t* col = g.panel + 16 * v;
@@ -183,11 +158,11 @@ void panel_for_gemm(const uint8_t* panel, int64_t r, int n, int64_t k, const Gem
       const uint8_t* chunk = group + c * q4_panel_chunk_bytes(G);
       for (int bb = 0; bb < 4; ++bb) {
         for (int q = 0; q < 4; ++q) {
-          const __m512i w = _mm512_loadu_si512(chunk + 256 * bb + 64 * q);
+          __m512i lo, hi;
+          nib.planes(_mm512_loadu_si512(chunk + 256 * bb + 64 * q), &lo, &hi);
           const int64_t dw = 32 * c + 8 * bb + q;  // natural dwords dw and dw + 4
-          _mm512_storeu_si512(col + dw * kPanelRows, _mm512_and_si512(w, m4));
-          _mm512_storeu_si512(col + (dw + 4) * kPanelRows,
-                              _mm512_and_si512(_mm512_srli_epi16(w, 4), m4));
+          _mm512_storeu_si512(col + dw * kPanelRows, lo);
+          _mm512_storeu_si512(col + (dw + 4) * kPanelRows, hi);
         }
         _mm512_storeu_ps(g.scales + (4 * c + bb) * kPanelRows + 16 * v,
                          panel_scales<G, ST>(chunk, bb));
@@ -196,10 +171,68 @@ void panel_for_gemm(const uint8_t* panel, int64_t r, int n, int64_t k, const Gem
   }
 }
 
-// Whole 16-row groups from a panel copy (a.w_il) with P's kernels and for_gemm, the rows around
-// them by `rows` (the row-major kernel, from w).
-template <class P, int G, DType ST, class Rows, class ForGemm>
-void matmul_panel(const QuantMatmulArgs& a, Rows rows, ForGemm for_gemm) {
+// A panel format's kernels (Q4 and Q4 codebooks here, Q8 in matmul_q8_panel_avx512.h), called on
+// an object of it: tokens<G, ST, T> (1-8 tokens against one group), pair<G, ST> (one token against
+// two groups), for_gemm<G, ST>, and the bytes of a group.
+template <class N>
+struct Q4PanelOf {
+  static constexpr int kOffsetLog2 = N::kOffsetLog2;
+  N nib;
+  template <int G, DType ST, int T>
+  void tokens(const uint8_t* group, const PanelActs& x, int t0, float* y, int64_t ldy) const {
+    panel_tokens<N, G, ST, T>(nib, group, x, t0, y, ldy);
+  }
+  template <int G, DType ST>
+  void pair(const uint8_t* g0, const uint8_t* g1, const PanelActs& x, float* y0, float* y1) const {
+    panel_pair<N, G, ST>(nib, g0, g1, x, y0, y1);
+  }
+  template <int G, DType ST>
+  void for_gemm(const uint8_t* panel, int64_t r, int n, int64_t k, const GemmActs& g) const {
+    panel_for_gemm<N, G, ST>(nib, panel, r, n, k, g);
+  }
+  static int64_t group_bytes(int64_t k, int64_t group) { return q4_panel_group_bytes(k, group); }
+};
+using Q4Panel = Q4PanelOf<Q4Nibbles>;
+using Q4CbPanel = Q4PanelOf<Q4CbLevels>;
+
+// The last `left` (< 8) tokens of a group as one call of exactly that many.
+template <class P, int G, DType ST, int T = 7>
+inline void panel_tail(const P& p, const uint8_t* group, const PanelActs& x, int t0, int left,
+                       float* y, int64_t ldy) {
+  if constexpr (T > 0) {
+    if (left == T) return p.template tokens<G, ST, T>(group, x, t0, y, ldy);
+    panel_tail<P, G, ST, T - 1>(p, group, x, t0, left, y, ldy);
+  }
+}
+
+// Whole groups [g0, g1) (row indices, multiples of 16) for every token: y row r - y_row0.
+template <class P, int G, DType ST>
+void panel_decode(const P& p, const uint8_t* panel, int64_t g0, int64_t g1, const PanelActs& x,
+                  int n_tokens, float* y, int64_t ldy, int64_t y_row0) {
+  const int64_t gb = P::group_bytes(x.k, G);
+  auto group = [&](int64_t r) { return panel + r / kQ4PanelRows * gb; };
+  if (n_tokens == 1) {
+    // Two streams: [g0, g0 + half) beside [g0 + half, g0 + 2 half), as rows_dot_pair.
+    const int64_t half = (g1 - g0) / (2 * kQ4PanelRows) * kQ4PanelRows;
+    for (int64_t r = g0; r < g0 + half; r += kQ4PanelRows)
+      p.template pair<G, ST>(group(r), group(r + half), x, y + r - y_row0, y + r + half - y_row0);
+    if (g0 + 2 * half < g1)
+      p.template tokens<G, ST, 1>(group(g1 - kQ4PanelRows), x, 0, y + g1 - kQ4PanelRows - y_row0,
+                                  ldy);
+    return;
+  }
+  for (int64_t r = g0; r < g1; r += kQ4PanelRows) {
+    int t = 0;
+    for (; t + 8 <= n_tokens; t += 8)
+      p.template tokens<G, ST, 8>(group(r), x, t, y + t * ldy + r - y_row0, ldy);
+    panel_tail<P, G, ST>(p, group(r), x, t, n_tokens - t, y + t * ldy + r - y_row0, ldy);
+  }
+}
+
+// Whole 16-row groups from a panel copy (a.w_il) with p's kernels, the rows around them by `rows`
+// (the row-major kernel, from w).
+template <class P, int G, DType ST, class Rows>
+void matmul_panel(const QuantMatmulArgs& a, const P& p, Rows rows) {
   const auto* panel = static_cast<const uint8_t*>(a.w_il);
   const int64_t k = a.k, nb = k / kBlock;
   const auto [g0, g1] = whole_groups(a.r0, a.r1, kQ4PanelRows);
@@ -210,7 +243,7 @@ void matmul_panel(const QuantMatmulArgs& a, Rows rows, ForGemm for_gemm) {
     const GemmActs g = gemm_acts<GemmAvx512>(a, P::kOffsetLog2);
     for (int64_t r = g0; r < g1; r += kPanelRows) {
       const int n = int(min64(kPanelRows, g1 - r));
-      for_gemm(panel, r, n, k, g);
+      p.template for_gemm<G, ST>(panel, r, n, k, g);
       gemm_tokens<GemmAvx512>(g, k, a.n_tokens, a.y + (r - a.r0), a.ldy, n);
     }
     return;
@@ -220,7 +253,7 @@ void matmul_panel(const QuantMatmulArgs& a, Rows rows, ForGemm for_gemm) {
   auto* sum = reinterpret_cast<int32_t*>(at.s);
   for (int t = 0; t < a.n_tokens && (!a.reuse_x || from_w); ++t)
     quantize_act_blocks_avx512(a.x + t * a.ldx, k, at.q + t * k, at.d + t * nb, sum + t * nb);
-  panel_decode<P, G, ST>(panel, g0, g1, PanelActs{at.q, at.d, sum, k}, a.n_tokens, a.y, a.ldy,
+  panel_decode<P, G, ST>(p, panel, g0, g1, PanelActs{at.q, at.d, sum, k}, a.n_tokens, a.y, a.ldy,
                          a.r0);
 }
 

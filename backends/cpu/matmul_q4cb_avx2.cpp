@@ -4,8 +4,9 @@
 // multiplies |level| with the int8 activations (same slot order) carrying the level's sign, as the
 // Q8 kernel does, so lanes hold exact signed dots; one broadcast of the chunk's 4 block factors
 // scales them. Dequantization (GEMM prefill blocks) looks levels up the same way and puts each
-// block's dwords back in element order with one dword permute and a 64-bit unpack.
-#include "backends/cpu/matmul_quant_avx2.h"
+// block's dwords back in element order with one dword permute and a 64-bit unpack. The backend's
+// copy (w_il) is Q4's 16-row panels (q4_panel.h), read by matmul_panel_avx2.h as signed levels.
+#include "backends/cpu/matmul_panel_avx2.h"
 
 namespace hearth::cpu {
 
@@ -43,8 +44,14 @@ struct Q4CbCodes {
   }
 };
 
-void matmul_q4cb_avx2(const QuantMatmulArgs& a) {
+// Row-major codes (w), any rows.
+void matmul_q4cb_rows(const QuantMatmulArgs& a) {
   matmul_quant_avx2(a, Q4CbCodes(a.codebook));
+}
+
+void matmul_q4cb_avx2(const QuantMatmulArgs& a) {
+  matmul_avx2_panels<DotSigned>(a, Q4CbPanelSigned(a.codebook), matmul_q4cb_rows,
+                                [](auto&&...) { return false; });
 }
 
 void dequant_rows(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16) {

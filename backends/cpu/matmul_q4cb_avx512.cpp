@@ -4,8 +4,10 @@
 // int8 levels. Decode looks both nibble planes up with vpshufb in a table of level + 128, the
 // unsigned operand of vpdpbusd against the int8 activations (same slot order), into one integer
 // accumulator that starts from the activations' offset lanes (removing the +128 exactly, as Q8
-// does); prefill looks levels up the same way into panels for the int8 GEMM.
-#include "backends/cpu/matmul_quant_gemm_avx512.h"
+// does); prefill looks levels up the same way into panels for the int8 GEMM. The backend's copy
+// (w_il) is Q4's 16-row panels (q4_panel.h), read by matmul_q4_panel_avx512.h with the same
+// lookup.
+#include "backends/cpu/matmul_q4_panel_avx512.h"
 
 namespace hearth::cpu {
 
@@ -15,7 +17,9 @@ using namespace qk;
 
 struct Q4CbCodes {
   static constexpr int kOffsetLog2 = 7;  // the table holds level + 128
-  static constexpr int kDecodeRows = 8;  // row-major codes; packed ones go 4 at a time (Q4Codes)
+  // Decode rows per pass of row-major codes (rows outside whole panels); kPack is the shape the
+  // templates require (the copy is panels).
+  static constexpr int kDecodeRows = 8;
   static constexpr PackShape kPack = kPackQ4;
   static constexpr int64_t kChunkBytes = 64;
   __m512i lut;
@@ -84,11 +88,21 @@ void dequant_row(const uint8_t* s, const uint16_t* scales, DType st, const int8_
   });
 }
 
+// Row-major codes (w), any rows.
 template <int G>
-void matmul_q4cb_avx512_g(const QuantMatmulArgs& a) {
+void matmul_q4cb_rows(const QuantMatmulArgs& a) {
   const Q4CbCodes cd(a.codebook);
   if (a.n_tokens < kPrefillTokens) return decode_quant<Q4CbCodes, G>(a, cd);
   gemm_quant<Q4CbCodes, G>(a, cd);
+}
+
+template <int G>
+void matmul_q4cb_avx512_g(const QuantMatmulArgs& a) {
+  if (!a.w_il) return matmul_q4cb_rows<G>(a);
+  const Q4CbPanel p{Q4CbLevels(a.codebook)};
+  if (a.scale_dtype == DType::BF16)
+    return matmul_panel<Q4CbPanel, G, DType::BF16>(a, p, matmul_q4cb_rows<G>);
+  matmul_panel<Q4CbPanel, G, DType::F16>(a, p, matmul_q4cb_rows<G>);
 }
 
 void dequant_rows(const Tensor& w, int64_t r0, int64_t n, void* dst, bool bf16) {

@@ -3,7 +3,8 @@
 // into the 16 int8 levels), each 32 levels multiplied into the int32 lanes by one vpdpbusd (|level|
 // against the activation carrying the level's sign) instead of maddubs and madd: the same exact
 // integer dots. Prefill looks the levels up into panels for the int8 GEMM
-// (matmul_quant_gemm_avxvnni.h) as level + 128.
+// (matmul_quant_gemm_avxvnni.h) as level + 128. The backend's copy (w_il) is Q4's 16-row panels
+// (q4_panel.h), read by matmul_panel_avx2.h as levels + 128.
 #include "backends/cpu/matmul_quant_gemm_avxvnni.h"
 
 namespace hearth::cpu {
@@ -63,10 +64,16 @@ struct Q4CbCodesVnni {
   }
 };
 
-void matmul_q4cb_avxvnni(const QuantMatmulArgs& a) {
+// Row-major codes (w), any rows.
+void matmul_q4cb_rows(const QuantMatmulArgs& a) {
   const Q4CbCodesVnni cd(a.codebook);
   if (a.n_tokens >= kPrefillTokens) return gemm_quant(a, cd);
   matmul_quant_avx2(a, cd);
+}
+
+void matmul_q4cb_avxvnni(const QuantMatmulArgs& a) {
+  const Q4CbPanelAvx2 f(a.codebook);
+  matmul_avx2_panels<DotVnni>(a, f, matmul_q4cb_rows, PanelGemm<Q4CbPanelAvx2>{f});
 }
 
 }  // namespace

@@ -34,7 +34,8 @@ void matmul_q8_rows(const QuantMatmulArgs& a) {
 }
 
 void matmul_q8_avx2(const QuantMatmulArgs& a) {
-  matmul_avx2_panels<Q8PanelSigned, DotSigned>(a, matmul_q8_rows, [](auto&&...) { return false; });
+  matmul_avx2_panels<DotSigned>(a, Q8PanelSigned(), matmul_q8_rows,
+                                [](auto&&...) { return false; });
 }
 
 // Half h of a chunk is its 64 bytes at c0 + 64 h.

@@ -56,7 +56,7 @@ void matmul_q8_rows(const QuantMatmulArgs& a) {
 }
 
 void matmul_q8_avxvnni(const QuantMatmulArgs& a) {
-  matmul_avx2_panels<Q8PanelAvx2, DotVnni>(a, matmul_q8_rows, PanelGemm<Q8PanelAvx2>());
+  matmul_avx2_panels<DotVnni>(a, Q8PanelAvx2(), matmul_q8_rows, PanelGemm<Q8PanelAvx2>());
 }
 
 }  // namespace

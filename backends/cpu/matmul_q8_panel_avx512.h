@@ -83,20 +83,6 @@ inline void q8_panel_pair(const uint8_t* g0, const uint8_t* g1, const PanelActs&
   _mm512_storeu_ps(y1, acc1);
 }
 
-// Its kernels for panel_decode and matmul_panel (matmul_q4_panel_avx512.h).
-struct Q8Panel {
-  static constexpr int kOffsetLog2 = 7;  // codes are q + 128
-  template <int G, DType ST, int T>
-  static void tokens(const uint8_t* group, const PanelActs& x, int t0, float* y, int64_t ldy) {
-    q8_panel_tokens<G, ST, T>(group, x, t0, y, ldy);
-  }
-  template <int G, DType ST>
-  static void pair(const uint8_t* g0, const uint8_t* g1, const PanelActs& x, float* y0, float* y1) {
-    q8_panel_pair<G, ST>(g0, g1, x, y0, y1);
-  }
-  static int64_t group_bytes(int64_t k, int64_t group) { return q8_panel_group_bytes(k, group); }
-};
-
 // The GEMM's panel (pack_panel's layout) for rows [r, r + n) from whole groups of the copy: its
 // vectors are already rows in lanes, codes + 128, in element order.
 template <int G, DType ST>
@@ -122,6 +108,24 @@ void q8_panel_for_gemm(const uint8_t* panel, int64_t r, int n, int64_t k, const 
     }
   }
 }
+
+// Its kernels for panel_decode and matmul_panel (matmul_q4_panel_avx512.h).
+struct Q8Panel {
+  static constexpr int kOffsetLog2 = 7;  // codes are q + 128
+  template <int G, DType ST, int T>
+  static void tokens(const uint8_t* group, const PanelActs& x, int t0, float* y, int64_t ldy) {
+    q8_panel_tokens<G, ST, T>(group, x, t0, y, ldy);
+  }
+  template <int G, DType ST>
+  static void pair(const uint8_t* g0, const uint8_t* g1, const PanelActs& x, float* y0, float* y1) {
+    q8_panel_pair<G, ST>(g0, g1, x, y0, y1);
+  }
+  template <int G, DType ST>
+  static void for_gemm(const uint8_t* panel, int64_t r, int n, int64_t k, const GemmActs& g) {
+    q8_panel_for_gemm<G, ST>(panel, r, n, k, g);
+  }
+  static int64_t group_bytes(int64_t k, int64_t group) { return q8_panel_group_bytes(k, group); }
+};
 
 }  // namespace
 }  // namespace hearth::cpu::qk

@@ -172,10 +172,11 @@ void gemm_quant(const QuantMatmulArgs& a, const Codes& cd = Codes()) {
   }
 }
 
-// matmul_avx2_panels' gemm for a format-F panel copy: a long step's whole groups through the int8
-// GEMM, each group one GEMM panel taken from the copy as it is; false for a short step.
+// matmul_avx2_panels' gemm for a panel copy of format f: a long step's whole groups through the
+// int8 GEMM, each group one GEMM panel taken from the copy as it is; false for a short step.
 template <class F>
 struct PanelGemm {
+  F f;
   template <int G, DType ST>
   bool operator()(const QuantMatmulArgs& a, int64_t g0, int64_t g1, std::integral_constant<int, G>,
                   std::integral_constant<DType, ST>) const {
@@ -185,7 +186,7 @@ struct PanelGemm {
     const auto* panel = static_cast<const uint8_t*>(a.w_il);
     const int64_t gb = a.k / kChunk * chunk_bytes<F, G>();
     for (int64_t r = g0; r < g1; r += kPanelRows) {
-      panel_for_gemm_avx2<F, G, ST, kPanelRows>(panel + r / kPanelRows * gb, a.k, g.panel,
+      panel_for_gemm_avx2<F, G, ST, kPanelRows>(f, panel + r / kPanelRows * gb, a.k, g.panel,
                                                 g.scales);
       gemm_tokens<GemmAvxVnni>(g, a.k, a.n_tokens, a.y + (r - a.r0), a.ldy, int(kPanelRows));
     }
