@@ -699,37 +699,29 @@ TEST_SUITE("kernels") {
     }
   }
 
-  TEST_CASE("Q8/Q4 rows packed for decode: decode and the int8 GEMM read the copy") {
-    // The packed copy holds other codes (same scales): rows the kernel takes from it give that
-    // matrix's products, the others the true one's.
+  TEST_CASE("Q8/Q4 panels of another matrix: decode and the int8 GEMM read whole groups from it") {
+    // The panel copy holds other codes and scales: rows the kernel takes from it give that
+    // matrix's products, the others (outside whole 16-row groups) the true one's.
     const int8_t cb[16] = {-127, -91, -66, -46, -31, -19, -10, -4, 0, 5, 12, 22, 35, 52, 75, 105};
     const int64_t N = 48, k = 256;
     for (int variant : {8, 4, 0}) {  // 0: Q4 with a codebook
       const int bits = variant ? variant : 4;
       const int8_t* codebook = variant ? nullptr : cb;
-      const PackShape shape = bits == 8 ? kPackQ8 : kPackQ4;
       const QWeights w = make_qweights(bits, 32, DType::F16, N, k, 77, codebook);
       const QWeights other = make_qweights(bits, 32, DType::F16, N, k, 78, codebook);
-      const int64_t row_bytes = int64_t(w.codes.size()) / N;
-      std::vector<uint8_t> packed(w.codes.size()), back(w.codes.size());
-      pack_rows(other.codes.data(), N, row_bytes, shape, packed.data());
-      unpack_rows(packed.data(), 0, N, row_bytes, shape, back.data());
-      CHECK(back == other.codes);
-      // A Q4 or Q8 panel holds the other matrix's scales too.
       std::vector<uint8_t> panel(size_t((bits == 8 ? q8_panel_bytes : q4_panel_bytes)(N, k, 32)));
       (bits == 8 ? pack_q8_panel : pack_q4_panel)(other.codes.data(), other.scales.data(), k, 32, 0,
                                                   N, panel.data());
       for (const QuantTable& qt : quant_tables())
         for (int T : {1, 3, 8, 20, 37})
-          // Whole groups are read two at a time: {4, 16} leaves a third one alone.
+          // Whole groups are read two at a time: {0, 48} leaves a third one alone.
           for (auto [r0, r1] :
                {std::pair<int64_t, int64_t>{0, N}, {2, 46}, {8, 40}, {4, 16}, {16, 48}}) {
             CAPTURE(qt.name);
             CAPTURE(variant);
             CAPTURE(T);
             CAPTURE(r0);
-            const bool as_panel = (bits == 4 && qt.kt.q4_panel) || (variant == 8 && qt.kt.q8_panel);
-            const int64_t group_rows = as_panel ? kQ4PanelRows : shape.rows;
+            const bool reads = bits == 8 ? qt.kt.q8_panel : qt.kt.q4_panel;
             const auto x = randn(size_t(T * k), uint32_t(90 + T));
             std::vector<float> scratch(size_t(quant_matmul_scratch_floats(k, T)));
             auto run = [&](const QWeights& m, const void* il) {
@@ -741,24 +733,15 @@ TEST_SUITE("kernels") {
               (bits == 8 ? qt.kt.matmul_q8 : codebook ? qt.kt.matmul_q4cb : qt.kt.matmul_q4)(a);
               return y;
             };
-            QWeights other_codes = w;  // the copy's codes with w's scales
-            other_codes.codes = other.codes;
             const auto mine = run(w, nullptr);
-            const auto theirs = run(as_panel ? other : other_codes, nullptr);
-            const auto got =
-                run(w, as_panel ? static_cast<const void*>(panel.data()) : packed.data());
-            // AVX-512: decode reads whole groups from the copy, the GEMM when its panels start on
-            // a group (from a Q4 panel, always); AVX2 (and AVX-VNNI) read whole groups from it
-            // for any number of tokens.
-            const bool reads = (qt.kt.isa == Isa::Avx512 &&
-                                (T < kQuantGemmMinTokens || r0 % shape.rows == 0 || as_panel)) ||
-                               qt.kt.isa == Isa::Avx2;
+            const auto theirs = run(other, nullptr);
+            const auto got = run(w, panel.data());
             bool ok = true;
             for (int t = 0; t < T; ++t)
               for (int64_t r = r0; r < r1; ++r) {
                 const size_t i = size_t(t * N + (r - r0));
-                const int64_t g = r / group_rows * group_rows;
-                const bool whole = reads && g >= r0 && g + group_rows <= r1;
+                const int64_t g = r / kQ4PanelRows * kQ4PanelRows;
+                const bool whole = reads && g >= r0 && g + kQ4PanelRows <= r1;
                 const float want = whole ? theirs[i] : mine[i];
                 ok &= std::fabs(got[i] - want) <= 1e-5f * (1 + std::fabs(want));
               }
@@ -827,27 +810,20 @@ TEST_SUITE("kernels") {
   TEST_CASE("embedding rows from a packed copy (a tied LM head's) are the table's rows") {
     const int8_t cb[16] = {-127, -91, -66, -46, -31, -19, -10, -4, 0, 5, 12, 22, 35, 52, 75, 105};
     const int64_t N = 32, k = 384;
-    // 0: Q4 with a codebook; -4 and -8: Q4 and Q8 as panels; -1: Q4 with a codebook as panels.
-    for (int variant : {8, 4, 0, -4, -8, -1}) {
+    // Q4, Q8 and Q4 with a codebook (0), as panels.
+    for (int variant : {4, 8, 0}) {
       CAPTURE(variant);
-      const int bits = variant == 8 || variant == -8 ? 8 : 4;
-      const bool codebook = variant == 0 || variant == -1;
-      const QWeights w = make_qweights(bits, 64, DType::BF16, N, k, 81, codebook ? cb : nullptr);
+      const int bits = variant == 8 ? 8 : 4;
+      const QWeights w = make_qweights(bits, 64, DType::BF16, N, k, 81, variant ? nullptr : cb);
       Tensor t = w.view();
-      std::vector<uint8_t> packed(w.codes.size());
-      if (variant < 0) {
-        packed.resize(size_t((bits == 8 ? q8_panel_bytes : q4_panel_bytes)(N, k, 64)));
-        (bits == 8 ? pack_q8_panel : pack_q4_panel)(w.codes.data(), w.scales.data(), k, 64, 0, N,
-                                                    packed.data());
-        t.scales = nullptr;  // the panel's own scales are read (the backend hands w's back)
-      } else {
-        pack_rows(w.codes.data(), N, int64_t(w.codes.size()) / N, pack_shape(t.dtype),
-                  packed.data());
-      }
+      std::vector<uint8_t> packed(size_t((bits == 8 ? q8_panel_bytes : q4_panel_bytes)(N, k, 64)));
+      (bits == 8 ? pack_q8_panel : pack_q4_panel)(w.codes.data(), w.scales.data(), k, 64, 0, N,
+                                                  packed.data());
+      t.scales = nullptr;  // the panel's own scales are read (the backend hands w's back)
       const std::vector<int32_t> ids = {11, 0, 5, 4, 11, 31, 16};
       const int64_t T = int64_t(ids.size());
       std::vector<float> got(size_t(T * k), NAN), plain(size_t(T * k), NAN);
-      embed_rows(t, packed.data(), variant < 0, ids.data(), got.data(), 1, T);  // rows 1.. only
+      embed_rows(t, packed.data(), true, ids.data(), got.data(), 1, T);  // rows 1.. only
       embed_rows(w.view(), nullptr, false, ids.data(), plain.data(), 1, T);
       bool ok = true;
       for (int64_t c = 0; c < k; ++c) ok &= std::isnan(got[size_t(c)]);  // row 0 untouched
@@ -1033,9 +1009,8 @@ TEST_SUITE("kernels") {
             c = uint8_t((int8_t(c) & ~low) | (s * x[size_t(i)] > 0 ? low : 0));
           }
           const Tensor t = w.view();
-          std::vector<uint8_t> screen(head_screen_bytes(t)), packed(w.codes.size());
+          std::vector<uint8_t> screen(head_screen_bytes(t));
           build_head_screen(t, ScreenLayout::kRows, screen.data(), 0, N);
-          pack_rows(w.codes.data(), N, K, kPackQ8, packed.data());
           std::vector<float> scratch(size_t(quant_matmul_scratch_floats(K, 1)));
           auto screen_run = [&](ScreenQ8Fn fn, int64_t r0, int64_t r1, bool reuse,
                                 std::vector<float>& est, std::vector<float>& hw) {
@@ -1050,17 +1025,12 @@ TEST_SUITE("kernels") {
           screen_run(screen_q8_scalar, 0, N, false, ref_est, ref_hw);
           for (const auto& [simd_name, simd] : simds) {
             CAPTURE(simd_name);
-            std::vector<float> exact(static_cast<size_t>(N)), exact_packed(static_cast<size_t>(N));
-            auto q8 = [&](const void* il, std::vector<float>& y) {
-              QuantMatmulArgs a =
-                  test::quant_args({w.codes.data(), w.scales.data(), st, group, nullptr, K},
-                                   x.data(), K, 1, y.data(), N, 0, N, scratch.data());
-              a.w_il = il;
-              simd.matmul_q8(a);
-            };
-            q8(nullptr, exact);
-            // A table that reads Q8 panels (q8_panel.h) has no copy of a 44-row head: as it is.
-            q8(simd.q8_panel ? nullptr : packed.data(), exact_packed);
+            // A 44-row head has no panel copy (q8_panel.h): the kernel reads it as it is.
+            std::vector<float> exact(static_cast<size_t>(N));
+            QuantMatmulArgs a =
+                test::quant_args({w.codes.data(), w.scales.data(), st, group, nullptr, K}, x.data(),
+                                 K, 1, exact.data(), N, 0, N, scratch.data());
+            simd.matmul_q8(a);
             // Row ranges: the whole head, an even and an odd number of 4-row groups, and a range
             // after another on the same activations (reuse_x).
             for (auto [r0, r1, reuse] : {std::tuple<int64_t, int64_t, bool>{0, N, false},
@@ -1074,10 +1044,8 @@ TEST_SUITE("kernels") {
               double slack = 0;
               for (int64_t r = r0; r < r1; ++r) {
                 const size_t i = size_t(r);
-                for (const float e : {exact[i], exact_packed[i]}) {
-                  within &= std::fabs(e - est[i]) <= hw[i];
-                  within &= std::fabs(e - ref_est[i]) <= ref_hw[i];
-                }
+                within &= std::fabs(exact[i] - est[i]) <= hw[i];
+                within &= std::fabs(exact[i] - ref_est[i]) <= ref_hw[i];
                 agree &= std::fabs(est[i] - ref_est[i]) <= 1e-3f * hw[i];
                 agree &= std::fabs(hw[i] - ref_hw[i]) <= 1e-5f * hw[i];
                 if (r != 6) slack += std::fabs(exact[i] - est[i]) / hw[i] / double(r1 - r0);

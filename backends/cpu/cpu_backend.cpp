@@ -276,15 +276,16 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
   cg->weight.assign(ts.size(), Tensor());
   cg->w_il.assign(ts.size(), nullptr);
 
-  // The weights linear steps read: the model's, or private huge-page copies. BF16, Q8 and Q4 ones
-  // are packed a group of rows at a time for the AVX-512 decode kernels (pack_rows); the library
-  // GEMMs unpack BF16 blocks, and the int8 GEMM gathers its panels from the packed rows.
+  // The weights linear steps read: the model's, or private huge-page copies. BF16 ones are packed a
+  // group of rows at a time for the AVX-512 decode kernels (pack_rows), and the library GEMMs
+  // unpack their blocks; Q8 and Q4 ones are panels (q4_panel.h), which decode and the int8 GEMM
+  // read as they are.
   // A screen's layout is part of its key: backends of different ISAs may share the store.
   enum Layout : int {
     kVerbatim = 0,
     kPacked = 1,
     kScreen = 2,
-    kScreenPacked = 3,
+    kScreenPanel = 3,
     kQ4Panel = 4,
     kQ8Panel = 5
   };
@@ -361,24 +362,20 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
     } else if (place) {
       const size_t scale_bytes =
           w.quantized() ? size_t(w.rows() * (w.cols() / w.group_size)) * 2 : 0;
-      const PackShape pack = pack_shape(w.dtype);
       const int64_t row_bytes = int64_t(w.nbytes) / std::max<int64_t>(w.rows(), 1);
-      // The AVX-512 kernels read packed BF16 (quantized types are panels there and on AVX2). A
-      // kernel that reads panels reads no other packing: a matrix they do not fit is copied as it
-      // is.
-      const bool reads_packed = kernels_.isa == Isa::Avx512 && !panel;
-      if (pack_ok && pack.chunk && reads_packed && pack_fits(pack, w.rows(), row_bytes))
+      // The AVX-512 kernels read BF16 packed (kPackBf16); a quantized matrix the panels do not fit
+      // is copied as it is, like every other.
+      const bool packed = pack_ok && kernels_.isa == Isa::Avx512 && w.dtype == DType::BF16 &&
+                          pack_fits(kPackBf16, w.rows(), row_bytes);
+      if (packed)
         cg->w_il[size_t(id)] = weight_copies_->get(
             w.data, kPacked, w.nbytes,
             [&](void* dst) {
-              copy_handing_back(w.data, w.rows(), row_bytes, pack.rows, [&](int64_t b, int64_t e) {
-                const auto* src = static_cast<const uint8_t*>(w.data) + b * row_bytes;
-                auto* out = static_cast<uint8_t*>(dst) + b * row_bytes;
-                if (w.dtype == DType::BF16)
-                  kernels_.pack_bf16(src, e - b, w.cols(), out);
-                else
-                  pack_rows(src, e - b, row_bytes, pack, out);
-              });
+              copy_handing_back(
+                  w.data, w.rows(), row_bytes, kPackBf16.rows, [&](int64_t b, int64_t e) {
+                    kernels_.pack_bf16(static_cast<const uint8_t*>(w.data) + b * row_bytes, e - b,
+                                       w.cols(), static_cast<uint8_t*>(dst) + b * row_bytes);
+                  });
             },
             kSelfReleased);
       else
@@ -400,18 +397,15 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
     const Tensor& w = ts[size_t(id)].weight;
     if (!weight_copies_ || !screenable(w) || cg->screen_w >= 0) return;
     if (w.dtype == DType::Q8 && !kernels_.screen_q8) return;
-    // A BF16 head's Q8 copy is read by matmul_q8: as panels where it reads them, else packed on
-    // AVX-512 (the layout is part of the store's key).
-    const ScreenLayout pk =
-        kernels_.q8_panel ? (q8_panel_fits(w.rows(), w.cols(), kScreenGroup) ? ScreenLayout::kPanel
-                                                                             : ScreenLayout::kRows)
-        : kernels_.isa == Isa::Avx512 && pack_fits(kPackQ8, w.rows(), w.cols())
-            ? ScreenLayout::kPacked
-            : ScreenLayout::kRows;
+    // A BF16 head's Q8 copy is read by matmul_q8: as panels where it reads them (the layout is
+    // part of the store's key).
+    const ScreenLayout pk = kernels_.q8_panel && q8_panel_fits(w.rows(), w.cols(), kScreenGroup)
+                                ? ScreenLayout::kPanel
+                                : ScreenLayout::kRows;
     // The screen is made from the model's mapping of the head: a copied head's pages, handed
     // back when its copy was made, are read in again and go back once more, slice by slice.
     const void* mem = weight_copies_->get(
-        w.data, pk == ScreenLayout::kRows ? kScreen : kScreenPacked, head_screen_bytes(w),
+        w.data, pk == ScreenLayout::kRows ? kScreen : kScreenPanel, head_screen_bytes(w),
         [&](void* dst) {
           copy_handing_back(w.data, w.rows(), int64_t(w.nbytes) / w.rows(), kQ4PanelRows,
                             [&](int64_t b, int64_t e) { build_head_screen(w, pk, dst, b, e); });

@@ -164,22 +164,17 @@ void gemm_rows(const StepCtx& c, const Tensor& w, const void* w_il, const float*
     for (int64_t r = r0; r < r1; r += kGemmBlockRows) {
       const int64_t n = std::min(r1, r + kGemmBlockRows) - r;
       if (w_il) {
-        // The packed copy's rows back to row-major first, as for BF16 above (a block of codes
-        // takes at most half of what the unpacked BF16 rows may).
+        // The panels' rows (codes and scales) back to row-major first, as for BF16 above (a
+        // block of codes takes at most half of what the unpacked BF16 rows may).
         auto* codes = reinterpret_cast<uint8_t*>(c.scratch() + c.cg.off_unpack);
+        auto* scales = reinterpret_cast<uint16_t*>(codes + n * row_bytes);
+        unpack_panel(w.dtype, static_cast<const uint8_t*>(w_il), K, w.group_size, r, n, codes,
+                     scales);
         Tensor block = w;
         block.shape[0] = n;
         block.data = codes;
         block.nbytes = size_t(n * row_bytes);
-        if (reads_panel(c.kt, w)) {  // the copy holds the scales too
-          auto* scales = reinterpret_cast<uint16_t*>(codes + n * row_bytes);
-          unpack_panel(w.dtype, static_cast<const uint8_t*>(w_il), K, w.group_size, r, n, codes,
-                       scales);
-          block.scales = scales;
-        } else {
-          unpack_rows(w_il, r, n, row_bytes, pack_shape(w.dtype), codes);
-          block.scales = static_cast<const uint16_t*>(w.scales) + r * (K / w.group_size);
-        }
+        block.scales = scales;
         deq(block, 0, n, wide, xb != nullptr);
       } else {
         deq(w, r, n, wide, xb != nullptr);

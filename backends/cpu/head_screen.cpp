@@ -89,14 +89,12 @@ void build_head_screen(const Tensor& w, ScreenLayout layout, void* dst, int64_t 
   auto* scales = reinterpret_cast<uint16_t*>(base + code_bytes(w));
   auto* bounds = reinterpret_cast<float*>(base + code_bytes(w) + scale_bytes(w));
   const quant::Scheme scheme{8, kGroup, DType::F16};
-  const PackShape pack = kPackQ8;
-  const bool packed = layout == ScreenLayout::kPacked, panel = layout == ScreenLayout::kPanel;
-  if (packed && !pack_fits(pack, w.rows(), k)) fail("head screen: rows cannot be packed");
+  const bool panel = layout == ScreenLayout::kPanel;
   if (panel && !q8_panel_fits(w.rows(), k, kGroup)) fail("head screen: rows cannot be panels");
 
-  // Whole packed groups per call, so a range writes only its own bytes; a panel's scales are in
-  // it, so they are kept aside until the group is packed.
-  const int64_t step = packed ? pack.rows : panel ? kQ4PanelRows : 1;
+  // Whole panels per call, so a range writes only its own bytes; a panel's scales are in it, so
+  // they are kept aside until the group is packed.
+  const int64_t step = panel ? kQ4PanelRows : 1;
   std::vector<float> row(static_cast<size_t>(k * step));
   std::vector<int8_t> q(static_cast<size_t>(k));
   std::vector<uint8_t> codes(static_cast<size_t>(k * step));
@@ -134,8 +132,6 @@ void build_head_screen(const Tensor& w, ScreenLayout layout, void* dst, int64_t 
     if (panel)
       pack_q8_panel(codes.data(), group_scales.data(), k, kGroup, 0, step,
                     base + g / step * q8_panel_group_bytes(k, kGroup));
-    else if (packed)
-      pack_rows(codes.data(), step, k, pack, base + g * k);
     else
       std::copy(codes.begin(), codes.end(), base + g * k);
   }
@@ -151,7 +147,7 @@ HeadScreen head_screen_view(const Tensor& w, ScreenLayout layout, const void* ds
   s.q8.dtype = DType::Q8;
   s.q8.ndim = 2;
   s.q8.shape = {w.rows(), w.cols(), 0, 0};
-  // With w_il the kernels read only packed groups (every call starts on one), never data.
+  // With w_il the kernels read only panels (every call starts on one), never data.
   s.q8.data = base;
   s.q8.nbytes = size_t(w.rows() * w.cols());
   s.q8.scales = base + code_bytes(w);

@@ -45,8 +45,8 @@ namespace hearth::cpu {
 
 struct HeadScreen {
   // A BF16 head's:
-  Tensor q8;                      // the Q8 copy; with w_il its codes are only the packed ones
-  const void* w_il = nullptr;     // packed codes or panels (ScreenLayout) for matmul_q8, or null
+  Tensor q8;                      // the Q8 copy; with w_il its codes are only the panels
+  const void* w_il = nullptr;     // panels (ScreenLayout) for matmul_q8, or null
   const float* bounds = nullptr;  // per row kScreenBounds floats {M, E, N}: N = |w| for rounding
   // A Q8 head's: the high bits of its codes (KernelTable::screen_q8 reads them), else null.
   const uint8_t* hi = nullptr;
@@ -120,10 +120,9 @@ bool screenable(const Tensor& w);
 size_t head_screen_bytes(const Tensor& w);
 // Bytes the screen reads per token (a Q8 head's scales too).
 size_t head_screen_read_bytes(const Tensor& w);
-// How a BF16 head's Q8 copy lies for the matmul_q8 that reads it: rows as they are, the kPackQ8
-// groups (rows a multiple of 4), or 16-row panels with their scales (q8_panel.h, rows a multiple
-// of 16, over the codes' and scales' bytes).
-enum class ScreenLayout { kRows, kPacked, kPanel };
+// How a BF16 head's Q8 copy lies for the matmul_q8 that reads it: rows as they are, or 16-row
+// panels with their scales (q8_panel.h, rows a multiple of 16, over the codes' and scales' bytes).
+enum class ScreenLayout { kRows, kPanel };
 constexpr int64_t kScreenGroup = 32;  // the Q8 copy's group size
 // Writes rows [r0, r1) of the screen of w into dst (head_screen_bytes(w) bytes, 64-byte aligned),
 // so that threads can share the work (r0 a multiple of 16). A Q8 head's screen is always in 4-row

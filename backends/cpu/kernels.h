@@ -26,11 +26,10 @@ struct MatmulArgs {
   int64_t r0, r1;
   float* scratch;  // per-thread, at least k * max(n_tokens, 1) floats (widened rows, reordered x)
   int64_t prefetch_r1 = 0;
-  // BF16, Q8 and Q4 (AVX-512 kernels), or null: the same weight packed by pack_rows with the
-  // chunk and group of its type (kPackBf16, kPackQ8, kPackQ4), which the kernel reads instead of w
-  // for whole groups of rows (other kernels ignore it); Q4 (with or without a codebook) and Q8 as
-  // 16-row panels with their scales (q4_panel.h, q8_panel.h) where KernelTable::q4_panel and
-  // q8_panel say so.
+  // Or null: the backend's copy of the weight, which the kernel reads instead of w for whole
+  // groups of rows (other kernels ignore it): BF16 packed by pack_rows (kPackBf16, AVX-512
+  // kernels); Q4 (with or without a codebook) and Q8 as 16-row panels with their scales
+  // (q4_panel.h, q8_panel.h) where KernelTable::q4_panel and q8_panel say so.
   const void* w_il = nullptr;
 };
 
@@ -39,21 +38,16 @@ struct MatmulArgs {
 // at byte ((r / rows) * (row_bytes / chunk) + c) * rows * chunk + (r % rows) * chunk (a group's
 // rows start where they did). A block of rows is then one stream in address order instead of
 // several interleaved ones, which Zen 5 reads 10-16% faster. Needs a whole number of groups and
-// of chunks per row.
+// of chunks per row. (Quantized weights have panels instead: q4_panel.h, q8_panel.h.)
 struct PackShape {
   int64_t chunk, rows;
 };
 // BF16: 16 rows' pairs of columns (2c, 2c + 1) in one 64-byte line, the line the AVX-512 kernel
 // widens to 16 rows' products (matmul_avx512.h, rows_bf16_packed).
 constexpr PackShape kPackBf16{4, 16};
-constexpr PackShape kPackQ8{128, 4};  // one 128-element chunk (quant/FORMAT.md), 4 rows per pass
-constexpr PackShape kPackQ4{64, 4};   // the same in nibbles
-// The packed layout of a weight type (a codebook's Q4 as Q4), or {0, 0} for one never packed.
+// The packed layout of a weight type, or {0, 0} for one never packed.
 inline PackShape pack_shape(DType t) {
-  return t == DType::BF16 ? kPackBf16
-         : t == DType::Q8 ? kPackQ8
-         : t == DType::Q4 ? kPackQ4
-                          : PackShape{0, 0};
+  return t == DType::BF16 ? kPackBf16 : PackShape{0, 0};
 }
 inline bool pack_fits(PackShape p, int64_t rows, int64_t row_bytes) {
   return rows % p.rows == 0 && row_bytes % p.chunk == 0;
@@ -256,10 +250,9 @@ struct KernelTable {
   // CPU has them (peak_amx.cpp); null elsewhere. Returns 0 flops if the OS refuses tile state.
   FmaLoopFn dot_bf16_tile_loop = nullptr;
   QuantMatmulFn matmul_q8 = nullptr, matmul_q4 = nullptr;
-  // matmul_q4 and matmul_q4cb read their packed copy (MatmulArgs::w_il) as 16-row panels
-  // (q4_panel.h), not kPackQ4.
+  // matmul_q4 and matmul_q4cb read their copy (MatmulArgs::w_il) as 16-row panels (q4_panel.h).
   bool q4_panel = false;
-  // matmul_q8 reads its packed copy as 16-row panels (q8_panel.h), not kPackQ8.
+  // matmul_q8 reads its copy as 16-row panels (q8_panel.h).
   bool q8_panel = false;
   QuantDequantFn dequant_q8 = nullptr, dequant_q4 = nullptr;
   // Q4 whose nibbles index a codebook (Tensor::codebook) rather than the uniform grid.

@@ -17,16 +17,13 @@ using namespace qk;
 struct Q4Codes {
   static constexpr int kOffsetLog2 = 3;  // nibbles hold q + 8
   // Decode rows per pass of row-major codes (--mmap, rows outside whole panels): 8 x 64-byte
-  // chunks. The packed copy is panels (matmul_q4_panel_avx512.h), so decode_quant and gemm_quant
-  // never see kPack's groups here; it is the shape their templates require.
+  // chunks. The backend's copy is panels (matmul_q4_panel_avx512.h).
   static constexpr int kDecodeRows = 8;
-  static constexpr PackShape kPack = kPackQ4;
   static constexpr int64_t kChunkBytes = 64;
-  template <bool kPrefetch = true>
   static __m512i dot(const uint8_t* c, __m512i xa, __m512i xb, __m512i init) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i v = _mm512_loadu_si512(c);
-    if constexpr (kPrefetch) prefetch(c + kPrefetchAhead);
+    prefetch(c + kPrefetchAhead);
     const __m512i lo = _mm512_and_si512(v, m4);
     const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
     return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, lo, xa), hi, xb);

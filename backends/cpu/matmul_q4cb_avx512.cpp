@@ -17,10 +17,8 @@ using namespace qk;
 
 struct Q4CbCodes {
   static constexpr int kOffsetLog2 = 7;  // the table holds level + 128
-  // Decode rows per pass of row-major codes (rows outside whole panels); kPack is the shape the
-  // templates require (the copy is panels).
+  // Decode rows per pass of row-major codes (--mmap, rows outside whole panels).
   static constexpr int kDecodeRows = 8;
-  static constexpr PackShape kPack = kPackQ4;
   static constexpr int64_t kChunkBytes = 64;
   __m512i lut;
   uint8_t lut_u[16];
@@ -28,11 +26,10 @@ struct Q4CbCodes {
     for (int i = 0; i < 16; ++i) lut_u[i] = uint8_t(codebook[i] + 128);
     lut = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lut_u)));
   }
-  template <bool kPrefetch = true>
   __m512i dot(const uint8_t* c, __m512i xa, __m512i xb, __m512i init) const {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i v = _mm512_loadu_si512(c);
-    if constexpr (kPrefetch) prefetch(c + kPrefetchAhead);
+    prefetch(c + kPrefetchAhead);
     const __m512i lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4));
     const __m512i hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
     return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, lo, xa), hi, xb);

@@ -18,17 +18,13 @@ struct Q8Codes {
   static constexpr int kOffsetLog2 = 7;  // sign bit flipped: q + 128
   // Decode rows per pass: 4 x 128-byte chunks (8 measured slower on Zen 5: 8 row streams).
   static constexpr int kDecodeRows = 4;
-  static constexpr PackShape kPack = kPackQ8;
   static constexpr int64_t kChunkBytes = 128;
-  template <bool kPrefetch = true>
   static __m512i dot(const uint8_t* c, __m512i xa, __m512i xb, __m512i init) {
     const __m512i flip = _mm512_set1_epi8(char(0x80));
     const __m512i u0 = _mm512_xor_si512(_mm512_loadu_si512(c), flip);
     const __m512i u1 = _mm512_xor_si512(_mm512_loadu_si512(c + 64), flip);
-    if constexpr (kPrefetch) {
-      prefetch(c + kPrefetchAhead);
-      prefetch(c + kPrefetchAhead + 64);
-    }
+    prefetch(c + kPrefetchAhead);
+    prefetch(c + kPrefetchAhead + 64);
     return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, u0, xa), u1, xb);
   }
   // dot's two operand vectors (dot = dpbusd(dpbusd(init, h0, xa), h1, xb)), for several tokens.

@@ -168,23 +168,6 @@ struct DotVnni {
 // one linear stream over the matrix, as the AVX-512 kernels do (matmul_quant_avx512.h).
 constexpr int64_t kPrefetchAhead = 65536;
 
-// One token against a packed group of four rows (row q's chunk j at w + (4 j + q) kChunkBytes,
-// its block factors at P + q nbp): y[q] = the lane dots scaled by the factors and summed, before
-// the offset correction; the operations of the row-at-a-time loop, in the same order.
-template <class Codes>
-inline void packed_group_token(const Codes& cd, const uint8_t* w, const float* P, int64_t nbp,
-                               const int8_t* xq, int64_t nc, float y[4]) {
-  __m256 acc[4];
-  for (int q = 0; q < 4; ++q) acc[q] = _mm256_setzero_ps();
-  for (int64_t j = 0; j < nc; ++j)
-    for (int q = 0; q < 4; ++q) {
-      const __m256i d = cd.dot(w + (j * 4 + q) * Codes::kChunkBytes, xq + j * kChunk);
-      const __m256 f = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(P + q * nbp + 4 * j));
-      acc[q] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), f, acc[q]);
-    }
-  for (int q = 0; q < 4; ++q) y[q] = hsum8(acc[q]);
-}
-
 // Decode and prefill: token tiles of activations quantized in slot order, each row's group scales
 // widened once, then per (row, token) one pass over the chunks, each chunk's 8 lane dots scaled by
 // one broadcast of its 4 block factors. Codes provides kChunkBytes (per 128 elements), dot(chunk,
@@ -202,42 +185,14 @@ void matmul_quant_avx2(const QuantMatmulArgs& a, const Codes& cd) {
   float* P = sw + nbp;
   const auto* codes = static_cast<const uint8_t*>(a.w);
   const auto* scales = static_cast<const uint16_t*>(a.scales);
-  // Whole groups of the packed copy (MatmulArgs::w_il: kPackQ4 for Q4 with a codebook, each
-  // row's chunk j beside its 3 neighbours'; Q4 and Q8 are panels, matmul_panel_avx2.h) go four rows
-  // at a time: one linear stream and four independent accumulators instead of one row's chain after
-  // another (two groups at once, eight accumulators, spill on 16 registers and measured slower; two
-  // streams of one group each, with their own prefetches, no faster). The same operations per row,
-  // so the same floats.
-  constexpr int kGroup = 4;
-  const auto* packed = static_cast<const uint8_t*>(a.w_il);
-  const WholeGroups groups =
-      packed && kc == k ? whole_groups(a.r0, a.r1, kGroup) : WholeGroups{a.r1, a.r1};
-  float* sw4 = P + nbp;  // [kGroup][nbp]: sw and P of a group's rows
-  float* P4 = sw4 + kGroup * nbp;
-  // With one token tile the previous call's activations are still in the scratch (reuse_x).
+  // Row-major codes only (the backend's copies are panels: matmul_panel_avx2.h). With one token
+  // tile the previous call's activations are still in the scratch (reuse_x).
   const bool reuse = a.reuse_x && a.n_tokens <= kTokenTile;
   for (int t0 = 0; t0 < a.n_tokens; t0 += kTokenTile) {
     const int nt = int(min64(kTokenTile, a.n_tokens - t0));
     for (int t = 0; t < nt && !reuse; ++t)
       quantize_act_scalar(a.x + (t0 + t) * a.ldx, k, at.q + t * k, at.d + t * nb, at.s + t * nb);
-    // Rows r .. r + kGroup - 1 of the packed copy, for the tile's tokens.
-    auto group = [&](int64_t r) {
-      for (int q = 0; q < kGroup; ++q)
-        block_scales(a.scale_dtype, scales + (r + q) * ng, per_group, nb, sw4 + q * nbp);
-      for (int t = 0; t < nt; ++t) {
-        float corr[kGroup], y[kGroup];
-        for (int q = 0; q < kGroup; ++q)
-          corr[q] = block_products(at.d + t * nb, at.s + t * nb, sw4 + q * nbp, nb, P4 + q * nbp);
-        packed_group_token(cd, packed + r * row_bytes, P4, nbp, at.q + t * k, nc, y);
-        for (int q = 0; q < kGroup; ++q)
-          a.y[(t0 + t) * a.ldy + (r + q - a.r0)] = y[q] - float(Codes::kVecOffset) * corr[q];
-      }
-    };
     for (int64_t r = a.r0; r < a.r1; ++r) {
-      if (r == groups.g0) {
-        for (; r < groups.g1; r += kGroup) group(r);
-        if (r == a.r1) break;
-      }
       const uint8_t* w = codes + r * row_bytes;
       block_scales(a.scale_dtype, scales + r * ng, per_group, nb, sw);
       for (int t = 0; t < nt; ++t) {

@@ -28,11 +28,10 @@ inline __mmask16 first_n(int64_t n) {
 
 // Decode streams each weight row once; the rows of a block are short streams that restart every
 // block, which hardware prefetchers follow poorly. Prefetching ahead of every 64 bytes read makes
-// one linear stream over the matrix instead. (Rows packed in whole groups are read as two streams,
-// rows_dot_pair, with their own distance, PairPrefetch.) 64 KiB ahead, best of 4-128 KiB on the
-// first host (Q8 ~9.5 -> ~12 GB/s on one thread). Into L1, as the BF16 kernels do: on Zen 5 with
-// rows packed (--hugepages) the L1 hint beat the L2 one by 3-5% of INT4 and INT8 decode on one
-// thread (74-75 -> 78 t/s, 51 -> 53), and tied on two. Prefetches past the end cannot fault.
+// one linear stream over the matrix instead. 64 KiB ahead, best of 4-128 KiB on the first host
+// (Q8 ~9.5 -> ~12 GB/s on one thread). Into L1, as the BF16 kernels do: on Zen 5 the L1 hint beat
+// the L2 one by 3-5% of INT4 and INT8 decode on one thread (74-75 -> 78 t/s, 51 -> 53), and tied on
+// two. Prefetches past the end cannot fault.
 constexpr int64_t kPrefetchAhead = 65536;
 inline void prefetch(const void* p) {
   _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
@@ -221,10 +220,7 @@ inline __m128 hsum4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
 // of a short last chunk (tail_block_dots); dot and tail may be members of a Codes object (a
 // codebook's lookup table), passed to decode_quant. Each chunk's integer lanes are scaled by the
 // activations' 4 block scales (loaded once for all rows) times the row's 4 weight scales.
-// Packed: w[0] starts a packed group (row r's chunk j at w[0] + (j NR + r) kChunkBytes) and sw[0]
-// the group's first row of scales (row r's at sw[0] + r ng), so the loop needs two base registers
-// instead of 2 NR row pointers.
-template <class Codes, int G, DType ST, int NR, bool Packed = false>
+template <class Codes, int G, DType ST, int NR>
 inline void rows_dot(const Codes& cd, const uint8_t* const* w, int64_t chunk_stride,
                      const uint16_t* const* sw, int64_t ng, const int8_t* xq, const float* xd,
                      const int32_t* off, int64_t nc, float* out) {
@@ -236,10 +232,8 @@ inline void rows_dot(const Codes& cd, const uint8_t* const* w, int64_t chunk_str
     const __m512i o = _mm512_loadu_si512(off + 16 * j);
     const __m512 dx = _mm512_broadcast_f32x4(_mm_loadu_ps(xd + 4 * j));
     for (int r = 0; r < NR; ++r) {
-      const uint8_t* c =
-          Packed ? w[0] + (j * NR + r) * Codes::kChunkBytes : w[r] + j * chunk_stride;
-      const __m512i d = cd.dot(c, xa, xb, o);
-      const __m512 f = _mm512_mul_ps(chunk_scales<G, ST>(Packed ? sw[0] + r * ng : sw[r], j), dx);
+      const __m512i d = cd.dot(w[r] + j * chunk_stride, xa, xb, o);
+      const __m512 f = _mm512_mul_ps(chunk_scales<G, ST>(sw[r], j), dx);
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), f, acc[r]);
     }
   }
@@ -251,37 +245,6 @@ inline void rows_dot(const Codes& cd, const uint8_t* const* w, int64_t chunk_str
   }
 }
 
-// Two packed groups of NR rows at once, each read as its own sequential stream (codes at w[s],
-// scales at sw[s], results to out[s]). Kernel-only on Zen 5, one thread, all 0.6B matrices: Q8
-// 97% of the read bandwidth against 88% for one stream with software prefetch; Q4 in 4-row groups
-// 94% against 88% (8-row groups in two streams: 91%; four streams of Q8: half the bandwidth). The
-// hardware prefetchers alone keep Q8's streams at the bandwidth. (Q4 without a codebook now reads
-// 16-row panels instead, with a prefetch ahead of each stream: matmul_q4_panel_avx512.h.)
-template <class Codes, int G, DType ST, int NR>
-inline void rows_dot_pair(const Codes& cd, const uint8_t* const* w, const uint16_t* const* sw,
-                          int64_t ng, const int8_t* xq, const float* xd, const int32_t* off,
-                          int64_t nc, float* const* out) {
-  __m512 acc[2][NR];
-  for (int s = 0; s < 2; ++s)
-    for (int r = 0; r < NR; ++r) acc[s][r] = _mm512_setzero_ps();
-  for (int64_t j = 0; j < nc; ++j) {
-    const __m512i xa = _mm512_loadu_si512(xq + j * kChunk);
-    const __m512i xb = _mm512_loadu_si512(xq + j * kChunk + 64);
-    const __m512i o = _mm512_loadu_si512(off + 16 * j);
-    const __m512 dx = _mm512_broadcast_f32x4(_mm_loadu_ps(xd + 4 * j));
-    for (int s = 0; s < 2; ++s)
-      for (int r = 0; r < NR; ++r) {
-        const __m512i d =
-            cd.template dot<false>(w[s] + (j * NR + r) * Codes::kChunkBytes, xa, xb, o);
-        const __m512 f = _mm512_mul_ps(chunk_scales<G, ST>(sw[s] + r * ng, j), dx);
-        acc[s][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), f, acc[s][r]);
-      }
-  }
-  for (int s = 0; s < 2; ++s)
-    for (int r = 0; r < NR; r += 4)
-      _mm_storeu_ps(out[s] + r, hsum4(acc[s][r], acc[s][r + 1], acc[s][r + 2], acc[s][r + 3]));
-}
-
 inline float scale_f32(DType t, uint16_t s);
 
 // Codes with operands() (kHasOperands): each chunk is unpacked once for several tokens.
@@ -291,7 +254,7 @@ template <class C>
 struct HasOperands<C, std::void_t<decltype(C::kHasOperands)>> : std::true_type {};
 
 // rows_dot for TB tokens at once (a small batch of decoding sequences): NR rows (row r's chunk j
-// at w[r] + j chunk_stride: row-major or packed), each chunk loaded and unpacked once and
+// at w[r] + j chunk_stride), each chunk loaded and unpacked once and
 // multiplied with every token's activations (token t's codes at xq + t k, scales at xd + t nb,
 // offset lanes at off + t 16 nc), its results to out[t][0..NR). The same operations per token and
 // row as rows_dot, so the same floats.
@@ -338,15 +301,10 @@ void decode_quant_st(const QuantMatmulArgs& a, const Codes& cd) {
     offset_lanes(at.q + t * k, nc, Codes::kOffsetLog2, off + t * 16 * nc);
   }
 
-  // Rows packed by the backend (MatmulArgs::w_il, Codes::kPack): a group's chunks lie side by
-  // side, one stream. Rows outside whole groups come from w.
-  constexpr int kRows = Codes::kDecodeRows, kPackRows = int(Codes::kPack.rows);
-  static_assert(Codes::kPack.chunk == Codes::kChunkBytes && kPackRows % 4 == 0,
-                "a packed group is whole chunks of the rows of one pass");
-  const auto* packed = static_cast<const uint8_t*>(a.w_il);
-  const bool use_packed = packed && kc == k;
-  // Tokens of a small batch four at a time over whole chunks of NR rows, row-major or packed
-  // (a shorter last chunk and the remaining tokens go through rows_dot); returns the tokens done.
+  // Row-major codes only: the backend's copies are panels (matmul_q4_panel_avx512.h).
+  constexpr int kRows = Codes::kDecodeRows;
+  // Tokens of a small batch four at a time over whole chunks of NR rows (a shorter last chunk and
+  // the remaining tokens go through rows_dot); returns the tokens done.
   auto rows_tokens = [&](auto nr, const uint8_t* const* w, int64_t chunk_stride,
                          const uint16_t* const* sw, int64_t r) -> int {
     constexpr int NR = decltype(nr)::value;
@@ -367,13 +325,13 @@ void decode_quant_st(const QuantMatmulArgs& a, const Codes& cd) {
     if (n_tok - t == 2) block(std::integral_constant<int, 2>(), t), t += 2;
     return t;
   };
-  auto run = [&](auto nr_tag, int64_t r, bool from_packed = false) {
+  auto run = [&](auto nr_tag, int64_t r) {
     constexpr int NR = decltype(nr_tag)::value;
     const uint8_t* w[NR];
     const uint16_t* sw[NR];
-    const int64_t chunk_stride = from_packed ? kPackRows * kRowBytes : kRowBytes;
+    const int64_t chunk_stride = kRowBytes;
     for (int i = 0; i < NR; ++i) {
-      w[i] = from_packed ? packed + r * row_bytes + i * kRowBytes : codes + (r + i) * row_bytes;
+      w[i] = codes + (r + i) * row_bytes;
       sw[i] = scales + (r + i) * ng;
       // The scales are a second, slower stream: keep it 32 rows ahead too.
       for (int64_t b = 0; b < 2 * ng; b += 64)
@@ -385,14 +343,8 @@ void decode_quant_st(const QuantMatmulArgs& a, const Codes& cd) {
     for (; t < n_tok; ++t) {
       const int8_t* xq = at.q + t * k;
       float dot[NR];
-      // Base-register addressing measured faster for 4-row passes of packed rows (INT8 decode
-      // 44.5 -> 50.5 t/s on Zen 5) and slower for 8-row ones (Q4: 68 vs 70).
-      if (from_packed && NR == 4)
-        rows_dot<Codes, G, ST, NR, true>(cd, w, chunk_stride, sw, ng, xq, at.d + t * nb,
-                                         off + t * 16 * nc, nc, dot);
-      else
-        rows_dot<Codes, G, ST, NR>(cd, w, chunk_stride, sw, ng, xq, at.d + t * nb,
-                                   off + t * 16 * nc, nc, dot);
+      rows_dot<Codes, G, ST, NR>(cd, w, chunk_stride, sw, ng, xq, at.d + t * nb, off + t * 16 * nc,
+                                 nc, dot);
       if (kc < k) {  // a shorter last chunk of m blocks
         const int m = int((k - kc) / kBlock);
         const float* sx = at.s + t * nb + kc / kBlock;
@@ -409,28 +361,6 @@ void decode_quant_st(const QuantMatmulArgs& a, const Codes& cd) {
     }
   };
   int64_t r = a.r0;
-  if (use_packed) {
-    const auto [g0, g1] = whole_groups(a.r0, a.r1, kPackRows);
-    for (; r < g0; ++r) run(std::integral_constant<int, 1>(), r);
-    // Whole groups as two streams: [g0, g0 + half) beside [g0 + half, g0 + 2 half), for one token;
-    // several tokens (a batch of decoding sequences) share each group's unpacked chunks instead,
-    // so the matrix is read once per step, not once per token.
-    const bool one_token = n_tok == 1 || !HasOperands<Codes>::value;
-    const int64_t half = one_token ? (g1 - g0) / (2 * kPackRows) * kPackRows : 0;
-    for (; r < g0 + half; r += kPackRows) {
-      const uint8_t* w[2] = {packed + r * row_bytes, packed + (r + half) * row_bytes};
-      const uint16_t* sw[2] = {scales + r * ng, scales + (r + half) * ng};
-      for (int t = 0; t < n_tok; ++t) {
-        float* out[2] = {a.y + t * a.ldy + (r - a.r0), a.y + t * a.ldy + (r + half - a.r0)};
-        rows_dot_pair<Codes, G, ST, kPackRows>(cd, w, sw, ng, at.q + t * k, at.d + t * nb,
-                                               off + t * 16 * nc, nc, out);
-      }
-    }
-    for (r = g0 + 2 * half; r < g1; r += kPackRows)
-      run(std::integral_constant<int, kPackRows>(), r, true);
-    for (; r < a.r1; ++r) run(std::integral_constant<int, 1>(), r);
-    return;
-  }
   if constexpr (kRows > 4)
     for (; r + kRows <= a.r1; r += kRows) run(std::integral_constant<int, kRows>(), r);
   for (; r + 4 <= a.r1; r += 4) run(std::integral_constant<int, 4>(), r);

@@ -97,12 +97,11 @@ inline void transpose16(const uint8_t* const p[16], int64_t off, __m512i t[16]) 
 // m blocks, quant/FORMAT.md). A full chunk's 16 lanes come from 16 rows at once,
 // Codes::lanes16(rows, h0, h1) giving both halves' lanes as unsigned codes (transpose16); a short
 // last chunk goes by one gather per lane, Codes::gather(row0, offsets, valid, chunk_byte, m, L,
-// &h0, &h1).
-// packed: the rows are packed (pack_rows, Codes::kPack; k a multiple of 128) and `codes` starts a
-// group.
+// &h0, &h1). The codes are row-major (the backend's copies are panels, which the GEMM takes as they
+// are: matmul_q4_panel_avx512.h).
 template <class Codes, int G>
-void pack_panel(const Codes& cd, const uint8_t* codes, int64_t row_bytes, bool packed,
-                const uint16_t* scales, DType st, int64_t k, int n, const GemmActs& g) {
+void pack_panel(const Codes& cd, const uint8_t* codes, int64_t row_bytes, const uint16_t* scales,
+                DType st, int64_t k, int n, const GemmActs& g) {
   const int64_t nb = k / kBlock;
   for (int v = 0; v < kPanelRows / 16; ++v) {
     const int rows = int(min64(16, n - 16 * v));
@@ -114,23 +113,14 @@ void pack_panel(const Codes& cd, const uint8_t* codes, int64_t row_bytes, bool p
     }
     const __mmask16 valid = first_n(rows);
     const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    // Row i of the 16 starts at i x row_bytes; packed in groups of R rows, its chunk 0 at (i / R)
-    // x R row_bytes + (i % R) x kChunkBytes, and chunks are R kChunkBytes apart.
-    constexpr int R = Codes::kPack.rows, kLog2R = R == 8 ? 3 : 2;
-    static_assert(R == 1 << kLog2R && 16 % R == 0, "a panel's 16 rows are whole groups");
-    const __m512i group = _mm512_srli_epi32(lane, kLog2R);
-    const __m512i in_group = _mm512_and_si512(lane, _mm512_set1_epi32(R - 1));
-    const __m512i offs =
-        packed ? _mm512_add_epi32(
-                     _mm512_mullo_epi32(group, _mm512_set1_epi32(int32_t(R * row_bytes))),
-                     _mm512_mullo_epi32(in_group, _mm512_set1_epi32(int32_t(Codes::kChunkBytes))))
-               : _mm512_mullo_epi32(lane, _mm512_set1_epi32(int32_t(row_bytes)));
+    // Row i of the 16 starts at i x row_bytes.
+    const __m512i offs = _mm512_mullo_epi32(lane, _mm512_set1_epi32(int32_t(row_bytes)));
     const uint8_t* row0 = codes + 16 * v * row_bytes;
     alignas(64) int32_t off[16];
     _mm512_store_si512(off, offs);
     for (int64_t c0 = 0; c0 < k; c0 += kChunk) {
       const int m = int(min64(kChunk, k - c0) / kBlock);
-      const int64_t chunk_byte = c0 * Codes::kChunkBytes / kChunk * (packed ? R : 1);
+      const int64_t chunk_byte = c0 * Codes::kChunkBytes / kChunk;
       if (m == 4) {  // a full chunk: 16 rows' lanes by one transposition (absent rows: row 0's)
         const uint8_t* at[16];
         for (int i = 0; i < 16; ++i) at[i] = row0 + (i < rows ? off[i] : 0) + chunk_byte;
@@ -165,15 +155,12 @@ template <class Codes, int G>
 void gemm_quant(const QuantMatmulArgs& a, const Codes& cd = Codes()) {
   const int64_t k = a.k, row_bytes = k * Codes::kChunkBytes / kChunk;
   const GemmActs g = gemm_acts<GemmAvx512>(a, Codes::kOffsetLog2);
-  // Rows the backend packed for decode (MatmulArgs::w_il): panels start on groups when r0 does, so
-  // they gather from the packed copy.
-  const bool packed = a.w_il && a.r0 % Codes::kPack.rows == 0 && k % kChunk == 0;
-  const auto* codes = static_cast<const uint8_t*>(packed ? a.w_il : a.w);
+  const auto* codes = static_cast<const uint8_t*>(a.w);
   const auto* scales = static_cast<const uint16_t*>(a.scales);
   for (int64_t r = a.r0; r < a.r1; r += kPanelRows) {
     const int n = int(min64(kPanelRows, a.r1 - r));
-    pack_panel<Codes, G>(cd, codes + r * row_bytes, row_bytes, packed, scales + r * (k / G),
-                         a.scale_dtype, k, n, g);
+    pack_panel<Codes, G>(cd, codes + r * row_bytes, row_bytes, scales + r * (k / G), a.scale_dtype,
+                         k, n, g);
     gemm_tokens<GemmAvx512>(g, k, a.n_tokens, a.y + (r - a.r0), a.ldy, n);
   }
 }

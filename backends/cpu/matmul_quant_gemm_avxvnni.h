@@ -73,23 +73,6 @@ inline void fill_quant_prefill(KernelTable& k) {
   k.dot_i8_loop = dot_i8_loop_avxvnni;
 }
 
-// Where rows' codes are: rows of the whole groups [g.g0, g.g1) in the packed copy
-// (MatmulArgs::w_il, kPackQ4: Q4 with a codebook; Q4 and Q8 copies are panels, PanelGemm), as the
-// decode kernels read them, the others row-major.
-struct RowCodes {
-  static constexpr int64_t R = kPackQ4.rows;
-  static_assert(kPackQ8.rows == R, "Q8 and Q4 rows are packed in groups of the same size");
-  const uint8_t *w, *packed;
-  int64_t row_bytes, chunk_bytes;
-  WholeGroups g;
-  const uint8_t* chunk(int64_t r, int64_t c0) const {
-    const int64_t j = c0 / kChunk, g0 = r / R * R;
-    if (packed && r >= g.g0 && r < g.g1)
-      return packed + (g0 * (row_bytes / chunk_bytes) + R * j + (r - g0)) * chunk_bytes;
-    return w + r * row_bytes + j * chunk_bytes;
-  }
-};
-
 // t[j] = dword j of each of the 8 rows' 32 bytes at p[i] + off, row i in lane i.
 inline void transpose8(const uint8_t* const p[8], int64_t off, __m256i t[8]) {
   __m256i a[8], b[8];
@@ -114,15 +97,19 @@ inline void transpose8(const uint8_t* const p[8], int64_t off, __m256i t[8]) {
 // quant/FORMAT.md). Full chunks go 8 rows x 8 lanes at a time: Codes::lanes8(rows, L0, h0,
 // h1) gives lanes L0 .. L0 + 7 of both halves as unsigned codes, one vector of the 8 rows per
 // lane (transpose8); a short last chunk goes a lane at a time (Codes::dwords). Rows past n repeat
-// the last one with zero scales: their results are never stored.
+// the last one with zero scales: their results are never stored. The codes are row-major (the
+// backend's copies are panels, which PanelGemm takes as they are).
 template <class Codes>
-void pack_panel(const Codes& cd, const RowCodes& rc, const uint16_t* scales, DType st, int group,
+void pack_panel(const Codes& cd, const uint8_t* codes, const uint16_t* scales, DType st, int group,
                 int64_t k, int64_t r, int n, const GemmActs& g) {
+  const int64_t row_bytes = k * Codes::kChunkBytes / kChunk;
   const int64_t nb = k / kBlock;
   for (int v = 0; v < (n + 7) / 8; ++v) {
     const uint8_t* rows[8];
     for (int c0 = 0; c0 < k; c0 += int(kChunk)) {
-      for (int i = 0; i < 8; ++i) rows[i] = rc.chunk(r + min64(8 * v + i, n - 1), c0);
+      for (int i = 0; i < 8; ++i)
+        rows[i] =
+            codes + (r + min64(8 * v + i, n - 1)) * row_bytes + c0 / kChunk * Codes::kChunkBytes;
       uint32_t* col = g.panel + 8 * v;
       if (c0 + kChunk <= k) {
         for (int L0 = 0; L0 < 16; L0 += 8) {
@@ -160,14 +147,11 @@ template <class Codes>
 void gemm_quant(const QuantMatmulArgs& a, const Codes& cd = Codes()) {
   const int64_t k = a.k;
   const GemmActs g = gemm_acts<GemmAvxVnni>(a, Codes::kOffsetLog2);
-  const int64_t row_bytes = k * Codes::kChunkBytes / kChunk;
-  const RowCodes rc{static_cast<const uint8_t*>(a.w),
-                    k % kChunk == 0 ? static_cast<const uint8_t*>(a.w_il) : nullptr, row_bytes,
-                    Codes::kChunkBytes, whole_groups(a.r0, a.r1, RowCodes::R)};
+  const auto* codes = static_cast<const uint8_t*>(a.w);
   const auto* scales = static_cast<const uint16_t*>(a.scales);
   for (int64_t r = a.r0; r < a.r1; r += kPanelRows) {
     const int n = int(min64(kPanelRows, a.r1 - r));
-    pack_panel(cd, rc, scales, a.scale_dtype, a.group, k, r, n, g);
+    pack_panel(cd, codes, scales, a.scale_dtype, a.group, k, r, n, g);
     gemm_tokens<GemmAvxVnni>(g, k, a.n_tokens, a.y + (r - a.r0), a.ldy, n);
   }
 }
