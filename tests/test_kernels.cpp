@@ -329,6 +329,52 @@ TEST_SUITE("kernels") {
     }
   }
 
+  TEST_CASE("the bf16 prefill GEMM on packed rows, against float64 of the bf16 inputs") {
+    // 80 rows (5 groups: pairs and a last one alone) against tiles of 12 tokens and every shorter
+    // tail, whole-group ranges; k from one line to a few thousand.
+    const int64_t N = 80;
+    for (int64_t K : {2, 160, 2048})
+      for (Isa isa : isas_here()) {
+        const KernelTable kt = make_kernel_table(isa);
+        if (!kt.gemm_bf16_packed) continue;
+        const Stored w = store(DType::BF16, randn(size_t(N * K), 31, 0.1f));
+        const auto* rows = static_cast<const uint16_t*>(w.data(DType::BF16));
+        std::vector<uint16_t> packed(size_t(N * K));
+        pack_rows(rows, N, 2 * K, kPackBf16, packed.data());
+        for (int T : {1, 5, 11, 12, 13, 30}) {
+          const auto xf = randn(size_t(T * K), uint32_t(32 + T));
+          std::vector<uint16_t> x(xf.size());
+          for (size_t i = 0; i < x.size(); ++i) x[i] = f32_to_bf16(xf[i]);
+          for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, N}, {16, 64}, {32, 48}, {48, 80}}) {
+            CAPTURE(std::string(isa_name(isa)));
+            CAPTURE(K);
+            CAPTURE(T);
+            CAPTURE(r0);
+            const int64_t ldy = r1 - r0 + 3;
+            std::vector<float> y(size_t(T * ldy), NAN);
+            kt.gemm_bf16_packed(packed.data(), K, r0, r1, x.data(), K, T, y.data(), ldy);
+            // Products of bf16 values are exact in f32: only the sums' rounding differs.
+            bool ok = true, untouched = true;
+            for (int t = 0; t < T; ++t) {
+              for (int64_t r = r0; r < r1; ++r) {
+                double sum = 0, mag = 0;
+                for (int64_t i = 0; i < K; ++i) {
+                  const double p =
+                      double(bf16_to_f32(x[size_t(t * K + i)])) * bf16_to_f32(rows[r * K + i]);
+                  sum += p, mag += std::fabs(p);
+                }
+                ok &= std::fabs(y[size_t(t * ldy + (r - r0))] - sum) <= 1e-6 * mag + 1e-30;
+              }
+              for (int64_t i = r1 - r0; i < ldy; ++i)
+                untouched &= std::isnan(y[size_t(t * ldy + i)]);
+            }
+            CHECK(ok);
+            CHECK(untouched);
+          }
+        }
+      }
+  }
+
   // A kernel call over n_tok tokens' query rows (q and out alike q_stride apart) and one KV head.
   AttentionArgs attention_args(const float* q, int64_t q_stride, float* out, int n_tok, int group,
                                int pos0, const void* k, const void* v, int hd, float* scratch) {
@@ -1086,12 +1132,13 @@ Tensor view(DType t, std::vector<int64_t> shape, const void* data) {
 }
 
 std::unique_ptr<Backend> backend(const std::string& isa, int threads, const std::string& gemm = "",
-                                 int gemm_min_tokens = 0) {
+                                 int gemm_min_tokens = 0, bool copies = false) {
   BackendOptions o;
   o.cpu.isa = isa;
   o.threads = threads;
   o.cpu.gemm = gemm;
   o.cpu.gemm_min_tokens = gemm_min_tokens;
+  if (copies) o.cpu.weight_copies = std::make_shared<WeightStore>();
   return create_backend("cpu", o);
 }
 
@@ -1705,8 +1752,10 @@ TEST_SUITE("kernels") {
   }
 
   TEST_CASE("GEMM libraries match the native kernels on long steps") {
+    // 304 rows: 19 groups of 16 for the packed copies (kPackBf16), which the bf16 GEMM of the
+    // kernels reads as they are where the GEMM is chosen (auto), not named.
     const int T = 40;
-    const int64_t N = 300, K = 96;
+    const int64_t N = 304, K = 96;
     auto x = randn(size_t(T * K), 51);
     for (DType wt : {DType::F32, DType::BF16}) {
       const Stored w = store(wt, randn(size_t(N * K), 52, 0.1f));
@@ -1733,20 +1782,22 @@ TEST_SUITE("kernels") {
       gemms.push_back("openblas");
 #endif
       for (const auto& gemm : gemms)
-        for (int threads : {1, 2}) {
-          CAPTURE(std::string(dtype_name(wt)));
-          CAPTURE(gemm);
-          CAPTURE(threads);
-          auto be = backend("", threads, gemm, 2);
-          CHECK(static_cast<cpu::CpuBackend&>(*be).gemm_kind() ==
-                cpu::choose_gemm(gemm, detect_cpu_features().fast_bf16_dot()));
-          const auto got = run(*be, g, T);
-          // bf16 inputs keep 8 bits: about 2^-9 relative per product, averaging out over K.
-          const bool bf16 =
-              static_cast<cpu::CpuBackend&>(*be).gemm_kind() == cpu::GemmKind::DnnlBf16 &&
-              wt == DType::BF16;
-          CHECK(nerr(got.data(), want) < (bf16 ? 1e-2 : 1e-6));
-        }
+        for (int threads : {1, 2})
+          for (bool copies : {false, true}) {
+            CAPTURE(std::string(dtype_name(wt)));
+            CAPTURE(gemm);
+            CAPTURE(threads);
+            CAPTURE(copies);
+            auto be = backend("", threads, gemm, 2, copies);
+            CHECK(static_cast<cpu::CpuBackend&>(*be).gemm_kind() ==
+                  cpu::choose_gemm(gemm, detect_cpu_features().fast_bf16_dot()));
+            const auto got = run(*be, g, T);
+            // bf16 inputs keep 8 bits: about 2^-9 relative per product, averaging out over K.
+            const bool bf16 =
+                static_cast<cpu::CpuBackend&>(*be).gemm_kind() == cpu::GemmKind::DnnlBf16 &&
+                wt == DType::BF16;
+            CHECK(nerr(got.data(), want) < (bf16 ? 1e-2 : 1e-6));
+          }
     }
   }
 }

@@ -142,7 +142,11 @@ CpuBackend::CpuBackend(const BackendOptions& opt, const CpuFeatures& cpu)
   if (gemm_kind_ == GemmKind::DnnlBf16 && kernels_.isa != Isa::Avx512)
     fail("cpu backend: GEMM dnnl-bf16 needs AVX512_BF16 (ISA avx512)");
   const std::string gemm = requested_gemm(opt);
-  if (!gemm.empty() && gemm != "auto") kernels_.quant_prefill = false;  // the library, as asked
+  // The kernels' own prefill GEMMs unless a library was asked for by name; with AMX tiles
+  // (dot_bf16_tile_loop) oneDNN's bf16 GEMM runs on them, far above vdpbf16ps.
+  if (!gemm.empty() && gemm != "auto") kernels_.quant_prefill = false;
+  if ((!gemm.empty() && gemm != "auto") || kernels_.dot_bf16_tile_loop || !weight_copies_)
+    kernels_.gemm_bf16_packed = nullptr;
 }
 
 void CpuBackend::note_linear_steps(const Graph& g, const std::vector<Step>& steps) {
@@ -172,7 +176,7 @@ LinearRoute CpuBackend::route(const LinearKind& k, int64_t n_tokens) const {
                       k.all_quantized, k.all_bf16);
 }
 
-// "bf16 weights: oneDNN bf16 GEMM (AMX) from 64 tokens" for each route a prefill's token-row
+// "bf16 weights: bf16 GEMM on the packed rows from 64 tokens" for each route a prefill's token-row
 // steps take (the LM head runs on one row per sequence and is left out).
 std::string CpuBackend::describe() const {
   std::string d =
@@ -188,6 +192,7 @@ std::string CpuBackend::describe() const {
       case LinearRoute::LibraryF32:
         return (gemm_kind_ == GemmKind::OpenBlas ? "OpenBLAS sgemm" : "oneDNN f32 GEMM") + from;
       case LinearRoute::LibraryBf16:
+        if (kernels_.gemm_bf16_packed) return "bf16 GEMM on the packed rows" + from;
         return std::string("oneDNN bf16 GEMM") + (amx ? " (AMX)" : "") + from;
     }
     return "?";

@@ -137,9 +137,11 @@ void gemm_rows(const StepCtx& c, const Tensor& w, const void* w_il, const float*
                const uint16_t* xb, int64_t T, int64_t r0, int64_t r1, float* y, int64_t ldy) {
   const int64_t K = w.cols();
   if (r0 >= r1) return;
+  if (w_il && w.dtype == DType::BF16 && xb && c.kt.gemm_bf16_packed)
+    return c.kt.gemm_bf16_packed(w_il, K, r0, r1, xb, K, int(T), y, ldy);
   if (w_il && w.dtype == DType::BF16) {
-    // The backend's packed copy, unpacked block by block, so the model's mapping of the same
-    // weight is never read (and never made resident) once the copy exists.
+    // The backend's packed copy, unpacked block by block for the library, so the model's mapping
+    // of the same weight is never read (and never made resident) once the copy exists.
     auto* rows = reinterpret_cast<uint16_t*>(c.scratch() + c.cg.off_unpack);
     float* wide = c.scratch() + c.cg.off_wide;
     const int64_t block = xb ? kUnpackRows : kGemmBlockRows;  // wide holds kGemmBlockRows

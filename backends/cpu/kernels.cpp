@@ -75,6 +75,7 @@ KernelTable make_kernel_table(Isa isa, const CpuFeatures& f) {
     fill_matmul_f32_avx512(k);
     fill_matmul_f16_avx512(k);
     fill_matmul_bf16_avx512(k);
+    fill_gemm_bf16_avx512(k);
     fill_attention_avx512(k);
     fill_vecops_avx512(k);
     fill_matmul_q8_avx512(k);

@@ -274,6 +274,12 @@ struct KernelTable {
                                 uint16_t* out);
   PackBf16Fn pack_bf16 = nullptr;
   UnpackBf16Fn unpack_bf16 = nullptr;
+  // The bf16 prefill GEMM on that copy as it is: n_tokens rows of bf16 activations x [T][k] (row
+  // stride ldx) against rows [r0, r1) (whole groups) of the packed copy, f32 results at
+  // y[t * ldy + r - r0]; null where none (the library GEMM then gets the rows unpacked).
+  using GemmBf16Fn = void (*)(const void* packed, int64_t k, int64_t r0, int64_t r1,
+                              const uint16_t* x, int64_t ldx, int n_tokens, float* y, int64_t ldy);
+  GemmBf16Fn gemm_bf16_packed = nullptr;
 };
 
 // Whether w's packed copy, where it has one, is a Q4 panel (q4_panel.h) for this table.
@@ -313,6 +319,7 @@ void fill_screen_q8_avxvnni(KernelTable& k);
 void fill_matmul_f32_avx512(KernelTable& k);
 void fill_matmul_f16_avx512(KernelTable& k);
 void fill_matmul_bf16_avx512(KernelTable& k);
+void fill_gemm_bf16_avx512(KernelTable& k);
 void fill_attention_avx512(KernelTable& k);
 void fill_vecops_avx512(KernelTable& k);
 void fill_matmul_q8_avx512(KernelTable& k);
