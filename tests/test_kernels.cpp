@@ -301,8 +301,9 @@ TEST_SUITE("kernels") {
               }
             CHECK(nerr(got_plain.data(), want) < 1e-6);
             CHECK(nerr(got_copy.data(), want) < 1e-6);
-            // The copy is what the AVX-512 kernel reads for whole groups: with every packed
-            // weight doubled (exact in bf16) those rows double, the others are the plain ones.
+            // The copy is what the AVX-512 and AVX2 kernels read for whole groups: with every
+            // packed weight doubled (exact in bf16) those rows double, the others are the plain
+            // ones.
             std::vector<float> doubled(size_t(T * N), NAN);
             a.y = doubled.data();
             a.w_il = packed2.data();
@@ -310,8 +311,8 @@ TEST_SUITE("kernels") {
             bool ok = true;
             for (int t = 0; t < T; ++t)
               for (int64_t r = r0; r < r1; ++r) {
-                const bool whole =
-                    isa == Isa::Avx512 && r / 16 * 16 >= r0 && r / 16 * 16 + 16 <= r1;
+                const bool whole = (isa == Isa::Avx512 || isa == Isa::Avx2) && r / 16 * 16 >= r0 &&
+                                   r / 16 * 16 + 16 <= r1;
                 const size_t i = size_t(t * N + (r - r0));
                 ok &= whole ? doubled[i] == 2 * from_copy[i]
                             : std::memcmp(&doubled[i], &plain[i], 4) == 0 &&

@@ -368,10 +368,10 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
       const size_t scale_bytes =
           w.quantized() ? size_t(w.rows() * (w.cols() / w.group_size)) * 2 : 0;
       const int64_t row_bytes = int64_t(w.nbytes) / std::max<int64_t>(w.rows(), 1);
-      // The AVX-512 kernels read BF16 packed (kPackBf16); a quantized matrix the panels do not fit
-      // is copied as it is, like every other.
-      const bool packed = pack_ok && kernels_.isa == Isa::Avx512 && w.dtype == DType::BF16 &&
-                          pack_fits(kPackBf16, w.rows(), row_bytes);
+      // The AVX-512 and AVX2 kernels read BF16 packed (kPackBf16); a quantized matrix the panels
+      // do not fit is copied as it is, like every other.
+      const bool packed = pack_ok && (kernels_.isa == Isa::Avx512 || kernels_.isa == Isa::Avx2) &&
+                          w.dtype == DType::BF16 && pack_fits(kPackBf16, w.rows(), row_bytes);
       if (packed)
         cg->w_il[size_t(id)] = weight_copies_->get(
             w.data, kPacked, w.nbytes,

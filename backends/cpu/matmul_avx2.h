@@ -1,5 +1,6 @@
 // The AVX2+FMA matmul body shared by matmul_{f32,f16,bf16}_avx2.cpp: W row-major [rows, k] in its
-// stored type, widened 8 lanes at a time to f32 (F16 via F16C) and multiplied with f32 x by FMA.
+// stored type, widened 8 lanes at a time to f32 (F16 via F16C) and multiplied with f32 x by FMA;
+// BF16 also from its packed copy (block_bf16_packed_avx2).
 // Included only by AVX2 files; everything is in an anonymous namespace so no code compiled with
 // AVX2 flags can be picked by the linker for a baseline caller.
 #pragma once
@@ -132,6 +133,79 @@ inline Prefetcher rows_avx2(const MatmulArgs& a, int64_t r, Prefetcher pf) {
   return out;
 }
 
+// BF16 from its packed copy (kPackBf16, kernels.h: a 64-byte line holds 16 rows' columns (c, c + 1)
+// as bf16 pairs), as the AVX-512 kernel reads it (matmul_avx512.h, block_bf16_packed): each half
+// line is 8 rows' pairs; shifting a dword left by 16 gives the even column as f32, masking off its
+// low half the odd one, so a vector accumulates 8 rows' sums in column order with no reduction.
+// G groups (each its own stream, prefetched kAhead weights ahead) against NT tokens; each (row,
+// token) takes the same operations in the same order for any G and NT, so a batched step gives
+// each sequence its own step's floats.
+template <int G, int NT>
+inline void block_bf16_packed_avx2(const uint16_t* w, int64_t k, const float* x, int64_t ldx,
+                                   float* y, int64_t ldy) {
+  constexpr int64_t kAhead = 4096;  // in weights: 8 KiB per stream
+  const __m256i high = _mm256_set1_epi32(int32_t(0xFFFF0000u));
+  const int64_t gs = 16 * k;  // weights per group
+  __m256 acc[G][2][NT];
+  for (int g = 0; g < G; ++g)
+    for (int h = 0; h < 2; ++h)
+      for (int t = 0; t < NT; ++t) acc[g][h][t] = _mm256_setzero_ps();
+  for (int64_t c = 0; c < k; c += 2) {
+    const int64_t ahead = 16 * c + kAhead;
+    const uint16_t* pf = ahead < gs ? w + ahead : w + (G - 1) * gs + ahead;
+    __m256 we[G][2], wo[G][2];
+    for (int g = 0; g < G; ++g) {
+      _mm_prefetch(reinterpret_cast<const char*>(pf + g * gs), _MM_HINT_T0);
+      for (int h = 0; h < 2; ++h) {
+        const __m256i v =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + g * gs + 16 * c + 16 * h));
+        we[g][h] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+        wo[g][h] = _mm256_castsi256_ps(_mm256_and_si256(v, high));
+      }
+    }
+    for (int t = 0; t < NT; ++t) {
+      const __m256 xe = _mm256_set1_ps(x[t * ldx + c]), xo = _mm256_set1_ps(x[t * ldx + c + 1]);
+      for (int g = 0; g < G; ++g)
+        for (int h = 0; h < 2; ++h) {
+          acc[g][h][t] = _mm256_fmadd_ps(we[g][h], xe, acc[g][h][t]);
+          acc[g][h][t] = _mm256_fmadd_ps(wo[g][h], xo, acc[g][h][t]);
+        }
+    }
+  }
+  for (int g = 0; g < G; ++g)
+    for (int h = 0; h < 2; ++h)
+      for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * ldy + 16 * g + 8 * h, acc[g][h][t]);
+}
+
+// Tokens [t0, t0 + n) (n <= 4) against one group, as one call of exactly n.
+template <int NT = 4>
+inline void group_bf16_tokens_avx2(const uint16_t* w, int64_t k, const float* x, int64_t ldx, int n,
+                                   float* y, int64_t ldy) {
+  if constexpr (NT > 0) {
+    if (n == NT) return block_bf16_packed_avx2<1, NT>(w, k, x, ldx, y, ldy);
+    group_bf16_tokens_avx2<NT - 1>(w, k, x, ldx, n, y, ldy);
+  }
+}
+
+// Whole packed groups [g0, g1): one token reads two groups at a time (two streams, their 16
+// accumulating vectors and weights within the 16 registers); several tokens take a group four
+// tokens at a time, from cache after the first pass.
+inline void rows_bf16_packed_avx2(const MatmulArgs& a, int64_t g0, int64_t g1) {
+  const auto* w = static_cast<const uint16_t*>(a.w_il);
+  for (int64_t r = g0; r < g1;) {
+    float* y = a.y + (r - a.r0);
+    if (a.n_tokens == 1 && r + 32 <= g1) {
+      block_bf16_packed_avx2<2, 1>(w + r * a.k, a.k, a.x, a.ldx, y, a.ldy);
+      r += 32;
+      continue;
+    }
+    for (int t = 0; t < a.n_tokens; t += 4)
+      group_bf16_tokens_avx2(w + r * a.k, a.k, a.x + t * a.ldx, a.ldx,
+                             a.n_tokens - t < 4 ? a.n_tokens - t : 4, y + t * a.ldy, a.ldy);
+    r += 16;
+  }
+}
+
 template <DType T>
 void matmul_avx2(const MatmulArgs& a) {
   constexpr size_t esz = T == DType::F32 ? 4 : 2;
@@ -140,6 +214,18 @@ void matmul_avx2(const MatmulArgs& a) {
   Prefetcher pf{base + size_t(a.r0) * size_t(a.k) * esz + prefetch_ahead(size_t(a.k) * esz),
                 base + size_t(pf_rows) * size_t(a.k) * esz};
   int64_t r = a.r0;
+  if constexpr (T == DType::BF16) {
+    if (a.w_il) {
+      // Whole groups from the packed copy; rows outside them (a thread's range need not start on
+      // one) from w.
+      const auto [g0, g1] = whole_groups(a.r0, a.r1, kPackBf16.rows);
+      const Prefetcher none{nullptr, nullptr};
+      for (; r < g0; ++r) rows_avx2<T, 1>(a, r, none);
+      rows_bf16_packed_avx2(a, g0, g1);
+      for (r = g1; r < a.r1; ++r) rows_avx2<T, 1>(a, r, none);
+      return;
+    }
+  }
   for (; r + 4 <= a.r1; r += 4) pf = rows_avx2<T, 4>(a, r, pf);
   for (; r < a.r1; ++r) pf = rows_avx2<T, 1>(a, r, pf);
 }
