@@ -27,8 +27,8 @@ struct MatmulArgs {
   float* scratch;  // per-thread, at least k * max(n_tokens, 1) floats (widened rows, reordered x)
   int64_t prefetch_r1 = 0;
   // Or null: the backend's copy of the weight, which the kernel reads instead of w for whole
-  // groups of rows (other kernels ignore it): BF16 packed by pack_rows (kPackBf16, AVX-512
-  // kernels); Q4 (with or without a codebook) and Q8 as 16-row panels with their scales
+  // groups of rows (other kernels ignore it): BF16 packed by pack_rows (kPackBf16, AVX-512 and
+  // AVX2 kernels); Q4 (with or without a codebook) and Q8 as 16-row panels with their scales
   // (q4_panel.h, q8_panel.h) where KernelTable::q4_panel and q8_panel say so.
   const void* w_il = nullptr;
 };
@@ -43,7 +43,7 @@ struct PackShape {
   int64_t chunk, rows;
 };
 // BF16: 16 rows' pairs of columns (2c, 2c + 1) in one 64-byte line, the line the AVX-512 kernel
-// widens to 16 rows' products (matmul_avx512.h, rows_bf16_packed).
+// widens to 16 rows' products (matmul_avx512.h, rows_bf16_packed; AVX2 by halves, matmul_avx2.h).
 constexpr PackShape kPackBf16{4, 16};
 // The packed layout of a weight type, or {0, 0} for one never packed.
 inline PackShape pack_shape(DType t) {
@@ -268,7 +268,7 @@ struct KernelTable {
   ScreenQ8Fn screen_q8 = nullptr;
   ScreenSelectFn screen_select = nullptr;
   // n rows of k BF16 columns into their kPackBf16 copy, and rows [r0, r0 + n) of it back to
-  // row-major: pack_rows and unpack_rows, by transposes where an ISA has them (AVX-512).
+  // row-major: pack_rows and unpack_rows, by transposes where an ISA has them (AVX-512, AVX2).
   using PackBf16Fn = void (*)(const void* rows, int64_t n, int64_t k, void* out);
   using UnpackBf16Fn = void (*)(const void* packed, int64_t r0, int64_t n, int64_t k,
                                 uint16_t* out);
