@@ -4,8 +4,8 @@
 // block's integer dot starts at -offset x its activation code sum and is scaled once per block,
 // token and 16 rows. Decode (up to kPrefillTokens - 1 tokens) reads each group
 // once per step for up to 8 tokens; the prefill GEMM takes its panels from the groups without
-// transposing. Include only from matmul_q4_avx512.cpp and matmul_q8_panel_avx512.h (which shares
-// the activations, broadcasts, scales and prefetches).
+// transposing. Include only from matmul_q4_avx512.cpp, matmul_q4cb_avx512.cpp and
+// matmul_q8_panel_avx512.h (which shares the activations, broadcasts, scales and prefetches).
 #pragma once
 #include "backends/cpu/matmul_quant_gemm_avx512.h"
 #include "backends/cpu/q4_panel.h"
