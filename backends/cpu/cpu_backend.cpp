@@ -282,9 +282,9 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
   cg->w_il.assign(ts.size(), nullptr);
 
   // The weights linear steps read: the model's, or private huge-page copies. BF16 ones are packed a
-  // group of rows at a time for the AVX-512 decode kernels (pack_rows), and the library GEMMs
-  // unpack their blocks; Q8 and Q4 ones are panels (q4_panel.h), which decode and the int8 GEMM
-  // read as they are.
+  // group of rows at a time (pack_rows) for the AVX-512 and AVX2 decode kernels and the AVX-512
+  // bf16 GEMM, and the library GEMMs unpack their blocks; Q8 and Q4 ones are panels (q4_panel.h),
+  // which decode and the int8 GEMM read as they are.
   // A screen's layout is part of its key: backends of different ISAs may share the store.
   enum Layout : int {
     kVerbatim = 0,

@@ -187,9 +187,9 @@ inline void group_bf16_tokens_avx2(const uint16_t* w, int64_t k, const float* x,
   }
 }
 
-// Whole packed groups [g0, g1): one token reads two groups at a time (two streams, their 16
-// accumulating vectors and weights within the 16 registers); several tokens take a group four
-// tokens at a time, from cache after the first pass.
+// Whole packed groups [g0, g1): one token reads two groups at a time (two streams: 4 accumulators
+// and 8 widened weight vectors within the 16 registers); several tokens take a group four tokens
+// at a time, from cache after the first pass.
 inline void rows_bf16_packed_avx2(const MatmulArgs& a, int64_t g0, int64_t g1) {
   const auto* w = static_cast<const uint16_t*>(a.w_il);
   for (int64_t r = g0; r < g1;) {

@@ -212,7 +212,7 @@ void panel_decode(const P& p, const uint8_t* panel, int64_t g0, int64_t g1, cons
   const int64_t gb = P::group_bytes(x.k, G);
   auto group = [&](int64_t r) { return panel + r / kQ4PanelRows * gb; };
   if (n_tokens == 1) {
-    // Two streams: [g0, g0 + half) beside [g0 + half, g0 + 2 half), as rows_dot_pair.
+    // Two streams: [g0, g0 + half) beside [g0 + half, g0 + 2 half).
     const int64_t half = (g1 - g0) / (2 * kQ4PanelRows) * kQ4PanelRows;
     for (int64_t r = g0; r < g0 + half; r += kQ4PanelRows)
       p.template pair<G, ST>(group(r), group(r + half), x, y + r - y_row0, y + r + half - y_row0);

@@ -3,7 +3,7 @@
 // and 16 bytes of high bits, broadcast to every 16-byte lane and shifted there by the lane's own
 // amount so that its bits sit at bit 4 of its bytes; nibble | that bit gives u = h + 16, the
 // unsigned operand of vpdpbusd against the same int8 activations as the Q8 kernel. Rows are read
-// as two streams, as rows_dot_pair reads Q8 rows.
+// as two streams, as the panel kernels read Q8 and Q4 groups (matmul_q4_panel_avx512.h).
 #include "backends/cpu/head_screen.h"
 #include "backends/cpu/matmul_quant_avx512.h"
 
