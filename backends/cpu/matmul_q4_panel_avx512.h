@@ -140,20 +140,29 @@ inline void panel_pair(const N& nib, const uint8_t* g0, const uint8_t* g1, const
   _mm512_storeu_ps(y1, acc1);
 }
 
-// The GEMM's panel (pack_panel's layout) for rows [r, r + n) from whole groups of the copy: a
-// group's vectors are already rows in lanes, so each is only split into its nibble planes.
-template <class N, int G, DType ST>
-void panel_for_gemm(const N& nib, const uint8_t* panel, int64_t r, int n, int64_t k,
-                    const GemmActs& g) {
-  const int64_t gb = q4_panel_group_bytes(k, G);
+// The GEMM's panel (pack_panel's layout) for rows [r, r + n) from whole groups of a copy of gb
+// bytes a group: fill(group, col, v) writes the 16-row half v from its group (col: the half's first
+// column, kPanelRows dwords a natural dword apart); an absent half is zeroed (its results are never
+// stored). Q4 panels here, Q8 ones in matmul_q8_panel_avx512.h.
+template <class Fill>
+void gemm_panel_halves(const uint8_t* panel, int64_t gb, int64_t r, int n, int64_t k,
+                       const GemmActs& g, Fill fill) {
   for (int v = 0; v < kPanelRows / 16; ++v) {
     uint32_t* col = g.panel + 16 * v;
-    if (16 * v >= n) {  // an absent half of the panel: its results are never stored
+    if (16 * v >= n) {
       for (int64_t d = 0; d < k / 4; ++d)
         _mm512_storeu_si512(col + d * kPanelRows, _mm512_setzero_si512());
       continue;
     }
-    const uint8_t* group = panel + (r + 16 * v) / kQ4PanelRows * gb;
+    fill(panel + (r + 16 * v) / kQ4PanelRows * gb, col, v);
+  }
+}
+
+// A Q4 group's vectors are already rows in lanes, so each is only split into its nibble planes.
+template <class N, int G, DType ST>
+void panel_for_gemm(const N& nib, const uint8_t* panel, int64_t r, int n, int64_t k,
+                    const GemmActs& g) {
+  auto fill = [&](const uint8_t* group, uint32_t* col, int v) {
     for (int64_t c = 0; c < k / kChunk; ++c) {
       const uint8_t* chunk = group + c * q4_panel_chunk_bytes(G);
       for (int bb = 0; bb < 4; ++bb) {
@@ -168,7 +177,8 @@ void panel_for_gemm(const N& nib, const uint8_t* panel, int64_t r, int n, int64_
                          panel_scales<G, ST>(chunk, bb));
       }
     }
-  }
+  };
+  gemm_panel_halves(panel, q4_panel_group_bytes(k, G), r, n, k, g, fill);
 }
 
 // A panel format's kernels (Q4 and Q4 codebooks here, Q8 in matmul_q8_panel_avx512.h), called on

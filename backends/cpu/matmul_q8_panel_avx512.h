@@ -83,19 +83,11 @@ inline void q8_panel_pair(const uint8_t* g0, const uint8_t* g1, const PanelActs&
   _mm512_storeu_ps(y1, acc1);
 }
 
-// The GEMM's panel (pack_panel's layout) for rows [r, r + n) from whole groups of the copy: its
-// vectors are already rows in lanes, codes + 128, in element order.
+// The GEMM's panel (gemm_panel_halves): a Q8 group's vectors are already rows in lanes, codes +
+// 128, in element order.
 template <int G, DType ST>
 void q8_panel_for_gemm(const uint8_t* panel, int64_t r, int n, int64_t k, const GemmActs& g) {
-  const int64_t gb = q8_panel_group_bytes(k, G);
-  for (int v = 0; v < kPanelRows / 16; ++v) {
-    uint32_t* col = g.panel + 16 * v;
-    if (16 * v >= n) {  // an absent half of the panel: its results are never stored
-      for (int64_t d = 0; d < k / 4; ++d)
-        _mm512_storeu_si512(col + d * kPanelRows, _mm512_setzero_si512());
-      continue;
-    }
-    const uint8_t* group = panel + (r + 16 * v) / kQ4PanelRows * gb;
+  auto fill = [&](const uint8_t* group, uint32_t* col, int v) {
     for (int64_t c = 0; c < k / kChunk; ++c) {
       const uint8_t* chunk = group + c * q8_panel_chunk_bytes(G);
       for (int bb = 0; bb < 4; ++bb) {
@@ -106,7 +98,8 @@ void q8_panel_for_gemm(const uint8_t* panel, int64_t r, int n, int64_t k, const 
                          panel_scales<G, ST, kQ8PanelCodeBytes>(chunk, bb));
       }
     }
-  }
+  };
+  gemm_panel_halves(panel, q8_panel_group_bytes(k, G), r, n, k, g, fill);
 }
 
 // Its kernels for panel_decode and matmul_panel (matmul_q4_panel_avx512.h).
