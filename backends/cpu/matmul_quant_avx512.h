@@ -221,9 +221,9 @@ inline __m128 hsum4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
 // codebook's lookup table), passed to decode_quant. Each chunk's integer lanes are scaled by the
 // activations' 4 block scales (loaded once for all rows) times the row's 4 weight scales.
 template <class Codes, int G, DType ST, int NR>
-inline void rows_dot(const Codes& cd, const uint8_t* const* w, int64_t chunk_stride,
-                     const uint16_t* const* sw, int64_t ng, const int8_t* xq, const float* xd,
-                     const int32_t* off, int64_t nc, float* out) {
+inline void rows_dot(const Codes& cd, const uint8_t* const* w, const uint16_t* const* sw,
+                     int64_t ng, const int8_t* xq, const float* xd, const int32_t* off, int64_t nc,
+                     float* out) {
   __m512 acc[NR];
   for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t j = 0; j < nc; ++j) {
@@ -232,7 +232,7 @@ inline void rows_dot(const Codes& cd, const uint8_t* const* w, int64_t chunk_str
     const __m512i o = _mm512_loadu_si512(off + 16 * j);
     const __m512 dx = _mm512_broadcast_f32x4(_mm_loadu_ps(xd + 4 * j));
     for (int r = 0; r < NR; ++r) {
-      const __m512i d = cd.dot(w[r] + j * chunk_stride, xa, xb, o);
+      const __m512i d = cd.dot(w[r] + j * Codes::kChunkBytes, xa, xb, o);
       const __m512 f = _mm512_mul_ps(chunk_scales<G, ST>(sw[r], j), dx);
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), f, acc[r]);
     }
@@ -254,22 +254,21 @@ template <class C>
 struct HasOperands<C, std::void_t<decltype(C::kHasOperands)>> : std::true_type {};
 
 // rows_dot for TB tokens at once (a small batch of decoding sequences): NR rows (row r's chunk j
-// at w[r] + j chunk_stride), each chunk loaded and unpacked once and
+// at w[r] + j kChunkBytes), each chunk loaded and unpacked once and
 // multiplied with every token's activations (token t's codes at xq + t k, scales at xd + t nb,
 // offset lanes at off + t 16 nc), its results to out[t][0..NR). The same operations per token and
 // row as rows_dot, so the same floats.
 template <class Codes, int G, DType ST, int NR, int TB>
-inline void rows_dot_tokens(const Codes& cd, const uint8_t* const* w, int64_t chunk_stride,
-                            const uint16_t* const* sw, int64_t ng, const int8_t* xq, int64_t k,
-                            const float* xd, int64_t nb, const int32_t* off, int64_t nc,
-                            float* const* out) {
+inline void rows_dot_tokens(const Codes& cd, const uint8_t* const* w, const uint16_t* const* sw,
+                            int64_t ng, const int8_t* xq, int64_t k, const float* xd, int64_t nb,
+                            const int32_t* off, int64_t nc, float* const* out) {
   __m512 acc[TB][NR];
   for (int t = 0; t < TB; ++t)
     for (int r = 0; r < NR; ++r) acc[t][r] = _mm512_setzero_ps();
   for (int64_t j = 0; j < nc; ++j)
     for (int r = 0; r < NR; ++r) {
       __m512i h0, h1;
-      cd.operands(w[r] + j * chunk_stride, &h0, &h1);
+      cd.operands(w[r] + j * Codes::kChunkBytes, &h0, &h1);
       const __m512 ws = chunk_scales<G, ST>(sw[r], j);
       for (int t = 0; t < TB; ++t) {
         const int8_t* x = xq + t * k + j * kChunk;
@@ -305,8 +304,8 @@ void decode_quant_st(const QuantMatmulArgs& a, const Codes& cd) {
   constexpr int kRows = Codes::kDecodeRows;
   // Tokens of a small batch four at a time over whole chunks of NR rows (a shorter last chunk and
   // the remaining tokens go through rows_dot); returns the tokens done.
-  auto rows_tokens = [&](auto nr, const uint8_t* const* w, int64_t chunk_stride,
-                         const uint16_t* const* sw, int64_t r) -> int {
+  auto rows_tokens = [&](auto nr, const uint8_t* const* w, const uint16_t* const* sw,
+                         int64_t r) -> int {
     constexpr int NR = decltype(nr)::value;
     if (kc < k) return 0;
     // Four rows by up to four tokens: sixteen accumulators.
@@ -315,8 +314,8 @@ void decode_quant_st(const QuantMatmulArgs& a, const Codes& cd) {
       for (int g = 0; g < NR; g += 4) {
         float* out[TB];
         for (int i = 0; i < TB; ++i) out[i] = a.y + (t + i) * a.ldy + (r + g - a.r0);
-        rows_dot_tokens<Codes, G, ST, 4, TB>(cd, w + g, chunk_stride, sw + g, ng, at.q + t * k, k,
-                                             at.d + t * nb, nb, off + t * 16 * nc, nc, out);
+        rows_dot_tokens<Codes, G, ST, 4, TB>(cd, w + g, sw + g, ng, at.q + t * k, k, at.d + t * nb,
+                                             nb, off + t * 16 * nc, nc, out);
       }
     };
     int t = 0;
@@ -329,7 +328,6 @@ void decode_quant_st(const QuantMatmulArgs& a, const Codes& cd) {
     constexpr int NR = decltype(nr_tag)::value;
     const uint8_t* w[NR];
     const uint16_t* sw[NR];
-    const int64_t chunk_stride = kRowBytes;
     for (int i = 0; i < NR; ++i) {
       w[i] = codes + (r + i) * row_bytes;
       sw[i] = scales + (r + i) * ng;
@@ -339,12 +337,11 @@ void decode_quant_st(const QuantMatmulArgs& a, const Codes& cd) {
     }
     int t = 0;
     if constexpr (HasOperands<Codes>::value && NR % 4 == 0)
-      if (n_tok > 1) t = rows_tokens(std::integral_constant<int, NR>(), w, chunk_stride, sw, r);
+      if (n_tok > 1) t = rows_tokens(std::integral_constant<int, NR>(), w, sw, r);
     for (; t < n_tok; ++t) {
       const int8_t* xq = at.q + t * k;
       float dot[NR];
-      rows_dot<Codes, G, ST, NR>(cd, w, chunk_stride, sw, ng, xq, at.d + t * nb, off + t * 16 * nc,
-                                 nc, dot);
+      rows_dot<Codes, G, ST, NR>(cd, w, sw, ng, xq, at.d + t * nb, off + t * 16 * nc, nc, dot);
       if (kc < k) {  // a shorter last chunk of m blocks
         const int m = int((k - kc) / kBlock);
         const float* sx = at.s + t * nb + kc / kBlock;
