@@ -42,32 +42,25 @@ struct Q8PanelAvx2 {
   static constexpr int act(int p) { return 4 * p; }
 };
 
-// Q4 with a codebook: Q4's planes looked up (vpshufb) as levels + 128, for vpdpbusd.
-struct Q4CbPanelAvx2 {
+// Q4 with a codebook: Q4's planes looked up (vpshufb) as the levels + Offset: 128, unsigned for
+// vpdpbusd (AVX-VNNI, and its int8 GEMM: kOffsetLog2), or 0, the signed levels for DotSigned (plain
+// AVX2).
+template <int Offset>
+struct Q4CbPanelOf {
   static constexpr int64_t kCodeBytes = kQ4PanelCodeBytes;
-  static constexpr int kOffsetLog2 = 7, kOffset = 1 << kOffsetLog2, kPlanes = 8;
-  __m256i lut;  // the 16 levels + 128 in each 128-bit lane
-  explicit Q4CbPanelAvx2(const int8_t* codebook)
-      : lut(_mm256_xor_si256(levels_lut(codebook), _mm256_set1_epi8(char(0x80)))) {}
-  static __m256i levels_lut(const int8_t* codebook) {
-    return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codebook)));
-  }
+  static constexpr int kOffset = Offset, kOffsetLog2 = 7, kPlanes = 8;
+  __m256i lut;  // the 16 levels + Offset in each 128-bit lane (+128 flips the sign bit)
+  explicit Q4CbPanelOf(const int8_t* codebook)
+      : lut(_mm256_xor_si256(_mm256_broadcastsi128_si256(
+                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(codebook))),
+                             _mm256_set1_epi8(char(Offset)))) {}
   __m256i plane(const uint8_t* chunk, int bb, int p, int h) const {
     return _mm256_shuffle_epi8(lut, Q4PanelAvx2::plane(chunk, bb, p, h));
   }
   static constexpr int act(int p) { return Q4PanelAvx2::act(p); }
 };
-// The same without AVX-VNNI: the signed levels, for DotSigned (no offset).
-struct Q4CbPanelSigned {
-  static constexpr int64_t kCodeBytes = kQ4PanelCodeBytes;
-  static constexpr int kOffset = 0, kPlanes = 8;
-  __m256i lut;  // the 16 levels in each 128-bit lane
-  explicit Q4CbPanelSigned(const int8_t* codebook) : lut(Q4CbPanelAvx2::levels_lut(codebook)) {}
-  __m256i plane(const uint8_t* chunk, int bb, int p, int h) const {
-    return _mm256_shuffle_epi8(lut, Q4PanelAvx2::plane(chunk, bb, p, h));
-  }
-  static constexpr int act(int p) { return Q4PanelAvx2::act(p); }
-};
+using Q4CbPanelAvx2 = Q4CbPanelOf<128>;
+using Q4CbPanelSigned = Q4CbPanelOf<0>;
 
 // Q8 without AVX-VNNI: the panel's codes back to signed q (their sign bits flipped again), for
 // DotSigned, whose products are exact signed ones: no offset.
