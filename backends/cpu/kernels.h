@@ -45,10 +45,6 @@ struct PackShape {
 // BF16: 16 rows' pairs of columns (2c, 2c + 1) in one 64-byte line, the line the AVX-512 kernel
 // widens to 16 rows' products (matmul_avx512.h, rows_bf16_packed; AVX2 by halves, matmul_avx2.h).
 constexpr PackShape kPackBf16{4, 16};
-// The packed layout of a weight type, or {0, 0} for one never packed.
-inline PackShape pack_shape(DType t) {
-  return t == DType::BF16 ? kPackBf16 : PackShape{0, 0};
-}
 inline bool pack_fits(PackShape p, int64_t rows, int64_t row_bytes) {
   return rows % p.rows == 0 && row_bytes % p.chunk == 0;
 }

@@ -1,30 +1,11 @@
 // AVX2 matmul for BF16 weights: W row-major [rows, k] in BF16, or its kPackBf16 copy (16 rows'
 // column pairs per 64-byte line), x and y f32; see matmul_avx2.h.
 #include "backends/cpu/matmul_avx2.h"
+#include "backends/cpu/simd_avx2.h"
 
 namespace hearth::cpu {
 
 namespace {
-
-// a[i][j] -> a[j][i] for 8 vectors of 8 dwords: 32- then 64-bit unpacks within 128-bit lanes, then
-// the lanes' halves exchanged.
-void transpose_8x8(__m256i* a) {
-  __m256i t[8], u[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_epi32(a[i], a[i + 1]);
-    t[i + 1] = _mm256_unpackhi_epi32(a[i], a[i + 1]);
-  }
-  for (int q = 0; q < 8; q += 4) {  // u[q + m]: rows q .. q + 3 at column 4 L + m of lane L
-    u[q] = _mm256_unpacklo_epi64(t[q], t[q + 2]);
-    u[q + 1] = _mm256_unpackhi_epi64(t[q], t[q + 2]);
-    u[q + 2] = _mm256_unpacklo_epi64(t[q + 1], t[q + 3]);
-    u[q + 3] = _mm256_unpackhi_epi64(t[q + 1], t[q + 3]);
-  }
-  for (int m = 0; m < 4; ++m) {
-    a[m] = _mm256_permute2x128_si256(u[m], u[4 + m], 0x20);      // column m
-    a[4 + m] = _mm256_permute2x128_si256(u[m], u[4 + m], 0x31);  // 4 + m
-  }
-}
 
 // A packed group's 16 rows, 8 column pairs at a time: for each half (rows 8h .. 8h + 7) one 8 x 8
 // transpose of dwords between the rows' 32 bytes there and the half lines of those pairs, both
@@ -38,7 +19,7 @@ void transpose_group_halves(const uint16_t* src, uint16_t* dst, int64_t k) {
         const uint16_t* at = kPack ? src + (8 * h + i) * k + 2 * p0 : src + 32 * (p0 + i) + 16 * h;
         a[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at));
       }
-      transpose_8x8(a);
+      transpose8x8(a);
       for (int j = 0; j < 8; ++j) {
         uint16_t* at = kPack ? dst + 32 * (p0 + j) + 16 * h : dst + (8 * h + j) * k + 2 * p0;
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(at), a[j]);

@@ -6,32 +6,6 @@ namespace hearth::cpu {
 
 namespace {
 
-// a[i][j] -> a[j][i] for 16 vectors of 16 dwords: within 128-bit lanes by 32- then 64-bit
-// unpacks, then the 4 x 4 lanes of each set of four by two rounds of lane shuffles.
-void transpose_16x16(__m512i* a) {
-  __m512i t[16], u[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(a[i], a[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(a[i], a[i + 1]);
-  }
-  for (int q = 0; q < 16; q += 4) {  // u[q + m]: rows q .. q + 3 at column 4 L + m of lane L
-    u[q] = _mm512_unpacklo_epi64(t[q], t[q + 2]);
-    u[q + 1] = _mm512_unpackhi_epi64(t[q], t[q + 2]);
-    u[q + 2] = _mm512_unpacklo_epi64(t[q + 1], t[q + 3]);
-    u[q + 3] = _mm512_unpackhi_epi64(t[q + 1], t[q + 3]);
-  }
-  for (int m = 0; m < 4; ++m) {
-    const __m512i s0 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0x44),
-                  s1 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0xEE),
-                  s2 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0x44),
-                  s3 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0xEE);
-    a[m] = _mm512_shuffle_i32x4(s0, s2, 0x88);       // column m
-    a[4 + m] = _mm512_shuffle_i32x4(s0, s2, 0xDD);   // 4 + m
-    a[8 + m] = _mm512_shuffle_i32x4(s1, s3, 0x88);   // 8 + m
-    a[12 + m] = _mm512_shuffle_i32x4(s1, s3, 0xDD);  // 12 + m
-  }
-}
-
 // Each 16 lines of a packed group (16 rows x 32 columns) are one transpose of dwords (column
 // pairs) of the rows' 64 bytes there, both ways: the prefill GEMM reads row-major weights, and
 // the copy is made at load.
@@ -41,7 +15,7 @@ void transpose_group_tiles(const uint16_t* src, uint16_t* dst, int64_t k) {
     __m512i a[16];
     for (int i = 0; i < 16; ++i)
       a[i] = _mm512_loadu_si512(kPack ? src + i * k + c : src + 16 * c + 32 * i);
-    transpose_16x16(a);
+    transpose16x16(a);
     for (int j = 0; j < 16; ++j)
       _mm512_storeu_si512(kPack ? dst + 16 * c + 32 * j : dst + j * k + c, a[j]);
   }

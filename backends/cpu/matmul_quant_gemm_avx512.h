@@ -8,6 +8,7 @@
 
 #include "backends/cpu/matmul_quant_avx512.h"
 #include "backends/cpu/matmul_quant_gemm.h"
+#include "backends/cpu/simd_avx512.h"
 
 namespace hearth::cpu::qk {
 namespace {
@@ -64,32 +65,10 @@ inline void fill_quant_prefill(KernelTable& k) {
   k.quant_act = quantize_act_blocks_avx512;
 }
 
-// t[j] = dword j of each of the 16 rows' 64 bytes at p[i] + off, row i in lane i: 4x4 transposes
-// within 128-bit lanes, then two rounds of 128-bit lane shuffles.
+// t[j] = dword j of each of the 16 rows' 64 bytes at p[i] + off, row i in lane i.
 inline void transpose16(const uint8_t* const p[16], int64_t off, __m512i t[16]) {
-  __m512i a[16], b[16];
-  for (int i = 0; i < 16; ++i) a[i] = _mm512_loadu_si512(p[i] + off);
-  for (int i = 0; i < 16; i += 2) {
-    b[i] = _mm512_unpacklo_epi32(a[i], a[i + 1]);      // rows i, i+1: dwords 4l, 4l+1 of lane l
-    b[i + 1] = _mm512_unpackhi_epi32(a[i], a[i + 1]);  // 4l+2, 4l+3
-  }
-  // c[4g + q]: lane l holds dword 4l + q of rows 4g .. 4g + 3.
-  for (int i = 0; i < 16; i += 4)
-    for (int h = 0; h < 2; ++h) {
-      a[i + 2 * h] = _mm512_unpacklo_epi64(b[i + h], b[i + 2 + h]);
-      a[i + 2 * h + 1] = _mm512_unpackhi_epi64(b[i + h], b[i + 2 + h]);
-    }
-  constexpr int kEven = _MM_SHUFFLE(2, 0, 2, 0), kOdd = _MM_SHUFFLE(3, 1, 3, 1);
-  for (int q = 0; q < 4; ++q) {
-    const __m512i e0 = _mm512_shuffle_i32x4(a[q], a[4 + q], kEven);  // lanes 0, 2 of groups 0, 1
-    const __m512i e1 = _mm512_shuffle_i32x4(a[q], a[4 + q], kOdd);   // lanes 1, 3
-    const __m512i f0 = _mm512_shuffle_i32x4(a[8 + q], a[12 + q], kEven);
-    const __m512i f1 = _mm512_shuffle_i32x4(a[8 + q], a[12 + q], kOdd);
-    t[q] = _mm512_shuffle_i32x4(e0, f0, kEven);
-    t[8 + q] = _mm512_shuffle_i32x4(e0, f0, kOdd);
-    t[4 + q] = _mm512_shuffle_i32x4(e1, f1, kEven);
-    t[12 + q] = _mm512_shuffle_i32x4(e1, f1, kOdd);
-  }
+  for (int i = 0; i < 16; ++i) t[i] = _mm512_loadu_si512(p[i] + off);
+  transpose16x16(t);
 }
 
 // Repacks rows [0, n) (n <= 32) of codes into the panel and their scales into g.scales. A chunk's

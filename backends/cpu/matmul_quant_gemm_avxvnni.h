@@ -75,21 +75,8 @@ inline void fill_quant_prefill(KernelTable& k) {
 
 // t[j] = dword j of each of the 8 rows' 32 bytes at p[i] + off, row i in lane i.
 inline void transpose8(const uint8_t* const p[8], int64_t off, __m256i t[8]) {
-  __m256i a[8], b[8];
-  for (int i = 0; i < 8; ++i) a[i] = load256(p[i] + off);
-  for (int i = 0; i < 8; i += 2) {
-    b[i] = _mm256_unpacklo_epi32(a[i], a[i + 1]);      // rows i, i+1: dwords 0 1 | 4 5
-    b[i + 1] = _mm256_unpackhi_epi32(a[i], a[i + 1]);  // 2 3 | 6 7
-  }
-  for (int i = 0; i < 8; i += 4)
-    for (int h = 0; h < 2; ++h) {
-      a[i + 2 * h] = _mm256_unpacklo_epi64(b[i + h], b[i + 2 + h]);  // rows i..i+3: dword 2h | 2h+4
-      a[i + 2 * h + 1] = _mm256_unpackhi_epi64(b[i + h], b[i + 2 + h]);  // 2h+1 | 2h+5
-    }
-  for (int j = 0; j < 4; ++j) {
-    t[j] = _mm256_permute2x128_si256(a[j], a[4 + j], 0x20);
-    t[j + 4] = _mm256_permute2x128_si256(a[j], a[4 + j], 0x31);
-  }
+  for (int i = 0; i < 8; ++i) t[i] = load256(p[i] + off);
+  transpose8x8(t);
 }
 
 // Repacks rows [r, r + n) (n <= 16) into the panel and their scales into g.scales. Slot lane L of

@@ -11,9 +11,9 @@
 namespace hearth::cpu {
 
 // out[t] = table[tokens[t]] widened to f32, for t in [t0, t1). Token ids were checked by the
-// caller. With `packed` (a tied LM head the backend keeps packed by pack_rows in the shape of
-// its dtype, pack_shape, or as panels where `panel`: q4_panel.h, q8_panel.h) the rows' codes (and
-// a panel's scales) are read from there instead of table.data.
+// caller. With `packed` (a tied LM head the backend keeps a copy of: BF16 packed by pack_rows in
+// kPackBf16, or Q4/Q8 as panels where `panel`: q4_panel.h, q8_panel.h) the rows' codes (and a
+// panel's scales) are read from there instead of table.data.
 void embed_rows(const Tensor& table, const void* packed, bool panel, const int32_t* tokens,
                 float* out, int64_t t0, int64_t t1);
 

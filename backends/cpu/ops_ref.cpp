@@ -32,7 +32,7 @@ Tensor table_row(const Tensor& table, const void* packed, bool panel, int64_t ro
     r.scales = static_cast<const uint16_t*>(table.scales) + row * (table.cols() / table.group_size);
   if (packed) {
     buf.resize(size_t(row_bytes));
-    unpack_rows(packed, row, 1, row_bytes, pack_shape(table.dtype), buf.data());
+    unpack_rows(packed, row, 1, row_bytes, kPackBf16, buf.data());  // BF16: the one packed type
     r.data = buf.data();
   } else {
     r.data = static_cast<const uint8_t*>(table.data) + row * row_bytes;

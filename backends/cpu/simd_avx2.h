@@ -42,5 +42,25 @@ inline float hmax256(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// a[i][j] -> a[j][i] for 8 vectors of 8 dwords: 32- then 64-bit unpacks within 128-bit lanes,
+// then the lanes' halves exchanged.
+inline void transpose8x8(__m256i a[8]) {
+  __m256i b[8];
+  for (int i = 0; i < 8; i += 2) {
+    b[i] = _mm256_unpacklo_epi32(a[i], a[i + 1]);      // rows i, i+1: dwords 0 1 | 4 5
+    b[i + 1] = _mm256_unpackhi_epi32(a[i], a[i + 1]);  // 2 3 | 6 7
+  }
+  __m256i c[8];
+  for (int i = 0; i < 8; i += 4)
+    for (int h = 0; h < 2; ++h) {
+      c[i + 2 * h] = _mm256_unpacklo_epi64(b[i + h], b[i + 2 + h]);  // rows i..i+3: dword 2h | 2h+4
+      c[i + 2 * h + 1] = _mm256_unpackhi_epi64(b[i + h], b[i + 2 + h]);  // 2h+1 | 2h+5
+    }
+  for (int j = 0; j < 4; ++j) {
+    a[j] = _mm256_permute2x128_si256(c[j], c[4 + j], 0x20);
+    a[j + 4] = _mm256_permute2x128_si256(c[j], c[4 + j], 0x31);
+  }
+}
+
 }  // namespace
 }  // namespace hearth::cpu

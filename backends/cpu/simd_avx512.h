@@ -51,5 +51,33 @@ inline float hmax16(__m512 v) {
   return _mm512_cvtss_f32(v);
 }
 
+// a[i][j] -> a[j][i] for 16 vectors of 16 dwords: 4x4 transposes within 128-bit lanes, then two
+// rounds of 128-bit lane shuffles.
+inline void transpose16x16(__m512i a[16]) {
+  __m512i b[16];
+  for (int i = 0; i < 16; i += 2) {
+    b[i] = _mm512_unpacklo_epi32(a[i], a[i + 1]);      // rows i, i+1: dwords 4l, 4l+1 of lane l
+    b[i + 1] = _mm512_unpackhi_epi32(a[i], a[i + 1]);  // 4l+2, 4l+3
+  }
+  // c[4g + q]: lane l holds dword 4l + q of rows 4g .. 4g + 3.
+  __m512i c[16];
+  for (int i = 0; i < 16; i += 4)
+    for (int h = 0; h < 2; ++h) {
+      c[i + 2 * h] = _mm512_unpacklo_epi64(b[i + h], b[i + 2 + h]);
+      c[i + 2 * h + 1] = _mm512_unpackhi_epi64(b[i + h], b[i + 2 + h]);
+    }
+  constexpr int kEven = _MM_SHUFFLE(2, 0, 2, 0), kOdd = _MM_SHUFFLE(3, 1, 3, 1);
+  for (int q = 0; q < 4; ++q) {
+    const __m512i e0 = _mm512_shuffle_i32x4(c[q], c[4 + q], kEven);  // lanes 0, 2 of groups 0, 1
+    const __m512i e1 = _mm512_shuffle_i32x4(c[q], c[4 + q], kOdd);   // lanes 1, 3
+    const __m512i f0 = _mm512_shuffle_i32x4(c[8 + q], c[12 + q], kEven);
+    const __m512i f1 = _mm512_shuffle_i32x4(c[8 + q], c[12 + q], kOdd);
+    a[q] = _mm512_shuffle_i32x4(e0, f0, kEven);
+    a[8 + q] = _mm512_shuffle_i32x4(e0, f0, kOdd);
+    a[4 + q] = _mm512_shuffle_i32x4(e1, f1, kEven);
+    a[12 + q] = _mm512_shuffle_i32x4(e1, f1, kOdd);
+  }
+}
+
 }  // namespace
 }  // namespace hearth::cpu
