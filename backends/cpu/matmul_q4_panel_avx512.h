@@ -63,8 +63,52 @@ struct Q4CbLevels {
   }
 };
 
-// T tokens (1-8) against one group: y[t * ldy + i] for its 16 rows i. Below 4 tokens each token's
-// nibble planes go to two integer chains, so more vpdpbusd are in flight.
+// T tokens (1-8) against one group of plain Q4: y[t * ldy + i] for its 16 rows i. Below 4 tokens
+// each token's nibble planes go to two integer chains, so more vpdpbusd are in flight. Plain Q4
+// keeps this loop of its own: panel_tokens below, the same loop over a Q4Nibbles, ran 8 tokens at
+// 188-212 GMAC/s against 218-233 for this one (one thread, 0.6B body, alternating;
+// bench/RESULTS.md), though the operations are the same.
+template <int G, DType ST, int T>
+inline void q4_panel_tokens(const uint8_t* group, const PanelActs& x, int t0, float* y,
+                            int64_t ldy) {
+  constexpr bool kSplit = T < 4;
+  const int64_t k = x.k, nb = k / kBlock;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < k / kChunk; ++c) {
+    const uint8_t* chunk = group + c * q4_panel_chunk_bytes(G);
+    prefetch_chunk<G>(chunk);
+    for (int bb = 0; bb < 4; ++bb) {
+      const int64_t b = 4 * c + bb;
+      __m512i lo_acc[T], hi_acc[T];
+      for (int t = 0; t < T; ++t) {
+        lo_acc[t] = _mm512_set1_epi32(-8 * x.sum[(t0 + t) * nb + b]);
+        hi_acc[t] = _mm512_setzero_si512();
+      }
+      for (int q = 0; q < 4; ++q) {
+        const __m512i v = _mm512_loadu_si512(chunk + 256 * bb + 64 * q);
+        const __m512i lo = _mm512_and_si512(v, m4);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        for (int t = 0; t < T; ++t) {
+          const int8_t* xb = x.q + (t0 + t) * k + 32 * b + 4 * q;
+          lo_acc[t] = _mm512_dpbusd_epi32(lo_acc[t], lo, broadcast4(xb));
+          __m512i& h = kSplit ? hi_acc[t] : lo_acc[t];
+          h = _mm512_dpbusd_epi32(h, hi, broadcast4(xb + 16));
+        }
+      }
+      const __m512 ws = panel_scales<G, ST>(chunk, bb);
+      for (int t = 0; t < T; ++t) {
+        const __m512i d = kSplit ? _mm512_add_epi32(lo_acc[t], hi_acc[t]) : lo_acc[t];
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d),
+                                 _mm512_mul_ps(ws, _mm512_set1_ps(x.d[(t0 + t) * nb + b])), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * ldy, acc[t]);
+}
+
+// The same over N's planes (a codebook's lookup; plain Q4 takes q4_panel_tokens).
 template <class N, int G, DType ST, int T>
 inline void panel_tokens(const N& nib, const uint8_t* group, const PanelActs& x, int t0, float* y,
                          int64_t ldy) {
@@ -190,7 +234,10 @@ struct Q4PanelOf {
   N nib;
   template <int G, DType ST, int T>
   void tokens(const uint8_t* group, const PanelActs& x, int t0, float* y, int64_t ldy) const {
-    panel_tokens<N, G, ST, T>(nib, group, x, t0, y, ldy);
+    if constexpr (std::is_same_v<N, Q4Nibbles>)
+      q4_panel_tokens<G, ST, T>(group, x, t0, y, ldy);
+    else
+      panel_tokens<N, G, ST, T>(nib, group, x, t0, y, ldy);
   }
   template <int G, DType ST>
   void pair(const uint8_t* g0, const uint8_t* g1, const PanelActs& x, float* y0, float* y1) const {
