@@ -294,70 +294,72 @@ int32_t Sampler::sample(float* logits, int n, const int32_t* history, int n_hist
   const float lmax = sanitize_argmax(logits, n, &arg);
   if (arg < 0) fail("sampler: no finite logit among ", n, " (all NaN or -inf)");
   if (params_.temperature <= 0.f) return arg;
-
-  const float* l = logits;
-  int32_t* idx = idx_.data();
-  float* w = weight_.data();
   const float inv_t = 1.f / params_.temperature;
-  // Rank order: larger logit first, lower id first among equals; a strict total order, so the
-  // kept set and the walk order do not depend on the standard library's algorithms.
-  auto before = [l](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
-
   const int k = params_.top_k;
-  if (k <= 0 || k >= n) {
-    // No top-k: every token is a candidate, handled in id order without an index list until
-    // top-p, if any, shrinks the set.
-    weights_all(l, w, n, lmax, inv_t);
-    if (params_.top_p < 1.f) {
-      double total = 0;
-      for (int b = 0; b * kBlock < n; ++b)
-        total += block_sum(w + b * kBlock, std::min(kBlock, n - b * kBlock));
-      int nc = top_p_all(l, n, (double(params_.top_p) - kTopPSlack) * total);
-      if (params_.min_p > 0.f) {
-        int m = 0;
-        for (int i = 0; i < nc; ++i)
-          if (w[idx[i]] >= params_.min_p) idx[m++] = idx[i];
-        nc = m;
-      }
-      return draw_listed(idx, nc);
-    }
-    // Weights are relative to the most likely token (weight 1), so the min-p threshold needs no
-    // renormalisation and the most likely token always survives.
-    if (params_.min_p > 0.f) zero_below(w, n, params_.min_p);
-    return draw_all(n);
-  }
+  if (k <= 0 || k >= n) return sample_whole(logits, n, lmax, inv_t);
+  select_top_k(logits, n, k);
+  return sample_listed(logits, k, lmax, inv_t);
+}
 
-  if (k <= kHeapTopK) {
-    // Heap of the k best so far with the worst on top. Ids arrive in increasing order, so a
-    // newcomer equal to the worst ranks after it and must not replace it.
-    for (int32_t i = 0; i < k; ++i) idx[i] = i;
-    std::make_heap(idx, idx + k, before);
-    float worst = l[idx[0]];
-    auto offer = [&](int32_t i) {
-      if (l[i] > worst) {
-        std::pop_heap(idx, idx + k, before);
-        idx[k - 1] = i;
-        std::push_heap(idx, idx + k, before);
-        worst = l[idx[0]];
-      }
-    };
-    int32_t i = k;
-#ifdef HEARTH_SAMPLER_VEC
-    // Nearly every block of eight loses to the current k-th best; test them eight at a time.
-    for (; i + 8 <= n; i += 8) {
-      v4i g = (load4(l + i) > worst) | (load4(l + i + 4) > worst);
-      if (g[0] | g[1] | g[2] | g[3])
-        for (int32_t j = i; j < i + 8; ++j) offer(j);
-    }
-#endif
-    for (; i < n; ++i) offer(i);
-    std::sort_heap(idx, idx + k, before);
-  } else {
+// No top-k: every token is a candidate, handled in id order without an index list until top-p,
+// if any, shrinks the set.
+int32_t Sampler::sample_whole(const float* l, int n, float lmax, float inv_t) {
+  float* w = weight_.data();
+  weights_all(l, w, n, lmax, inv_t);
+  if (params_.top_p < 1.f) {
+    double total = 0;
+    for (int b = 0; b * kBlock < n; ++b)
+      total += block_sum(w + b * kBlock, std::min(kBlock, n - b * kBlock));
+    return sample_listed_weighted(top_p_all(l, n, (double(params_.top_p) - kTopPSlack) * total));
+  }
+  // Weights are relative to the most likely token (weight 1), so the min-p threshold needs no
+  // renormalisation and the most likely token always survives.
+  if (params_.min_p > 0.f) zero_below(w, n, params_.min_p);
+  return draw_all(n);
+}
+
+// The k best ids into idx_[0..k) in rank order: larger logit first, lower id first among equals;
+// a strict total order, so the kept set and the walk order do not depend on the standard
+// library's algorithms.
+void Sampler::select_top_k(const float* l, int n, int k) {
+  int32_t* idx = idx_.data();
+  auto before = [l](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
+  if (k > kHeapTopK) {
     for (int32_t i = 0; i < n; ++i) idx[i] = i;
     std::nth_element(idx, idx + k, idx + n, before);
     std::sort(idx, idx + k, before);
+    return;
   }
-  int nc = k;
+  // Heap of the k best so far with the worst on top. Ids arrive in increasing order, so a
+  // newcomer equal to the worst ranks after it and must not replace it.
+  for (int32_t i = 0; i < k; ++i) idx[i] = i;
+  std::make_heap(idx, idx + k, before);
+  float worst = l[idx[0]];
+  auto offer = [&](int32_t i) {
+    if (l[i] > worst) {
+      std::pop_heap(idx, idx + k, before);
+      idx[k - 1] = i;
+      std::push_heap(idx, idx + k, before);
+      worst = l[idx[0]];
+    }
+  };
+  int32_t i = k;
+#ifdef HEARTH_SAMPLER_VEC
+  // Nearly every block of eight loses to the current k-th best; test them eight at a time.
+  for (; i + 8 <= n; i += 8) {
+    v4i g = (load4(l + i) > worst) | (load4(l + i + 4) > worst);
+    if (g[0] | g[1] | g[2] | g[3])
+      for (int32_t j = i; j < i + 8; ++j) offer(j);
+  }
+#endif
+  for (; i < n; ++i) offer(i);
+  std::sort_heap(idx, idx + k, before);
+}
+
+// Top-p, then min-p, over the nc candidates in idx_ (in rank order), then a draw.
+int32_t Sampler::sample_listed(const float* l, int nc, float lmax, float inv_t) {
+  int32_t* idx = idx_.data();
+  float* w = weight_.data();
   double total = 0;
   for (int i = 0; i < nc; ++i) {
     w[idx[i]] = softmax_weight(l[idx[i]], lmax, inv_t);
@@ -374,6 +376,13 @@ int32_t Sampler::sample(float* logits, int n, const int32_t* history, int n_hist
       }
     }
   }
+  return sample_listed_weighted(nc);
+}
+
+// Min-p over the nc weighted candidates in idx_, then a draw.
+int32_t Sampler::sample_listed_weighted(int nc) {
+  int32_t* idx = idx_.data();
+  const float* w = weight_.data();
   if (params_.min_p > 0.f) {
     int m = 0;
     for (int i = 0; i < nc; ++i)

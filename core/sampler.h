@@ -44,6 +44,11 @@ class Sampler {
 
  private:
   void apply_penalties(float* logits, int n, const int32_t* history, int n_history);
+  // sample()'s parts, lmax the largest logit and inv_t 1 / temperature.
+  int32_t sample_whole(const float* logits, int n, float lmax, float inv_t);
+  void select_top_k(const float* logits, int n, int k);
+  int32_t sample_listed(const float* logits, int nc, float lmax, float inv_t);
+  int32_t sample_listed_weighted(int nc);
   // Top-p over all n tokens (weights in weight_); leaves the nucleus in idx_, returns its size.
   int top_p_all(const float* logits, int n, double target);
   int32_t draw_all(int n);                             // from weight_[0..n)

@@ -230,194 +230,245 @@ std::string str_format(Interp& in, const std::string& fmt, CallArgs& a) {
   return out;
 }
 
-Value str_method(Interp& in, const std::string& s, const std::string& name, CallArgs& a) {
+// startswith, endswith
+Value str_affix(const std::string& s, const std::string& name, CallArgs& a) {
   const char* fn = name.c_str();
-  if (name == "startswith" || name == "endswith") {
-    Value what = a.take(0, "prefix"), start = a.take(1, "start", make_none()),
-          end = a.take(2, "end", make_none());
-    a.finish(fn);
-    int64_t off;
-    std::string w = utf8_encode(window(utf8_decode(s), start, end, &off));
-    List cands = what.kind == K::Tuple ? what.items() : List{what};
-    for (const Value& c : cands) {
-      if (c.kind != K::String)
-        rt_fail("TypeError: ", fn, " first arg must be str or a tuple of str, not ", type_name(c));
-      const std::string& p = c.str();
-      bool hit = p.size() <= w.size() &&
-                 (name == "startswith" ? w.compare(0, p.size(), p) == 0
-                                       : w.compare(w.size() - p.size(), p.size(), p) == 0);
-      if (hit) return make_bool(true);
+  Value what = a.take(0, "prefix"), start = a.take(1, "start", make_none()),
+        end = a.take(2, "end", make_none());
+  a.finish(fn);
+  int64_t off;
+  std::string w = utf8_encode(window(utf8_decode(s), start, end, &off));
+  List cands = what.kind == K::Tuple ? what.items() : List{what};
+  for (const Value& c : cands) {
+    if (c.kind != K::String)
+      rt_fail("TypeError: ", fn, " first arg must be str or a tuple of str, not ", type_name(c));
+    const std::string& p = c.str();
+    bool hit = p.size() <= w.size() &&
+               (name == "startswith" ? w.compare(0, p.size(), p) == 0
+                                     : w.compare(w.size() - p.size(), p.size(), p) == 0);
+    if (hit) return make_bool(true);
+  }
+  return make_bool(false);
+}
+
+// split, rsplit
+Value str_split(const std::string& s, const std::string& name, CallArgs& a) {
+  const char* fn = name.c_str();
+  Value sep = a.take(0, "sep", make_none()), maxsplit = a.take(1, "maxsplit", make_int(-1));
+  a.finish(fn);
+  std::string sep_s;
+  if (!sep.is_none()) sep_s = arg_str(sep, fn);
+  int64_t ms = arg_int(maxsplit, fn);
+  std::vector<std::string> parts;
+  if (name == "split" || ms < 0) {
+    parts = py_split(s, sep.is_none() ? nullptr : &sep_s, ms);
+  } else {
+    // rsplit with a limit is split on the reversed string with the separator reversed too.
+    std::u32string r = utf8_decode(s);
+    std::reverse(r.begin(), r.end());
+    std::u32string rsep = utf8_decode(sep_s);
+    std::reverse(rsep.begin(), rsep.end());
+    std::string rsep_s = utf8_encode(rsep);
+    parts = py_split(utf8_encode(r), sep.is_none() ? nullptr : &rsep_s, ms);
+    std::reverse(parts.begin(), parts.end());
+    for (auto& p : parts) {
+      std::u32string u = utf8_decode(p);
+      std::reverse(u.begin(), u.end());
+      p = utf8_encode(u);
     }
-    return make_bool(false);
   }
-  if (name == "split" || name == "rsplit") {
-    Value sep = a.take(0, "sep", make_none()), maxsplit = a.take(1, "maxsplit", make_int(-1));
-    a.finish(fn);
-    std::string sep_s;
-    if (!sep.is_none()) sep_s = arg_str(sep, fn);
-    int64_t ms = arg_int(maxsplit, fn);
-    std::vector<std::string> parts;
-    if (name == "split" || ms < 0) {
-      parts = py_split(s, sep.is_none() ? nullptr : &sep_s, ms);
-    } else {
-      // rsplit with a limit is split on the reversed string with the separator reversed too.
-      std::u32string r = utf8_decode(s);
-      std::reverse(r.begin(), r.end());
-      std::u32string rsep = utf8_decode(sep_s);
-      std::reverse(rsep.begin(), rsep.end());
-      std::string rsep_s = utf8_encode(rsep);
-      parts = py_split(utf8_encode(r), sep.is_none() ? nullptr : &rsep_s, ms);
-      std::reverse(parts.begin(), parts.end());
-      for (auto& p : parts) {
-        std::u32string u = utf8_decode(p);
-        std::reverse(u.begin(), u.end());
-        p = utf8_encode(u);
-      }
-    }
-    List out;
-    for (auto& p : parts) out.push_back(make_str(std::move(p)));
-    return make_list(std::move(out));
+  List out;
+  for (auto& p : parts) out.push_back(make_str(std::move(p)));
+  return make_list(std::move(out));
+}
+
+// splitlines
+Value str_splitlines(const std::string& s, const std::string& name, CallArgs& a) {
+  const char* fn = name.c_str();
+  bool keep = truthy(a.take(0, "keepends", make_bool(false)));
+  a.finish(fn);
+  List out;
+  for (auto& p : py_splitlines(s, keep)) out.push_back(make_str(std::move(p)));
+  return make_list(std::move(out));
+}
+
+// strip, lstrip, rstrip
+Value str_strip(const std::string& s, const std::string& name, CallArgs& a) {
+  const char* fn = name.c_str();
+  Value chars = a.take(0, "chars", make_none());
+  a.finish(fn);
+  std::string cs;
+  if (!chars.is_none()) cs = arg_str(chars, fn);
+  return make_str(py_strip(s, chars.is_none() ? nullptr : &cs, name != "rstrip", name != "lstrip"));
+}
+
+// upper, lower, title, capitalize, casefold, swapcase
+Value str_case(const std::string& s, const std::string& name, CallArgs& a) {
+  const char* fn = name.c_str();
+  a.finish(fn);
+  if (name == "upper") return make_str(py_upper(s));
+  if (name == "lower" || name == "casefold") return make_str(py_lower(s));
+  if (name == "title") return make_str(py_title(s));
+  if (name == "capitalize") return make_str(py_capitalize(s));
+  std::string out;
+  for (char32_t c : utf8_decode(s))
+    utf8_append(out, to_upper_cp(c) != c ? to_upper_cp(c) : to_lower_cp(c));
+  return make_str(out);
+}
+
+// replace
+Value str_replace(const std::string& s, const std::string& name, CallArgs& a) {
+  const char* fn = name.c_str();
+  Value o = a.take(0, "old"), n = a.take(1, "new"), c = a.take(2, "count", make_int(-1));
+  a.finish(fn);
+  return make_str(py_replace(s, arg_str(o, fn), arg_str(n, fn), arg_int(c, fn)));
+}
+
+// find, rfind, index, rindex, count
+Value str_search(const std::string& s, const std::string& name, CallArgs& a) {
+  const char* fn = name.c_str();
+  Value sub = a.take(0, "sub"), start = a.take(1, "start", make_none()),
+        end = a.take(2, "end", make_none());
+  a.finish(fn);
+  int64_t off;
+  std::u32string w = window(utf8_decode(s), start, end, &off);
+  std::u32string needle = utf8_decode(arg_str(sub, fn));
+  if (name == "count") {
+    if (needle.empty()) return make_int(int64_t(w.size()) + 1);
+    int64_t n = 0;
+    for (size_t p = w.find(needle); p != std::u32string::npos;
+         p = w.find(needle, p + needle.size()))
+      ++n;
+    return make_int(n);
   }
-  if (name == "splitlines") {
-    bool keep = truthy(a.take(0, "keepends", make_bool(false)));
-    a.finish(fn);
-    List out;
-    for (auto& p : py_splitlines(s, keep)) out.push_back(make_str(std::move(p)));
-    return make_list(std::move(out));
+  size_t p = name[0] == 'r' ? w.rfind(needle) : w.find(needle);
+  if (p == std::u32string::npos) {
+    if (name == "index" || name == "rindex") rt_fail("ValueError: substring not found");
+    return make_int(-1);
   }
-  if (name == "strip" || name == "lstrip" || name == "rstrip") {
-    Value chars = a.take(0, "chars", make_none());
-    a.finish(fn);
-    std::string cs;
-    if (!chars.is_none()) cs = arg_str(chars, fn);
-    return make_str(
-        py_strip(s, chars.is_none() ? nullptr : &cs, name != "rstrip", name != "lstrip"));
+  return make_int(int64_t(p) + off);
+}
+
+// join
+Value str_join(const std::string& s, const std::string& name, CallArgs& a) {
+  const char* fn = name.c_str();
+  List items = iterate(a.take(0, "iterable"));
+  a.finish(fn);
+  std::string out;
+  for (size_t k = 0; k < items.size(); ++k) {
+    if (items[k].kind != K::String)
+      rt_fail("TypeError: sequence item ", std::to_string(k), ": expected str instance, ",
+              type_name(items[k]), " found");
+    if (k) out += s;
+    out += items[k].str();
   }
-  if (name == "upper" || name == "lower" || name == "title" || name == "capitalize" ||
-      name == "casefold" || name == "swapcase") {
-    a.finish(fn);
-    if (name == "upper") return make_str(py_upper(s));
-    if (name == "lower" || name == "casefold") return make_str(py_lower(s));
-    if (name == "title") return make_str(py_title(s));
-    if (name == "capitalize") return make_str(py_capitalize(s));
-    std::string out;
-    for (char32_t c : utf8_decode(s))
-      utf8_append(out, to_upper_cp(c) != c ? to_upper_cp(c) : to_lower_cp(c));
+  return make_str(std::move(out));
+}
+
+// isdigit, isdecimal, isnumeric, isalpha, isalnum, isspace, isupper, islower
+Value str_is(const std::string& s, const std::string& name, CallArgs& a) {
+  const char* fn = name.c_str();
+  a.finish(fn);
+  std::u32string u = utf8_decode(s);
+  if (u.empty()) return make_bool(false);
+  bool cased = false, ok = true;
+  for (char32_t c : u) {
+    if (name == "isdigit" || name == "isdecimal" || name == "isnumeric")
+      ok &= is_digit_cp(c);
+    else if (name == "isalpha")
+      ok &= is_alpha_cp(c);
+    else if (name == "isalnum")
+      ok &= is_alnum_cp(c);
+    else if (name == "isspace")
+      ok &= py_isspace(c);
+    else if (name == "isupper")
+      ok &= !(is_cased_cp(c) && to_upper_cp(c) != c), cased |= is_cased_cp(c);
+    else if (name == "islower")
+      ok &= !(is_cased_cp(c) && to_lower_cp(c) != c), cased |= is_cased_cp(c);
+  }
+  if (name == "isupper" || name == "islower") ok &= cased;
+  return make_bool(ok);
+}
+
+// zfill
+Value str_zfill(const std::string& s, const std::string& name, CallArgs& a) {
+  const char* fn = name.c_str();
+  int64_t width = arg_int(a.take(0, "width"), fn);
+  a.finish(fn);
+  int64_t len = utf8_length(s);
+  if (width <= len) return make_str(s);
+  checked_width(width);
+  size_t sign = !s.empty() && (s[0] == '-' || s[0] == '+') ? 1 : 0;
+  return make_str(s.substr(0, sign) + std::string(size_t(width - len), '0') + s.substr(sign));
+}
+
+// center, ljust, rjust
+Value str_pad(const std::string& s, const std::string& name, CallArgs& a) {
+  const char* fn = name.c_str();
+  int64_t width = arg_int(a.take(0, "width"), fn);
+  std::u32string fill = utf8_decode(arg_str(a.take(1, "fillchar", make_str(" ")), fn));
+  a.finish(fn);
+  if (fill.size() != 1) rt_fail("TypeError: The fill character must be exactly one character long");
+  // str.center puts the extra character on the left only when the padding and width are odd.
+  if (name == "center") {
+    int64_t total = width - utf8_length(s);
+    if (total <= 0) return make_str(s);
+    checked_width(width);
+    int64_t left = total / 2 + (total & width & 1);
+    std::string f = utf8_encode(fill), out;
+    for (int64_t k = 0; k < left; ++k) out += f;
+    out += s;
+    for (int64_t k = left; k < total; ++k) out += f;
     return make_str(out);
   }
-  if (name == "replace") {
-    Value o = a.take(0, "old"), n = a.take(1, "new"), c = a.take(2, "count", make_int(-1));
-    a.finish(fn);
-    return make_str(py_replace(s, arg_str(o, fn), arg_str(n, fn), arg_int(c, fn)));
-  }
-  if (name == "find" || name == "rfind" || name == "index" || name == "rindex" || name == "count") {
-    Value sub = a.take(0, "sub"), start = a.take(1, "start", make_none()),
-          end = a.take(2, "end", make_none());
-    a.finish(fn);
-    int64_t off;
-    std::u32string w = window(utf8_decode(s), start, end, &off);
-    std::u32string needle = utf8_decode(arg_str(sub, fn));
-    if (name == "count") {
-      if (needle.empty()) return make_int(int64_t(w.size()) + 1);
-      int64_t n = 0;
-      for (size_t p = w.find(needle); p != std::u32string::npos;
-           p = w.find(needle, p + needle.size()))
-        ++n;
-      return make_int(n);
-    }
-    size_t p = name[0] == 'r' ? w.rfind(needle) : w.find(needle);
-    if (p == std::u32string::npos) {
-      if (name == "index" || name == "rindex") rt_fail("ValueError: substring not found");
-      return make_int(-1);
-    }
-    return make_int(int64_t(p) + off);
-  }
-  if (name == "join") {
-    List items = iterate(a.take(0, "iterable"));
-    a.finish(fn);
-    std::string out;
-    for (size_t k = 0; k < items.size(); ++k) {
-      if (items[k].kind != K::String)
-        rt_fail("TypeError: sequence item ", std::to_string(k), ": expected str instance, ",
-                type_name(items[k]), " found");
-      if (k) out += s;
-      out += items[k].str();
-    }
-    return make_str(std::move(out));
-  }
+  return make_str(pad(s, width, fill[0], name == "ljust" ? '<' : '>'));
+}
+
+// partition, rpartition
+Value str_partition(const std::string& s, const std::string& name, CallArgs& a) {
+  const char* fn = name.c_str();
+  std::string sep = arg_str(a.take(0, "sep"), fn);
+  a.finish(fn);
+  if (sep.empty()) rt_fail("ValueError: empty separator");
+  size_t p = name == "partition" ? s.find(sep) : s.rfind(sep);
+  if (p == std::string::npos)
+    return name == "partition" ? make_tuple({make_str(s), make_str(""), make_str("")})
+                               : make_tuple({make_str(""), make_str(""), make_str(s)});
+  return make_tuple({make_str(s.substr(0, p)), make_str(sep), make_str(s.substr(p + sep.size()))});
+}
+
+// removeprefix, removesuffix
+Value str_remove_fix(const std::string& s, const std::string& name, CallArgs& a) {
+  const char* fn = name.c_str();
+  std::string fix = arg_str(a.take(0, "prefix"), fn);
+  a.finish(fn);
+  if (name == "removeprefix" && s.compare(0, fix.size(), fix) == 0)
+    return make_str(s.substr(fix.size()));
+  if (name == "removesuffix" && fix.size() <= s.size() && !fix.empty() &&
+      s.compare(s.size() - fix.size(), fix.size(), fix) == 0)
+    return make_str(s.substr(0, s.size() - fix.size()));
+  return make_str(s);
+}
+
+// Python's str methods that chat templates call.
+Value str_method(Interp& in, const std::string& s, const std::string& name, CallArgs& a) {
+  if (name == "startswith" || name == "endswith") return str_affix(s, name, a);
+  if (name == "split" || name == "rsplit") return str_split(s, name, a);
+  if (name == "splitlines") return str_splitlines(s, name, a);
+  if (name == "strip" || name == "lstrip" || name == "rstrip") return str_strip(s, name, a);
+  if (name == "upper" || name == "lower" || name == "title" || name == "capitalize" ||
+      name == "casefold" || name == "swapcase")
+    return str_case(s, name, a);
+  if (name == "replace") return str_replace(s, name, a);
+  if (name == "find" || name == "rfind" || name == "index" || name == "rindex" || name == "count")
+    return str_search(s, name, a);
+  if (name == "join") return str_join(s, name, a);
   if (name == "format") return make_str(str_format(in, s, a));
-  if (name.compare(0, 2, "is") == 0) {
-    a.finish(fn);
-    std::u32string u = utf8_decode(s);
-    if (u.empty()) return make_bool(false);
-    bool cased = false, ok = true;
-    for (char32_t c : u) {
-      if (name == "isdigit" || name == "isdecimal" || name == "isnumeric")
-        ok &= is_digit_cp(c);
-      else if (name == "isalpha")
-        ok &= is_alpha_cp(c);
-      else if (name == "isalnum")
-        ok &= is_alnum_cp(c);
-      else if (name == "isspace")
-        ok &= py_isspace(c);
-      else if (name == "isupper")
-        ok &= !(is_cased_cp(c) && to_upper_cp(c) != c), cased |= is_cased_cp(c);
-      else if (name == "islower")
-        ok &= !(is_cased_cp(c) && to_lower_cp(c) != c), cased |= is_cased_cp(c);
-    }
-    if (name == "isupper" || name == "islower") ok &= cased;
-    return make_bool(ok);
-  }
-  if (name == "zfill") {
-    int64_t width = arg_int(a.take(0, "width"), fn);
-    a.finish(fn);
-    int64_t len = utf8_length(s);
-    if (width <= len) return make_str(s);
-    checked_width(width);
-    size_t sign = !s.empty() && (s[0] == '-' || s[0] == '+') ? 1 : 0;
-    return make_str(s.substr(0, sign) + std::string(size_t(width - len), '0') + s.substr(sign));
-  }
-  if (name == "center" || name == "ljust" || name == "rjust") {
-    int64_t width = arg_int(a.take(0, "width"), fn);
-    std::u32string fill = utf8_decode(arg_str(a.take(1, "fillchar", make_str(" ")), fn));
-    a.finish(fn);
-    if (fill.size() != 1)
-      rt_fail("TypeError: The fill character must be exactly one character long");
-    // str.center puts the extra character on the left only when the padding and width are odd.
-    if (name == "center") {
-      int64_t total = width - utf8_length(s);
-      if (total <= 0) return make_str(s);
-      checked_width(width);
-      int64_t left = total / 2 + (total & width & 1);
-      std::string f = utf8_encode(fill), out;
-      for (int64_t k = 0; k < left; ++k) out += f;
-      out += s;
-      for (int64_t k = left; k < total; ++k) out += f;
-      return make_str(out);
-    }
-    return make_str(pad(s, width, fill[0], name == "ljust" ? '<' : '>'));
-  }
-  if (name == "partition" || name == "rpartition") {
-    std::string sep = arg_str(a.take(0, "sep"), fn);
-    a.finish(fn);
-    if (sep.empty()) rt_fail("ValueError: empty separator");
-    size_t p = name == "partition" ? s.find(sep) : s.rfind(sep);
-    if (p == std::string::npos)
-      return name == "partition" ? make_tuple({make_str(s), make_str(""), make_str("")})
-                                 : make_tuple({make_str(""), make_str(""), make_str(s)});
-    return make_tuple(
-        {make_str(s.substr(0, p)), make_str(sep), make_str(s.substr(p + sep.size()))});
-  }
-  if (name == "removeprefix" || name == "removesuffix") {
-    std::string fix = arg_str(a.take(0, "prefix"), fn);
-    a.finish(fn);
-    if (name == "removeprefix" && s.compare(0, fix.size(), fix) == 0)
-      return make_str(s.substr(fix.size()));
-    if (name == "removesuffix" && fix.size() <= s.size() && !fix.empty() &&
-        s.compare(s.size() - fix.size(), fix.size(), fix) == 0)
-      return make_str(s.substr(0, s.size() - fix.size()));
-    return make_str(s);
-  }
+  if (name.compare(0, 2, "is") == 0) return str_is(s, name, a);
+  if (name == "zfill") return str_zfill(s, name, a);
+  if (name == "center" || name == "ljust" || name == "rjust") return str_pad(s, name, a);
+  if (name == "partition" || name == "rpartition") return str_partition(s, name, a);
+  if (name == "removeprefix" || name == "removesuffix") return str_remove_fix(s, name, a);
   rt_fail("AttributeError: 'str' object has no attribute '", name, "'");
 }
 

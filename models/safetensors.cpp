@@ -55,6 +55,109 @@ size_t data_offset(const std::string& path) {
   return size_t(8 + n);  // only its remainder mod 64 is used; a corrupt length is reported later
 }
 
+// Whether a tensor of `shape` in elements of esize bytes fills exactly `span` bytes. Counting in
+// elements and comparing against the span by division keeps a hostile shape from overflowing the
+// byte count.
+void check_size(const std::string& where, const std::vector<int64_t>& shape, size_t esize,
+                uint64_t span) {
+  uint64_t nelem = 1;
+  bool too_big = false;
+  for (int64_t d : shape) {
+    if (d == 0) {
+      nelem = 0;
+      too_big = false;
+      break;
+    }
+    if (!too_big && nelem > span / uint64_t(d)) too_big = true;
+    if (!too_big) nelem *= uint64_t(d);
+  }
+  if (too_big || nelem * esize != span) {
+    std::string need =
+        too_big ? "more than " + std::to_string(span) : std::to_string(nelem * esize);
+    fail(where, ": shape ", shape_str(shape), " needs ", need, " bytes but data_offsets span ",
+         span);
+  }
+}
+
+// One tensor's header entry, checked against the data section [data_base, + data_size).
+Entry parse_entry(const std::string& path, const std::string& name, simdjson::dom::element value,
+                  const uint8_t* data_base, uint64_t data_size) {
+  const std::string where = path + ": tensor '" + name + "'";
+  simdjson::dom::object obj;
+  if (value.get_object().get(obj)) fail(where, ": entry is not a JSON object");
+
+  Entry e;
+  TensorRef& r = e.ref;
+  r.name = name;
+  r.file = path;
+
+  std::string_view dt;
+  if (obj["dtype"].get_string().get(dt)) fail(where, ": missing or non-string 'dtype'");
+  r.dtype_str = std::string(dt);
+  const size_t esize = safetensors_dtype_size(r.dtype_str);
+  if (esize == 0)
+    fail(where, ": unknown dtype '", r.dtype_str, "' (supported: F32, F16, BF16, I32, U8, I8)");
+  r.plain_dtype = dtype_from_safetensors(r.dtype_str, &r.dtype);
+
+  simdjson::dom::array shape;
+  if (obj["shape"].get_array().get(shape)) fail(where, ": missing or non-array 'shape'");
+  for (auto d : shape) {
+    int64_t v;
+    if (d.get_int64().get(v) || v < 0)
+      fail(where, ": 'shape' must hold non-negative integers, got ", simdjson::minify(d));
+    r.shape.push_back(v);
+  }
+
+  simdjson::dom::array offs;
+  if (obj["data_offsets"].get_array().get(offs) || offs.size() != 2)
+    fail(where, ": missing 'data_offsets' or not a [begin, end] pair");
+  if (offs.at(0).get_uint64().get(e.begin) || offs.at(1).get_uint64().get(e.end))
+    fail(where, ": 'data_offsets' must hold non-negative integers");
+  if (e.begin > e.end) fail(where, ": data_offsets ", span_str(e.begin, e.end), " has begin > end");
+  if (e.begin % esize != 0)
+    fail(where, ": data_offsets ", span_str(e.begin, e.end),
+         " start at a byte that is not a multiple of the ", esize,
+         "-byte element size; tensors are read in place and must be aligned (re-save the file "
+         "with the safetensors library, which aligns them)");
+  if (e.end > data_size)
+    fail(where, ": data_offsets ", span_str(e.begin, e.end),
+         " run past the end of the data section (", data_size, " bytes)");
+
+  const uint64_t span = e.end - e.begin;
+  check_size(where, r.shape, esize, span);
+  r.data = data_base + e.begin;
+  r.nbytes = size_t(span);
+  return e;
+}
+
+// Empty tensors own no bytes, so only non-empty ones can overlap. Sorts entries by offset.
+void check_disjoint(const std::string& path, std::vector<Entry>& entries) {
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  const Entry* last = nullptr;
+  for (const Entry& e : entries) {
+    if (e.begin == e.end) continue;
+    if (last && e.begin < last->end)
+      fail(path, ": tensors '", last->ref.name, "' ", span_str(last->begin, last->end), " and '",
+           e.ref.name, "' ", span_str(e.begin, e.end), " overlap");
+    if (!last || e.end > last->end) last = &e;
+  }
+}
+
+// The header's __metadata__: string values only.
+void read_metadata(const std::string& path, simdjson::dom::element value,
+                   std::map<std::string, std::string>& out) {
+  simdjson::dom::object meta;
+  if (value.get_object().get(meta)) fail(path, ": __metadata__ is not a JSON object");
+  for (auto kv : meta) {
+    std::string_view v;
+    if (kv.value.get_string().get(v))
+      fail(path, ": __metadata__ key '", kv.key, "': value is not a string");
+    out[std::string(kv.key)] = std::string(v);
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path, MapMode mode) {
@@ -98,99 +201,15 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path, 
     if (key == "__metadata__") {
       if (have_meta) fail(path, ": __metadata__ appears twice in the header");
       have_meta = true;
-      simdjson::dom::object meta;
-      if (field.value.get_object().get(meta)) fail(path, ": __metadata__ is not a JSON object");
-      for (auto kv : meta) {
-        std::string_view v;
-        if (kv.value.get_string().get(v))
-          fail(path, ": __metadata__ key '", kv.key, "': value is not a string");
-        sf->metadata_[std::string(kv.key)] = std::string(v);
-      }
+      read_metadata(path, field.value, sf->metadata_);
       continue;
     }
     std::string name(key);
     if (!seen.insert(key).second) fail(path, ": tensor '", name, "' appears twice in the header");
-    const std::string where = path + ": tensor '" + name + "'";
-    simdjson::dom::object obj;
-    if (field.value.get_object().get(obj)) fail(where, ": entry is not a JSON object");
-
-    Entry e;
-    TensorRef& r = e.ref;
-    r.name = name;
-    r.file = path;
-
-    std::string_view dt;
-    if (obj["dtype"].get_string().get(dt)) fail(where, ": missing or non-string 'dtype'");
-    r.dtype_str = std::string(dt);
-    const size_t esize = safetensors_dtype_size(r.dtype_str);
-    if (esize == 0)
-      fail(where, ": unknown dtype '", r.dtype_str, "' (supported: F32, F16, BF16, I32, U8, I8)");
-    r.plain_dtype = dtype_from_safetensors(r.dtype_str, &r.dtype);
-
-    simdjson::dom::array shape;
-    if (obj["shape"].get_array().get(shape)) fail(where, ": missing or non-array 'shape'");
-    for (auto d : shape) {
-      int64_t v;
-      if (d.get_int64().get(v) || v < 0)
-        fail(where, ": 'shape' must hold non-negative integers, got ", simdjson::minify(d));
-      r.shape.push_back(v);
-    }
-
-    simdjson::dom::array offs;
-    if (obj["data_offsets"].get_array().get(offs) || offs.size() != 2)
-      fail(where, ": missing 'data_offsets' or not a [begin, end] pair");
-    if (offs.at(0).get_uint64().get(e.begin) || offs.at(1).get_uint64().get(e.end))
-      fail(where, ": 'data_offsets' must hold non-negative integers");
-    if (e.begin > e.end)
-      fail(where, ": data_offsets ", span_str(e.begin, e.end), " has begin > end");
-    if (e.begin % esize != 0)
-      fail(where, ": data_offsets ", span_str(e.begin, e.end),
-           " start at a byte that is not a "
-           "multiple of the ",
-           esize,
-           "-byte element size; tensors are read in place and must be "
-           "aligned (re-save the file with the safetensors library, which aligns them)");
-    if (e.end > data_size)
-      fail(where, ": data_offsets ", span_str(e.begin, e.end),
-           " run past the end of the data section (", data_size, " bytes)");
-
-    // Counting in elements and comparing against the span by division keeps a hostile shape from
-    // overflowing the byte count.
-    const uint64_t span = e.end - e.begin;
-    uint64_t nelem = 1;
-    bool too_big = false;
-    for (int64_t d : r.shape) {
-      if (d == 0) {
-        nelem = 0;
-        too_big = false;
-        break;
-      }
-      if (!too_big && nelem > span / uint64_t(d)) too_big = true;
-      if (!too_big) nelem *= uint64_t(d);
-    }
-    if (too_big || nelem * esize != span) {
-      std::string need =
-          too_big ? "more than " + std::to_string(span) : std::to_string(nelem * esize);
-      fail(where, ": shape ", shape_str(r.shape), " needs ", need, " bytes but data_offsets span ",
-           span);
-    }
-    r.data = data_base + e.begin;
-    r.nbytes = size_t(span);
-    entries.push_back(std::move(e));
+    entries.push_back(parse_entry(path, name, field.value, data_base, data_size));
   }
 
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
-  // Empty tensors own no bytes, so only non-empty ones can overlap.
-  const Entry* last = nullptr;
-  for (const Entry& e : entries) {
-    if (e.begin == e.end) continue;
-    if (last && e.begin < last->end)
-      fail(path, ": tensors '", last->ref.name, "' ", span_str(last->begin, last->end), " and '",
-           e.ref.name, "' ", span_str(e.begin, e.end), " overlap");
-    if (!last || e.end > last->end) last = &e;
-  }
+  check_disjoint(path, entries);
 
   sf->tensors_.reserve(entries.size());
   for (Entry& e : entries) sf->tensors_.push_back(std::move(e.ref));

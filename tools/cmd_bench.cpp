@@ -412,6 +412,103 @@ ParallelRun run_parallel(Runner& runner, int n, int prompt, int gen, const Sampl
   return r;
 }
 
+// One N's rounds (bench --parallel), and what the report says of them (medians).
+struct ParallelRounds {
+  std::vector<double> prefill_tps, decode_tps, total_tps, prefill_ms, decode_ms, ms_step;
+  std::vector<double> decode_tokens, decode_steps;
+  double bw = 0, pf_cpu = 0, pf_wall = 0, dc_cpu = 0, dc_wall = 0;
+
+  void add(const ParallelRun& run, int n, int prompt) {
+    prefill_tps.push_back(double(n) * prompt / run.prefill_s);
+    decode_tps.push_back(run.decode_s > 0 ? double(run.decode_tokens) / run.decode_s : 0.0);
+    total_tps.push_back((double(n) * prompt + double(run.decode_tokens)) /
+                        (run.prefill_s + run.decode_s));
+    prefill_ms.push_back(run.prefill_s * 1e3);
+    decode_ms.push_back(run.decode_s * 1e3);
+    ms_step.push_back(run.decode_steps ? run.decode_s * 1e3 / double(run.decode_steps) : 0.0);
+    decode_tokens.push_back(double(run.decode_tokens));
+    decode_steps.push_back(double(run.decode_steps));
+    pf_cpu += run.prefill_cpu;
+    pf_wall += run.prefill_s;
+    dc_cpu += run.decode_cpu;
+    dc_wall += run.decode_s;
+  }
+};
+struct ParallelRow {
+  int n;
+  double pf, dc, per_stream, total, pf_ms, dc_ms, ms_step, tokens, steps, bytes, frac, bw;
+  double pf_share, dc_share;
+};
+
+// step_bytes: what a decode step of n sequences reads (weights + n x KV).
+ParallelRow summarise(const ParallelRounds& q, int n, double step_bytes, int threads) {
+  ParallelRow x{};
+  x.n = n;
+  x.pf = median(q.prefill_tps);
+  x.dc = median(q.decode_tps);
+  x.per_stream = x.dc / x.n;
+  x.total = median(q.total_tps);
+  x.pf_ms = median(q.prefill_ms);
+  x.dc_ms = median(q.decode_ms);
+  x.ms_step = median(q.ms_step);
+  x.tokens = median(q.decode_tokens);
+  x.steps = median(q.decode_steps);
+  x.bytes = step_bytes;
+  x.bw = q.bw;
+  x.frac = x.ms_step > 0 && x.bw > 0 ? x.bytes / (x.ms_step * 1e-3) / (x.bw * 1e9) : 0.0;
+  x.pf_share = q.pf_wall > 0 ? q.pf_cpu / (q.pf_wall * threads) : 0.0;
+  x.dc_share = q.dc_wall > 0 ? q.dc_cpu / (q.dc_wall * threads) : 0.0;
+  return x;
+}
+
+void row_json(JsonWriter& w, const ParallelRow& x, const ParallelRounds& q) {
+  w.begin_object();
+  w.field("n", x.n);
+  w.field("prefill_tokens_per_s", x.pf).field("prefill_ms", x.pf_ms);
+  w.field("decode_tokens_per_s", x.dc).field("decode_tokens_per_s_per_stream", x.per_stream);
+  w.field("decode_ms", x.dc_ms)
+      .field("decode_tokens", int64_t(x.tokens))
+      .field("decode_steps", int64_t(x.steps));
+  w.field("decode_ms_per_step", x.ms_step).field("total_tokens_per_s", x.total);
+  w.field("decode_bytes_per_step", x.bytes).field("decode_bw_fraction", x.frac);
+  w.field("mem_bw_gbs", x.bw);
+  w.field("prefill_cpu_share", x.pf_share).field("decode_cpu_share", x.dc_share);
+  w.key("decode_tokens_per_s_runs").array(q.decode_tps);
+  w.end_object();
+}
+
+void print_parallel_rows(const std::vector<ParallelRow>& rows, double load_ms) {
+  bool busy = false;
+  for (const ParallelRow& x : rows) busy = busy || x.pf_share < 0.9 || x.dc_share < 0.9;
+  if (busy)
+    std::fprintf(stderr,
+                 "warning: some runs' threads got under 90%% of their CPU time (cpu %% column); "
+                 "the machine is busy and those rates are below what it can do\n");
+  std::printf("%5s %16s %16s %16s %10s %10s %6s\n", "N", "prefill tokens/s", "decode tokens/s",
+              "tokens/s/stream", "ms/step", "% read bw", "cpu %");
+  for (const ParallelRow& x : rows)
+    std::printf("%5d %16.1f %16.2f %16.2f %10.2f %9.0f%% %5.0f%%\n", x.n, x.pf, x.dc, x.per_stream,
+                x.ms_step, 100 * x.frac, 100 * std::min(x.pf_share, x.dc_share));
+  std::printf("peak RSS %.0f MiB, load %.0f ms\n", peak_rss_mb(), load_ms);
+}
+
+// The runner of bench --parallel: max_n sequences at once, a KV pool that holds every sequence's
+// positions in whole blocks plus one block each of slack.
+std::unique_ptr<Runner> parallel_runner(const Args& args, const Qwen3Model& model,
+                                        const BackendOptions& bo, int max_n, int positions) {
+  const Qwen3Config& cfg = model.config();
+  RunnerOptions ro = runner_options(args);  // --kv-block; the rest is set below
+  ro.prefill_chunk = args.integer("--prefill-chunk", 512);
+  if (ro.prefill_chunk < max_n) fail("--prefill-chunk must be at least the largest --parallel N");
+  ro.max_seqs = max_n;
+  const size_t per_block =
+      KVStorage::position_bytes(model.graph().kv, bo.kv_dtype) * size_t(ro.block_size);
+  const size_t blocks_per_seq = size_t((positions + ro.block_size - 1) / ro.block_size) + 1;
+  ro.kv_budget_bytes = per_block * blocks_per_seq * size_t(max_n);
+  return std::make_unique<Runner>(create_backend(args.str("--backend", "cpu"), bo), model.graph(),
+                                  cfg.vocab_size, cfg.max_position_embeddings, ro);
+}
+
 int bench_parallel(const Args& args) {
   const std::vector<int32_t> ns = args.int_list("--parallel");
   const int prompt = args.integer("--prompt", 128);
@@ -432,17 +529,8 @@ int bench_parallel(const Args& args) {
     fail("--prompt + --gen must stay below max_position_embeddings");
   const BackendOptions bo = backend_options(args, model.get());
   const SamplingParams sampling = bench_sampling(args, *model);
-  RunnerOptions ro = runner_options(args);  // --kv-block; the rest is set below
-  ro.prefill_chunk = args.integer("--prefill-chunk", 512);
-  if (ro.prefill_chunk < max_n) fail("--prefill-chunk must be at least the largest --parallel N");
-  ro.max_seqs = max_n;
-  // Every sequence's positions, whole blocks, plus one block each of slack.
-  const size_t per_block =
-      KVStorage::position_bytes(model->graph().kv, bo.kv_dtype) * size_t(ro.block_size);
-  const size_t blocks_per_seq = size_t((prompt + gen + 1 + ro.block_size - 1) / ro.block_size) + 1;
-  ro.kv_budget_bytes = per_block * blocks_per_seq * size_t(max_n);
-  Runner runner(create_backend(args.str("--backend", "cpu"), bo), model->graph(), cfg.vocab_size,
-                cfg.max_position_embeddings, ro);
+  const auto runner_ptr = parallel_runner(args, *model, bo, max_n, prompt + gen + 1);
+  Runner& runner = *runner_ptr;
   const int threads = runner.backend().threads();
   const double load_ms = seconds_since(t_load) * 1e3;
 
@@ -450,15 +538,10 @@ int bench_parallel(const Args& args) {
   progress.say("warm-up");
   // Pages the weights in and compiles the step sizes: one row, max_n rows, a prefill chunk.
   run_parallel(runner, 1, std::min(prompt, 8), 4, sampling, rng);
-  run_parallel(runner, max_n, std::max(1, std::min(prompt, ro.prefill_chunk / max_n)), 4, sampling,
-               rng);
+  run_parallel(runner, max_n, std::max(1, std::min(prompt, runner.prefill_chunk() / max_n)), 4,
+               sampling, rng);
 
-  struct PerN {
-    std::vector<double> prefill_tps, decode_tps, total_tps, prefill_ms, decode_ms, ms_step;
-    std::vector<double> decode_tokens, decode_steps;
-    double bw = 0, pf_cpu = 0, pf_wall = 0, dc_cpu = 0, dc_wall = 0;
-  };
-  std::vector<PerN> per(ns.size());
+  std::vector<ParallelRounds> per(ns.size());
   std::vector<double> bw;
   MachinePeaks peaks;
   for (int r = 0; r < reps; ++r) {
@@ -471,21 +554,7 @@ int bench_parallel(const Args& args) {
       keep_best(peaks, p);
       progress.say("N=" + std::to_string(n) + " round " + std::to_string(r + 1) + "/" +
                    std::to_string(reps));
-      const ParallelRun run = run_parallel(runner, n, prompt, gen, sampling, rng);
-      PerN& q = per[k];
-      q.prefill_tps.push_back(double(n) * prompt / run.prefill_s);
-      q.decode_tps.push_back(run.decode_s > 0 ? double(run.decode_tokens) / run.decode_s : 0.0);
-      q.total_tps.push_back((double(n) * prompt + double(run.decode_tokens)) /
-                            (run.prefill_s + run.decode_s));
-      q.prefill_ms.push_back(run.prefill_s * 1e3);
-      q.decode_ms.push_back(run.decode_s * 1e3);
-      q.ms_step.push_back(run.decode_steps ? run.decode_s * 1e3 / double(run.decode_steps) : 0.0);
-      q.decode_tokens.push_back(double(run.decode_tokens));
-      q.decode_steps.push_back(double(run.decode_steps));
-      q.pf_cpu += run.prefill_cpu;
-      q.pf_wall += run.prefill_s;
-      q.dc_cpu += run.decode_cpu;
-      q.dc_wall += run.decode_s;
+      per[k].add(run_parallel(runner, n, prompt, gen, sampling, rng), n, prompt);
     }
   }
   progress.say("probe");
@@ -501,67 +570,22 @@ int bench_parallel(const Args& args) {
   w.field("mem_bw_gbs", best_bw);
   w.key("mem_bw_runs").array(bw);
   w.field("peak_rss_mb", peak_rss_mb()).field("load_ms", load_ms);
-  struct Row {
-    int n;
-    double pf, dc, per_stream, total, pf_ms, dc_ms, ms_step, tokens, steps, bytes, frac, bw;
-    double pf_share, dc_share;
-  };
-  std::vector<Row> rows;
+  std::vector<ParallelRow> rows;
   w.key("parallel").begin_array();
   for (size_t k = 0; k < ns.size(); ++k) {
-    const PerN& q = per[k];
-    Row x{};
-    x.n = ns[k];
-    x.pf = median(q.prefill_tps);
-    x.dc = median(q.decode_tps);
-    x.per_stream = x.dc / x.n;
-    x.total = median(q.total_tps);
-    x.pf_ms = median(q.prefill_ms);
-    x.dc_ms = median(q.decode_ms);
-    x.ms_step = median(q.ms_step);
-    x.tokens = median(q.decode_tokens);
-    x.steps = median(q.decode_steps);
-    x.bytes = weight_bytes + kv_tok * x.n;
-    x.bw = q.bw;
-    x.frac = x.ms_step > 0 && x.bw > 0 ? x.bytes / (x.ms_step * 1e-3) / (x.bw * 1e9) : 0.0;
-    x.pf_share = q.pf_wall > 0 ? q.pf_cpu / (q.pf_wall * threads) : 0.0;
-    x.dc_share = q.dc_wall > 0 ? q.dc_cpu / (q.dc_wall * threads) : 0.0;
-    rows.push_back(x);
-    w.begin_object();
-    w.field("n", x.n);
-    w.field("prefill_tokens_per_s", x.pf).field("prefill_ms", x.pf_ms);
-    w.field("decode_tokens_per_s", x.dc).field("decode_tokens_per_s_per_stream", x.per_stream);
-    w.field("decode_ms", x.dc_ms)
-        .field("decode_tokens", int64_t(x.tokens))
-        .field("decode_steps", int64_t(x.steps));
-    w.field("decode_ms_per_step", x.ms_step).field("total_tokens_per_s", x.total);
-    w.field("decode_bytes_per_step", x.bytes).field("decode_bw_fraction", x.frac);
-    w.field("mem_bw_gbs", x.bw);
-    w.field("prefill_cpu_share", x.pf_share).field("decode_cpu_share", x.dc_share);
-    w.key("decode_tokens_per_s_runs").array(q.decode_tps);
-    w.end_object();
+    rows.push_back(summarise(per[k], ns[k], weight_bytes + kv_tok * ns[k], threads));
+    row_json(w, rows.back(), per[k]);
   }
   w.end_array();
   w.end_object();
   progress.say("");
-  bool busy = false;
-  for (const Row& x : rows) busy = busy || x.pf_share < 0.9 || x.dc_share < 0.9;
-  if (busy)
-    std::fprintf(stderr,
-                 "warning: some runs' threads got under 90%% of their CPU time (cpu %% column); "
-                 "the machine is busy and those rates are below what it can do\n");
   if (print_json_or_title(args, w, *model, runner)) return 0;
   std::printf(
       "%s, prompt %d + gen %d tokens per sequence (%s), %d round(s); read %.1f GB/s; "
       "peaks %s\n",
       threads_text(threads).c_str(), prompt, gen, sampling_text(sampling).c_str(), reps, best_bw,
       peaks_text(peaks).c_str());
-  std::printf("%5s %16s %16s %16s %10s %10s %6s\n", "N", "prefill tokens/s", "decode tokens/s",
-              "tokens/s/stream", "ms/step", "% read bw", "cpu %");
-  for (const Row& x : rows)
-    std::printf("%5d %16.1f %16.2f %16.2f %10.2f %9.0f%% %5.0f%%\n", x.n, x.pf, x.dc, x.per_stream,
-                x.ms_step, 100 * x.frac, 100 * std::min(x.pf_share, x.dc_share));
-  std::printf("peak RSS %.0f MiB, load %.0f ms\n", peak_rss_mb(), load_ms);
+  print_parallel_rows(rows, load_ms);
   return 0;
 }
 

@@ -260,6 +260,71 @@ void attend_rows(const AttentionArgs& a, const AttnScratch& b, Q q, End end, Til
   for (int i = 0; i < 16; ++i) store_block_row(a, r0 + i, out(i), ms[i], ls[i], b.acc + i, 16);
 }
 
+// Rows [r0, r0 + nr) one by one (decode, and blocks short of kRows rows); visible and out_row as
+// for attend_rows.
+template <DType T, class End, class Out>
+void attend_each_row(const AttentionArgs& a, const AttnScratch& sc, int r0, int nr, End visible,
+                     Out out_row) {
+  const int hd = a.head_dim;
+  float *acc = sc.acc, *m = sc.m, *l = sc.l, *s = sc.s;
+  for (int i = 0; i < nr; ++i) {
+    m[i] = -INFINITY;
+    l[i] = 0.f;
+    std::memset(acc + i * hd, 0, size_t(hd) * 4);
+  }
+  const int n_pos = visible(nr - 1);
+  for (int p0 = a.kv_begin, tile_n; p0 < n_pos; p0 += tile_n) {
+    tile_n = std::min({n_pos - p0, kTile, a.paging.run(p0)});
+    // The rows after this tile's are prefetched meanwhile (next_rows): by the widening of a
+    // 16-bit or I8 tile, by the first row's products over an f32 one.
+    const int64_t row_bytes = hd * kKVElemBytes<T>;
+    const NextRows next = next_rows(a, p0 + tile_n, n_pos, row_bytes);
+    const float* kt;
+    const float* vt;
+    kv_tile<T>(a, sc, p0, tile_n, widen_tile<T>, widen_tile_i8, &kt, &vt, next);
+    for (int i = 0; i < nr; ++i) {
+      const int n = visible(i) - p0 < tile_n ? visible(i) - p0 : tile_n;
+      if (n <= 0) continue;
+      const int r = r0 + i;
+      const bool pf = T == DType::F32 && i == 0;
+      scores(a.q + (r / a.group) * a.q_stride + (r % a.group) * hd, kt, pf ? next.k : nullptr, n,
+             hd, a.scale, s);
+      __m256 mx = _mm256_set1_ps(-INFINITY);
+      for (int j = 0; j < n; j += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + j));
+      const float tile_max = hmax256(mx);
+      const float m_new = tile_max > m[i] ? tile_max : m[i];
+      float* o = acc + i * hd;
+      if (m_new > m[i]) {
+        const __m256 c = exp256(_mm256_set1_ps(m[i] - m_new));
+        l[i] *= _mm256_cvtss_f32(c);
+        for (int d = 0; d < hd; d += 8)
+          _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_loadu_ps(o + d), c));
+        m[i] = m_new;
+      }
+      __m256 sum = _mm256_setzero_ps();
+      for (int j = 0; j < n; j += 8) {
+        const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + j), _mm256_set1_ps(m_new)));
+        sum = _mm256_add_ps(sum, e);
+        _mm256_storeu_ps(s + j, e);
+      }
+      l[i] += hsum256(sum);
+      accumulate_v(s, vt, pf ? next.v : nullptr, n, hd, o);
+    }
+  }
+  for (int i = 0; i < nr; ++i) {
+    const int r = r0 + i;
+    float* out = out_row(i);
+    if (a.ml) {  // a partial range: the caller merges and normalises
+      a.ml[2 * r] = m[i], a.ml[2 * r + 1] = l[i];
+      std::memcpy(out, acc + i * hd, size_t(hd) * 4);
+      continue;
+    }
+    const __m256 inv = _mm256_set1_ps(1.f / l[i]);
+    for (int d = 0; d < hd; d += 8)
+      _mm256_storeu_ps(out + d, _mm256_mul_ps(_mm256_loadu_ps(acc + i * hd + d), inv));
+  }
+}
+
 template <DType T>
 void attention_avx2(const AttentionArgs& a) {
   const int hd = a.head_dim;
@@ -268,7 +333,6 @@ void attention_avx2(const AttentionArgs& a) {
     return;
   }
   const AttnScratch sc(a.scratch, hd);
-  float *acc = sc.acc, *m = sc.m, *l = sc.l, *s = sc.s;
   static_assert(kRows == 16, "a block is two vectors of rows");
   const int n_rows = a.n_tok * a.group;
   // A block's widening prefetches the rows after its tile (next_rows) as a decode row's reading
@@ -296,62 +360,7 @@ void attention_avx2(const AttentionArgs& a) {
       attend_rows<T == DType::F32>(a, sc, q_row, visible, tile, out_row, r0);
       continue;
     }
-    for (int i = 0; i < nr; ++i) {
-      m[i] = -INFINITY;
-      l[i] = 0.f;
-      std::memset(acc + i * hd, 0, size_t(hd) * 4);
-    }
-    const int n_pos = visible(nr - 1);
-    for (int p0 = a.kv_begin, tile_n; p0 < n_pos; p0 += tile_n) {
-      tile_n = std::min({n_pos - p0, kTile, a.paging.run(p0)});
-      // The rows after this tile's are prefetched meanwhile (next_rows): by the widening of a
-      // 16-bit or I8 tile, by the first row's products over an f32 one.
-      const int64_t row_bytes = hd * kKVElemBytes<T>;
-      const NextRows next = next_rows(a, p0 + tile_n, n_pos, row_bytes);
-      const float* kt;
-      const float* vt;
-      kv_tile<T>(a, sc, p0, tile_n, widen_tile<T>, widen_tile_i8, &kt, &vt, next);
-      for (int i = 0; i < nr; ++i) {
-        const int n = visible(i) - p0 < tile_n ? visible(i) - p0 : tile_n;
-        if (n <= 0) continue;
-        const int r = r0 + i;
-        const bool pf = T == DType::F32 && i == 0;
-        scores(a.q + (r / a.group) * a.q_stride + (r % a.group) * hd, kt, pf ? next.k : nullptr, n,
-               hd, a.scale, s);
-        __m256 mx = _mm256_set1_ps(-INFINITY);
-        for (int j = 0; j < n; j += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + j));
-        const float tile_max = hmax256(mx);
-        const float m_new = tile_max > m[i] ? tile_max : m[i];
-        float* o = acc + i * hd;
-        if (m_new > m[i]) {
-          const __m256 c = exp256(_mm256_set1_ps(m[i] - m_new));
-          l[i] *= _mm256_cvtss_f32(c);
-          for (int d = 0; d < hd; d += 8)
-            _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_loadu_ps(o + d), c));
-          m[i] = m_new;
-        }
-        __m256 sum = _mm256_setzero_ps();
-        for (int j = 0; j < n; j += 8) {
-          const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + j), _mm256_set1_ps(m_new)));
-          sum = _mm256_add_ps(sum, e);
-          _mm256_storeu_ps(s + j, e);
-        }
-        l[i] += hsum256(sum);
-        accumulate_v(s, vt, pf ? next.v : nullptr, n, hd, o);
-      }
-    }
-    for (int i = 0; i < nr; ++i) {
-      const int r = r0 + i;
-      float* out = out_row(i);
-      if (a.ml) {  // a partial range: the caller merges and normalises
-        a.ml[2 * r] = m[i], a.ml[2 * r + 1] = l[i];
-        std::memcpy(out, acc + i * hd, size_t(hd) * 4);
-        continue;
-      }
-      const __m256 inv = _mm256_set1_ps(1.f / l[i]);
-      for (int d = 0; d < hd; d += 8)
-        _mm256_storeu_ps(out + d, _mm256_mul_ps(_mm256_loadu_ps(acc + i * hd + d), inv));
-    }
+    attend_each_row<T>(a, sc, r0, nr, visible, out_row);
   }
 }
 

@@ -407,6 +407,85 @@ void attend_rows(const AttentionArgs& a, const AttnScratch& b, Q q, End end, Til
   for (int i = 0; i < R; ++i) store_block_row(a, r0 + i, out(i), ms[i], ls[i], b.acc + i, R);
 }
 
+// Rows [r0, r0 + nr) one by one (decode, and blocks short of kRows rows), two at a time where
+// two heads of one token share the keys; q_row, visible and out_row as for attend_rows.
+template <DType T, class Q, class End, class Out>
+void attend_each_row(const AttentionArgs& a, const AttnScratch& sc, int r0, int nr, Q q_row,
+                     End visible, Out out_row) {
+  const int hd = a.head_dim;
+  float *acc = sc.acc, *m = sc.m, *l = sc.l, *s = sc.s;
+  for (int i = 0; i < nr; ++i) {
+    m[i] = -INFINITY;
+    l[i] = 0.f;
+    std::memset(acc + i * hd, 0, size_t(hd) * 4);
+  }
+  const int n_pos = visible(nr - 1);
+  const int64_t row_bytes = int64_t(hd) * kKVElemBytes<T>;
+  constexpr bool kI8 = T == DType::I8;
+  // An I8 cache's key factors go into the queries once (scratch qt holds the scaled rows).
+  auto query = [&](int i) -> const float* {
+    if (!kI8) return q_row(i);
+    return sc.qt + int64_t(i) * hd;
+  };
+  if (kI8)
+    for (int i = 0; i < nr; ++i)
+      for (int d = 0; d < hd; ++d)
+        sc.qt[int64_t(i) * hd + d] = q_row(i)[d] * (a.k_factor ? a.k_factor[d] : 1.f);
+  for (int p0 = a.kv_begin, tile_n; p0 < n_pos; p0 += tile_n) {
+    tile_n = std::min({n_pos - p0, kTile, a.paging.run(p0)});
+    const void* kt = a.paging.row(a.k, p0, row_bytes);
+    const void* vt = a.paging.row(a.v, p0, row_bytes);
+    const float* ks = kI8 ? static_cast<const float*>(a.paging.row(a.k_scale, p0, 4)) : nullptr;
+    const float* vs = kI8 ? static_cast<const float*>(a.paging.row(a.v_scale, p0, 4)) : nullptr;
+    const int p1 = p0 + tile_n;
+    const NextRows next = next_rows(a, p1, n_pos, row_bytes);
+    if (kI8 && p1 < n_pos) {
+      prefetch_l2(a.paging.row(a.k_scale, p1, 4));
+      prefetch_l2(a.paging.row(a.v_scale, p1, 4));
+    }
+    for (int i = 0; i < nr;) {
+      const int n = visible(i) - p0 < tile_n ? visible(i) - p0 : tile_n;
+      if (n <= 0) {
+        ++i;
+        continue;
+      }
+      float* s0 = s;
+      float* s1 = s + kTile;
+      // The first rows' products prefetch the next rows; the others find them there.
+      const void* pk = i == 0 ? next.k : nullptr;
+      const void* pv = i == 0 ? next.v : nullptr;
+      if (i + 1 < nr && visible(i + 1) == visible(i)) {
+        // Two heads of one token (GQA) see the same keys: share the K and V loads.
+        scores2<T>(query(i), query(i + 1), kt, pk, n, hd, a.scale, ks, s0, s1);
+        for (int j = n; j < (n + 15) / 16 * 16; ++j) s0[j] = s1[j] = -INFINITY;
+        softmax_tile(s0, n, hd, m + i, l + i, acc + i * hd);
+        softmax_tile(s1, n, hd, m + i + 1, l + i + 1, acc + (i + 1) * hd);
+        if (kI8) value_scales(vs, n, s0, s1);
+        accumulate_v2<T>(s0, s1, vt, n, hd, acc + i * hd, acc + (i + 1) * hd, pv);
+        i += 2;
+      } else {
+        scores<T>(query(i), kt, pk, n, hd, a.scale, ks, s0);
+        softmax_tile(s0, n, hd, m + i, l + i, acc + i * hd);
+        if (kI8) value_scales(vs, n, s0, nullptr);
+        accumulate_v<T>(s0, vt, n, hd, acc + i * hd);
+        ++i;
+      }
+    }
+  }
+  for (int i = 0; i < nr; ++i) {
+    const int r = r0 + i;
+    float* out = out_row(i);
+    if (a.ml) {  // a partial range: the caller merges and normalises
+      a.ml[2 * r] = m[i], a.ml[2 * r + 1] = l[i];
+      std::memcpy(out, acc + i * hd, size_t(hd) * 4);
+      continue;
+    }
+    const __m512 inv = _mm512_set1_ps(1.f / l[i]);
+    for (int d = 0; d < hd; d += 16)
+      _mm512_storeu_ps(out + d, _mm512_mul_ps(_mm512_loadu_ps(acc + i * hd + d), inv));
+  }
+}
+
 template <DType T>
 void attention_avx512(const AttentionArgs& a) {
   const int hd = a.head_dim;
@@ -415,7 +494,6 @@ void attention_avx512(const AttentionArgs& a) {
     return;
   }
   const AttnScratch sc(a.scratch, hd);
-  float *acc = sc.acc, *m = sc.m, *l = sc.l, *s = sc.s;
   static_assert(kRows == 16, "a block is one or two vectors of rows");
   const int n_rows = a.n_tok * a.group;
   // A block's widening prefetches the rows after its tile (next_rows) as a decode row's reading
@@ -448,76 +526,7 @@ void attention_avx512(const AttentionArgs& a) {
       }
       continue;
     }
-    for (int i = 0; i < nr; ++i) {
-      m[i] = -INFINITY;
-      l[i] = 0.f;
-      std::memset(acc + i * hd, 0, size_t(hd) * 4);
-    }
-    const int n_pos = visible(nr - 1);
-    const int64_t row_bytes = int64_t(hd) * kKVElemBytes<T>;
-    constexpr bool kI8 = T == DType::I8;
-    // An I8 cache's key factors go into the queries once (scratch qt holds the scaled rows).
-    auto query = [&](int i) -> const float* {
-      if (!kI8) return q_row(i);
-      return sc.qt + int64_t(i) * hd;
-    };
-    if (kI8)
-      for (int i = 0; i < nr; ++i)
-        for (int d = 0; d < hd; ++d)
-          sc.qt[int64_t(i) * hd + d] = q_row(i)[d] * (a.k_factor ? a.k_factor[d] : 1.f);
-    for (int p0 = a.kv_begin, tile_n; p0 < n_pos; p0 += tile_n) {
-      tile_n = std::min({n_pos - p0, kTile, a.paging.run(p0)});
-      const void* kt = a.paging.row(a.k, p0, row_bytes);
-      const void* vt = a.paging.row(a.v, p0, row_bytes);
-      const float* ks = kI8 ? static_cast<const float*>(a.paging.row(a.k_scale, p0, 4)) : nullptr;
-      const float* vs = kI8 ? static_cast<const float*>(a.paging.row(a.v_scale, p0, 4)) : nullptr;
-      const int p1 = p0 + tile_n;
-      const NextRows next = next_rows(a, p1, n_pos, row_bytes);
-      if (kI8 && p1 < n_pos) {
-        prefetch_l2(a.paging.row(a.k_scale, p1, 4));
-        prefetch_l2(a.paging.row(a.v_scale, p1, 4));
-      }
-      for (int i = 0; i < nr;) {
-        const int n = visible(i) - p0 < tile_n ? visible(i) - p0 : tile_n;
-        if (n <= 0) {
-          ++i;
-          continue;
-        }
-        float* s0 = s;
-        float* s1 = s + kTile;
-        // The first rows' products prefetch the next rows; the others find them there.
-        const void* pk = i == 0 ? next.k : nullptr;
-        const void* pv = i == 0 ? next.v : nullptr;
-        if (i + 1 < nr && visible(i + 1) == visible(i)) {
-          // Two heads of one token (GQA) see the same keys: share the K and V loads.
-          scores2<T>(query(i), query(i + 1), kt, pk, n, hd, a.scale, ks, s0, s1);
-          for (int j = n; j < (n + 15) / 16 * 16; ++j) s0[j] = s1[j] = -INFINITY;
-          softmax_tile(s0, n, hd, m + i, l + i, acc + i * hd);
-          softmax_tile(s1, n, hd, m + i + 1, l + i + 1, acc + (i + 1) * hd);
-          if (kI8) value_scales(vs, n, s0, s1);
-          accumulate_v2<T>(s0, s1, vt, n, hd, acc + i * hd, acc + (i + 1) * hd, pv);
-          i += 2;
-        } else {
-          scores<T>(query(i), kt, pk, n, hd, a.scale, ks, s0);
-          softmax_tile(s0, n, hd, m + i, l + i, acc + i * hd);
-          if (kI8) value_scales(vs, n, s0, nullptr);
-          accumulate_v<T>(s0, vt, n, hd, acc + i * hd);
-          ++i;
-        }
-      }
-    }
-    for (int i = 0; i < nr; ++i) {
-      const int r = r0 + i;
-      float* out = out_row(i);
-      if (a.ml) {  // a partial range: the caller merges and normalises
-        a.ml[2 * r] = m[i], a.ml[2 * r + 1] = l[i];
-        std::memcpy(out, acc + i * hd, size_t(hd) * 4);
-        continue;
-      }
-      const __m512 inv = _mm512_set1_ps(1.f / l[i]);
-      for (int d = 0; d < hd; d += 16)
-        _mm512_storeu_ps(out + d, _mm512_mul_ps(_mm512_loadu_ps(acc + i * hd + d), inv));
-    }
+    attend_each_row<T>(a, sc, r0, nr, q_row, visible, out_row);
   }
 }
 

@@ -7,14 +7,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <functional>
 #include <map>
 #include <thread>
 
 #include "backends/cpu/compiled.h"
 #include "backends/cpu/ops.h"
-#include "backends/cpu/q4_panel.h"
-#include "backends/cpu/q8_panel.h"
+#include "backends/cpu/place_weights.h"
 #include "core/error.h"
 #include "core/huge_pages.h"
 
@@ -263,357 +261,205 @@ bool CpuBackend::supports_op(const Graph& g, const Node& n) const {
   }
 }
 
+namespace {
+
+// Norm weights are widened to f32 once; they are small.
+void widen_norm(const Graph& g, CpuCompiled& cg, int id) {
+  if (id < 0 || cg.norm_w[size_t(id)]) return;
+  const Tensor& w = g.tensors()[size_t(id)].weight;
+  cg.norm_store.emplace_back(size_t(w.numel()));
+  to_f32(w.dtype, w.data, cg.norm_store.back().data(), size_t(w.numel()));
+  cg.norm_w[size_t(id)] = cg.norm_store.back().data();
+}
+
+void use_rope(CpuCompiled& cg, int head_dim, double theta) {
+  std::vector<double> f(size_t(head_dim / 2));
+  for (size_t i = 0; i < f.size(); ++i) f[i] = std::pow(theta, -2.0 * double(i) / head_dim);
+  if (cg.rope_head_dim && (cg.rope_head_dim != head_dim || f != cg.inv_freq))
+    fail("cpu backend: every rope node must share head_dim and theta");
+  cg.rope_head_dim = head_dim;
+  cg.inv_freq = f;
+}
+
+// Places activations with reuse: a tensor's block is free again after the last step reading it.
+// Tensors that fusion keeps in registers (a norm's output, a matmul's output before its epilogue)
+// are never written and get no memory.
+void place_activations(const Graph& g, CpuCompiled& cg) {
+  const auto& ts = g.tensors();
+  cg.offset.assign(ts.size(), SIZE_MAX);
+  std::vector<int> last_use(ts.size(), -1);
+  std::vector<int> reads, writes;
+  for (size_t i = 0; i < cg.steps.size(); ++i) {
+    step_io(g, cg.steps[i], reads, writes);
+    for (int id : reads) last_use[size_t(id)] = int(i);
+  }
+  auto bytes_of = [&](const GraphTensor& t) {
+    size_t rows = size_t(t.rows == Rows::Tokens ? cg.max_tokens : cg.max_outputs);
+    return (rows * size_t(t.cols) * 4 + kAlign - 1) / kAlign * kAlign;
+  };
+  std::multimap<size_t, size_t> free_blocks;  // size -> offset
+  size_t top = 0;
+  for (size_t i = 0; i < cg.steps.size(); ++i) {
+    step_io(g, cg.steps[i], reads, writes);
+    for (int out : writes) {
+      if (out == g.output || ts[size_t(out)].kind != TensorKind::Activation ||
+          cg.offset[size_t(out)] != SIZE_MAX)
+        continue;
+      const size_t need = bytes_of(ts[size_t(out)]);
+      auto it = free_blocks.lower_bound(need);
+      if (it != free_blocks.end()) {
+        cg.offset[size_t(out)] = it->second;
+        if (it->first > need) free_blocks.emplace(it->first - need, it->second + need);
+        free_blocks.erase(it);
+      } else {
+        cg.offset[size_t(out)] = top;
+        top += need;
+      }
+      if (last_use[size_t(out)] < 0) last_use[size_t(out)] = int(i);  // written, never read
+    }
+    for (int id : reads) {
+      if (last_use[size_t(id)] != int(i) || cg.offset[size_t(id)] == SIZE_MAX ||
+          std::find(writes.begin(), writes.end(), id) != writes.end())
+        continue;
+      free_blocks.emplace(bytes_of(ts[size_t(id)]), cg.offset[size_t(id)]);
+      last_use[size_t(id)] = -2;  // freed once
+    }
+  }
+  cg.arena.alloc(top, "activations");
+}
+
+}  // namespace
+
+// What the steps' scratch must hold, learnt while their inputs are placed.
+struct ScratchNeeds {
+  int64_t max_k = 0, max_norm = 0, max_hd = 0, max_qmm = 0, max_group = 0;
+  bool moe_native = false;  // an MoE step runs its experts on the matmul kernels
+};
+
 std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_tokens,
                                                    int max_outputs) {
   auto cg = std::make_unique<CpuCompiled>();
   cg->graph = &g;
   cg->max_tokens = max_tokens;
   cg->max_outputs = max_outputs;
-  const auto& ts = g.tensors();
-  const auto& nodes = g.nodes();
-  for (const Node& n : nodes)
+  for (const Node& n : g.nodes())
     if (!supports_op(g, n)) fail("cpu backend: op ", op_name(n.op), " is not supported");
   cg->steps = plan_steps(g);
   note_linear_steps(g, cg->steps);
-  cg->norm_w.assign(ts.size(), nullptr);
-  cg->k_factor.assign(ts.size(), nullptr);
-  cg->ptr.assign(ts.size(), nullptr);
-  cg->weight.assign(ts.size(), Tensor());
-  cg->w_il.assign(ts.size(), nullptr);
+  const size_t n_tensors = g.tensors().size();
+  cg->norm_w.assign(n_tensors, nullptr);
+  cg->k_factor.assign(n_tensors, nullptr);
+  cg->ptr.assign(n_tensors, nullptr);
+  cg->weight.assign(n_tensors, Tensor());
+  cg->w_il.assign(n_tensors, nullptr);
+  WeightPlacer weights(g, *cg, pool_, weight_copies_.get(), kernels_);
+  const ScratchNeeds need = place_step_inputs(g, *cg, weights);
+  weights.place_embed_tables();
+  place_activations(g, *cg);
+  alloc_step_buffers(*cg, need);
+  return cg;
+}
 
-  // The weights linear steps read: the model's, or private huge-page copies. BF16 ones are packed a
-  // group of rows at a time (pack_rows) for the AVX-512 and AVX2 decode kernels and the AVX-512
-  // bf16 GEMM, and the library GEMMs unpack their blocks; Q8 and Q4 ones are panels (q4_panel.h),
-  // which decode and the int8 GEMM read as they are.
-  // A screen's layout is part of its key: backends of different ISAs may share the store.
-  enum Layout : int {
-    kVerbatim = 0,
-    kPacked = 1,
-    kScreen = 2,
-    kScreenPanel = 3,
-    kQ4Panel = 4,
-    kQ8Panel = 5
+// Each step's weights, norm weights, key factors and rope tables, and the LM head's screen.
+ScratchNeeds CpuBackend::place_step_inputs(const Graph& g, CpuCompiled& cg, WeightPlacer& weights) {
+  const auto& ts = g.tensors();
+  ScratchNeeds need;
+  auto matmul_input = [&](const Tensor& w) {
+    need.max_k = std::max(need.max_k, w.cols());
+    if (w.quantized())
+      need.max_qmm = std::max(need.max_qmm, quant_matmul_scratch_floats(w.cols(), cg.max_tokens));
   };
-  // A tied LM head is also the embedding table: the Embed step then reads the head's copy (one
-  // row per token, unpacked if packed), so the model's mapping of it is handed back as any other
-  // weight's, and the head, read whole by every sampled token the screen cannot spare, streams
-  // from packed huge pages as every other matmul does, not from the mapping's 4 KiB pages.
-  // Copies are made by every thread: the copy, and the kernel's zeroing of the fresh huge pages
-  // it faults in, were most of a load on one core.
-  auto in_parallel = [&](int64_t n, int64_t align, const std::function<void(int64_t, int64_t)>& f) {
-    pool_.run([&](int tid, int nth) {
-      int64_t b, e;
-      ThreadPool::split(n, tid, nth, align, &b, &e);
-      if (b < e) f(b, e);
-    });
-  };
-  // A copy's source is handed back slice by slice as it is copied, so that a large tensor (an LM
-  // head) is not in memory twice at the end of its copy: the load's peak RSS.
-  constexpr int64_t kSliceBytes = int64_t(8) << 20;
-  auto copy_handing_back = [&](const void* src, int64_t n, int64_t unit_bytes, int64_t align,
-                               const std::function<void(int64_t, int64_t)>& copy) {
-    const int64_t slice = std::max<int64_t>(align, kSliceBytes / unit_bytes / align * align);
-    in_parallel(n, align, [&](int64_t b, int64_t e) {
-      for (int64_t s = b; s < e; s += slice) {
-        const int64_t s1 = std::min(e, s + slice);
-        copy(s, s1);
-        weight_copies_->hand_back(static_cast<const uint8_t*>(src) + s * unit_bytes,
-                                  size_t((s1 - s) * unit_bytes));
+  for (const Step& s : cg.steps) {
+    if (s.kind == Step::Kind::Node) {
+      const Node& n = g.nodes()[size_t(s.node)];
+      if (n.op == Op::RmsNorm || n.op == Op::HeadRmsNorm) widen_norm(g, cg, n.in[1]);
+      if (n.op == Op::Attention) need.max_hd = std::max<int64_t>(need.max_hd, n.p.head_dim);
+      if (n.op == Op::Rope) use_rope(cg, n.p.head_dim, n.p.rope_theta);
+      if (n.op == Op::MoE) {
+        alloc_moe_buffers(cg, n, cg.max_tokens);
+        // Experts run on the matmul kernels for all of their rows (no GEMM library), from copies
+        // placed as the linear steps' are (decode reads 8 of 128 experts' scattered matrices:
+        // packed rows in huge pages, not the mapping's 4 KiB pages).
+        need.moe_native = true;
+        weights.place(n.in[1], false);
+        for (int e = 0; e < 3 * n.p.n_experts; ++e) weights.place(n.in[2] + e, false);
+        for (int id : {n.in[1], n.in[2], n.in[2] + 2}) matmul_input(ts[size_t(id)].weight);
       }
-    });
-  };
-  // Every maker below hands its source back this way, so the store need not again (release).
-  constexpr bool kSelfReleased = false;
-  auto copy_in_parallel = [&](void* dst, const void* src, size_t bytes) {
-    copy_handing_back(src, int64_t(bytes), 1, 4096, [&](int64_t b, int64_t e) {
-      std::memcpy(static_cast<uint8_t*>(dst) + b, static_cast<const uint8_t*>(src) + b,
-                  size_t(e - b));
-    });
-  };
-  // Q4 and Q8 panels (q4_panel.h, q8_panel.h) hold a matrix's codes and scales both, so both
-  // sources go back.
-  auto make_panel = [&](const Tensor& w, void* dst) {
-    const int64_t k = w.cols(), ng = k / w.group_size, row_bytes = int64_t(w.nbytes) / w.rows();
-    const auto* codes = static_cast<const uint8_t*>(w.data);
-    const auto* scales = static_cast<const uint16_t*>(w.scales);
-    const int64_t slice = std::max<int64_t>(kQ4PanelRows, kSliceBytes / row_bytes / 16 * 16);
-    in_parallel(w.rows(), kQ4PanelRows, [&](int64_t b, int64_t e) {
-      for (int64_t s = b; s < e; s += slice) {
-        const int64_t s1 = std::min(e, s + slice);
-        pack_panel(w.dtype, codes, scales, k, w.group_size, s, s1, static_cast<uint8_t*>(dst));
-        weight_copies_->hand_back(codes + s * row_bytes, size_t((s1 - s) * row_bytes));
-        weight_copies_->hand_back(scales + s * ng, size_t((s1 - s) * ng * 2));
+    } else if (s.kind == Step::Kind::Linear) {
+      widen_norm(g, cg, s.lin.norm_w);
+      for (const auto& p : s.lin.parts) {
+        weights.place(p.w, s.lin.logits);
+        matmul_input(ts[size_t(p.w)].weight);
       }
-    });
-  };
-  // logits: an LM head, whose screen (a Q8 head's) reads its scales row-major.
-  auto use_weight = [&](int id, bool logits, bool pack_ok = true) {
-    Tensor w = ts[size_t(id)].weight;
-    const bool place = weight_copies_ && cg->weight[size_t(id)].empty();
-    const bool panel = reads_panel(kernels_, w), q8 = w.dtype == DType::Q8;
-    if (place && pack_ok && panel && q4_panel_fits(w.rows(), w.cols(), w.group_size)) {
-      // w keeps pointing at the mapping: only rows outside whole groups read it (never, with the
-      // 16-row splits of the steps).
-      const int64_t bytes = panel_bytes(w.dtype, w.rows(), w.cols(), w.group_size);
-      cg->w_il[size_t(id)] = weight_copies_->get(
-          w.data, q8 ? kQ8Panel : kQ4Panel, size_t(bytes), [&](void* dst) { make_panel(w, dst); },
-          kSelfReleased);
-      if (q8 && logits) {
-        const size_t scale_bytes = size_t(w.rows() * (w.cols() / w.group_size)) * 2;
-        w.scales = weight_copies_->get(
-            w.scales, kVerbatim, scale_bytes,
-            [&](void* dst) { copy_in_parallel(dst, w.scales, scale_bytes); }, kSelfReleased);
+      if (s.lin.norm_w >= 0) need.max_norm = std::max(need.max_norm, ts[size_t(s.lin.x)].cols);
+      if (s.lin.logits) cg.argmax_fused = true;
+      if (s.lin.logits && s.lin.parts.size() == 1) place_head_screen(cg, weights, s);
+    } else {
+      const AttentionStep& a = s.att;
+      widen_norm(g, cg, a.q_norm);
+      widen_norm(g, cg, a.k_norm);
+      if (a.k_norm >= 0 && !cg.k_factor[size_t(a.k_norm)]) {
+        cg.k_factor_store.push_back(kv_key_factors(cg.norm_w[size_t(a.k_norm)], a.p.head_dim));
+        cg.k_factor[size_t(a.k_norm)] = cg.k_factor_store.back().data();
       }
-    } else if (place) {
-      const size_t scale_bytes =
-          w.quantized() ? size_t(w.rows() * (w.cols() / w.group_size)) * 2 : 0;
-      const int64_t row_bytes = int64_t(w.nbytes) / std::max<int64_t>(w.rows(), 1);
-      // The AVX-512 and AVX2 kernels read BF16 packed (kPackBf16); a quantized matrix the panels
-      // do not fit is copied as it is, like every other.
-      const bool packed = pack_ok && (kernels_.isa == Isa::Avx512 || kernels_.isa == Isa::Avx2) &&
-                          w.dtype == DType::BF16 && pack_fits(kPackBf16, w.rows(), row_bytes);
-      if (packed)
-        cg->w_il[size_t(id)] = weight_copies_->get(
-            w.data, kPacked, w.nbytes,
-            [&](void* dst) {
-              copy_handing_back(
-                  w.data, w.rows(), row_bytes, kPackBf16.rows, [&](int64_t b, int64_t e) {
-                    kernels_.pack_bf16(static_cast<const uint8_t*>(w.data) + b * row_bytes, e - b,
-                                       w.cols(), static_cast<uint8_t*>(dst) + b * row_bytes);
-                  });
-            },
-            kSelfReleased);
-      else
-        w.data = weight_copies_->get(
-            w.data, kVerbatim, w.nbytes,
-            [&](void* dst) { copy_in_parallel(dst, w.data, w.nbytes); }, kSelfReleased);
-      if (scale_bytes)
-        w.scales = weight_copies_->get(
-            w.scales, kVerbatim, scale_bytes,
-            [&](void* dst) { copy_in_parallel(dst, w.scales, scale_bytes); }, kSelfReleased);
-    }
-    cg->weight[size_t(id)] = w;
-  };
-
-  // A BF16 LM head gets a Q8 screen beside the weight copies, for greedy decoding, and a Q8 head
-  // one of its codes' high bits where a kernel reads it (head_screen.h).
-  int64_t max_screen = 0;
-  auto use_screen = [&](int id) {
-    const Tensor& w = ts[size_t(id)].weight;
-    if (!weight_copies_ || !screenable(w) || cg->screen_w >= 0) return;
-    if (w.dtype == DType::Q8 && !kernels_.screen_q8) return;
-    // A BF16 head's Q8 copy is read by matmul_q8: as panels where it reads them (the layout is
-    // part of the store's key).
-    const ScreenLayout pk = kernels_.q8_panel && q8_panel_fits(w.rows(), w.cols(), kScreenGroup)
-                                ? ScreenLayout::kPanel
-                                : ScreenLayout::kRows;
-    // The screen is made from the model's mapping of the head: a copied head's pages, handed
-    // back when its copy was made, are read in again and go back once more, slice by slice.
-    const void* mem = weight_copies_->get(
-        w.data, pk == ScreenLayout::kRows ? kScreen : kScreenPanel, head_screen_bytes(w),
-        [&](void* dst) {
-          copy_handing_back(w.data, w.rows(), int64_t(w.nbytes) / w.rows(), kQ4PanelRows,
-                            [&](int64_t b, int64_t e) { build_head_screen(w, pk, dst, b, e); });
-          if (w.quantized())
-            weight_copies_->hand_back(w.scales, size_t(w.rows() * (w.cols() / w.group_size)) * 2);
-        },
-        kSelfReleased);
-    cg->screen = head_screen_view(w, pk, mem);
-    cg->screen_w = id;
-    cg->screen_policy = ScreenPolicy(screen_rule_);
-    // Room for every row of the longest range a thread screens (argmax_screened's split).
-    for (int t = 0; t < pool_.size(); ++t) {
-      int64_t b, e;
-      ThreadPool::split(w.rows(), t, pool_.size(), 16, &b, &e);
-      cg->screen_cap = std::max(cg->screen_cap, e - b);
-    }
-    cg->screen_cand.alloc(size_t(pool_.size()) * size_t(cg->screen_cap) * sizeof(ScreenCandidate),
-                          "LM head screen candidates");
-    const double scale_bytes = w.quantized() ? double(w.rows() * (w.cols() / w.group_size)) * 2 : 0;
-    screen_stats_.head_bytes = double(w.nbytes) + scale_bytes;
-    screen_stats_.screen_bytes = double(head_screen_read_bytes(w));
-    screen_stats_.row_bytes = screen_stats_.head_bytes / double(w.rows());
-    // The screen's own activations after the head kernel's (argmax_screened).
-    cg->screen_scratch = quant_matmul_scratch_floats(w.cols(), 1);
-    max_screen = 2 * cg->screen_scratch;
-  };
-
-  // Norm weights are widened to f32 once; they are small.
-  auto widen_norm = [&](int id) {
-    if (id < 0 || cg->norm_w[size_t(id)]) return;
-    const Tensor& w = ts[size_t(id)].weight;
-    cg->norm_store.emplace_back(size_t(w.numel()));
-    to_f32(w.dtype, w.data, cg->norm_store.back().data(), size_t(w.numel()));
-    cg->norm_w[size_t(id)] = cg->norm_store.back().data();
-  };
-  auto use_rope = [&](int head_dim, double theta) {
-    std::vector<double> f(size_t(head_dim / 2));
-    for (size_t i = 0; i < f.size(); ++i) f[i] = std::pow(theta, -2.0 * double(i) / head_dim);
-    if (cg->rope_head_dim && (cg->rope_head_dim != head_dim || f != cg->inv_freq))
-      fail("cpu backend: every rope node must share head_dim and theta");
-    cg->rope_head_dim = head_dim;
-    cg->inv_freq = f;
-  };
-  int64_t max_k = 0, max_norm = 0, max_hd = 0, max_qmm = 0, max_group = 0;
-  bool moe_native = false;
-  for (const Step& s : cg->steps) {
-    switch (s.kind) {
-      case Step::Kind::Node: {
-        const Node& n = nodes[size_t(s.node)];
-        if (n.op == Op::RmsNorm || n.op == Op::HeadRmsNorm) widen_norm(n.in[1]);
-        if (n.op == Op::Attention) max_hd = std::max<int64_t>(max_hd, n.p.head_dim);
-        if (n.op == Op::Rope) use_rope(n.p.head_dim, n.p.rope_theta);
-        if (n.op == Op::MoE) {
-          alloc_moe_buffers(*cg, n, max_tokens);
-          // Experts run on the matmul kernels for all of their rows (no GEMM library), from
-          // copies placed as the linear steps' are (decode reads 8 of 128 experts' scattered
-          // matrices: packed rows in huge pages, not the mapping's 4 KiB pages).
-          moe_native = true;
-          use_weight(n.in[1], false);
-          for (int e = 0; e < 3 * n.p.n_experts; ++e) use_weight(n.in[2] + e, false);
-          for (int id : {n.in[1], n.in[2], n.in[2] + 2}) {
-            const Tensor& w = ts[size_t(id)].weight;
-            max_k = std::max(max_k, w.cols());
-            if (w.quantized())
-              max_qmm = std::max(max_qmm, quant_matmul_scratch_floats(w.cols(), max_tokens));
-          }
-        }
-        break;
-      }
-      case Step::Kind::Linear:
-        widen_norm(s.lin.norm_w);
-        for (const auto& p : s.lin.parts) {
-          use_weight(p.w, s.lin.logits);
-          const Tensor& w = ts[size_t(p.w)].weight;
-          max_k = std::max(max_k, w.cols());
-          if (w.quantized())
-            max_qmm = std::max(max_qmm, quant_matmul_scratch_floats(w.cols(), max_tokens));
-        }
-        if (s.lin.norm_w >= 0) max_norm = std::max(max_norm, ts[size_t(s.lin.x)].cols);
-        if (s.lin.logits) cg->argmax_fused = true;
-        if (s.lin.logits && s.lin.parts.size() == 1) {
-          use_screen(s.lin.parts[0].w);
-          // Timed only where it is the last step (run() times it to the pool's return).
-          const size_t i = size_t(&s - cg->steps.data());
-          if (cg->screen_w == s.lin.parts[0].w && i + 1 == cg->steps.size()) cg->head_step = i;
-          if (cg->screen_w >= 0 && cg->head_step == SIZE_MAX &&
-              screen_rule_ == ScreenPolicy::Rule::Timed)
-            cg->screen_policy = ScreenPolicy(ScreenPolicy::Rule::Always);
-        }
-        break;
-      case Step::Kind::Attention: {
-        const AttentionStep& a = s.att;
-        widen_norm(a.q_norm);
-        widen_norm(a.k_norm);
-        if (a.k_norm >= 0 && !cg->k_factor[size_t(a.k_norm)]) {
-          cg->k_factor_store.push_back(kv_key_factors(cg->norm_w[size_t(a.k_norm)], a.p.head_dim));
-          cg->k_factor[size_t(a.k_norm)] = cg->k_factor_store.back().data();
-        }
-        max_hd = std::max<int64_t>(max_hd, a.p.head_dim);
-        max_group = std::max<int64_t>(max_group, a.p.n_heads / a.p.n_kv_heads);
-        if (a.rope_q || a.rope_k) use_rope(a.p.head_dim, a.p.rope_theta);
-        break;
-      }
+      need.max_hd = std::max<int64_t>(need.max_hd, a.p.head_dim);
+      need.max_group = std::max<int64_t>(need.max_group, a.p.n_heads / a.p.n_kv_heads);
+      if (a.rope_q || a.rope_k) use_rope(cg, a.p.head_dim, a.p.rope_theta);
     }
   }
-  // The Embed step of a tied LM head reads the head's copy (the tensors differ, the data is one);
-  // any other table gets its own.
-  for (const Node& n : nodes) {
-    if (n.op != Op::Embed) continue;
-    const size_t table = size_t(n.in[0]);
-    for (size_t id = 0; id < ts.size(); ++id)
-      if (id != table && !cg->weight[id].empty() && ts[id].weight.data == ts[table].weight.data &&
-          ts[id].weight.nbytes == ts[table].weight.nbytes)
-        cg->weight[table] = cg->weight[id], cg->w_il[table] = cg->w_il[id];
-    // An untied table is copied as it is (a step reads whole rows of it). Left in the mapping,
-    // each token not seen before faults its row in, and once the load has streamed the weights
-    // through the page cache that is a read from the disk: a 30B-A3B decode step on a VM waited
-    // ~3 ms for one.
-    if (cg->weight[table].empty()) use_weight(int(table), false, false);
-  }
+  return need;
+}
 
-  // Place activations with reuse: a tensor's block is free again after the last step reading it.
-  // Tensors that fusion keeps in registers (a norm's output, a matmul's output before its
-  // epilogue) are never written and get no memory.
-  cg->offset.assign(ts.size(), SIZE_MAX);
-  std::vector<int> last_use(ts.size(), -1);
-  std::vector<int> reads, writes;
-  for (size_t i = 0; i < cg->steps.size(); ++i) {
-    step_io(g, cg->steps[i], reads, writes);
-    for (int id : reads) last_use[size_t(id)] = int(i);
-  }
-  auto bytes_of = [&](const GraphTensor& t) {
-    size_t rows = size_t(t.rows == Rows::Tokens ? max_tokens : max_outputs);
-    return (rows * size_t(t.cols) * 4 + kAlign - 1) / kAlign * kAlign;
-  };
-  std::multimap<size_t, size_t> free_blocks;  // size -> offset
-  size_t top = 0;
-  for (size_t i = 0; i < cg->steps.size(); ++i) {
-    step_io(g, cg->steps[i], reads, writes);
-    for (int out : writes) {
-      if (out == g.output || ts[size_t(out)].kind != TensorKind::Activation ||
-          cg->offset[size_t(out)] != SIZE_MAX)
-        continue;
-      const size_t need = bytes_of(ts[size_t(out)]);
-      auto it = free_blocks.lower_bound(need);
-      if (it != free_blocks.end()) {
-        cg->offset[size_t(out)] = it->second;
-        if (it->first > need) free_blocks.emplace(it->first - need, it->second + need);
-        free_blocks.erase(it);
-      } else {
-        cg->offset[size_t(out)] = top;
-        top += need;
-      }
-      if (last_use[size_t(out)] < 0) last_use[size_t(out)] = int(i);  // written, never read
-    }
-    for (int id : reads) {
-      if (last_use[size_t(id)] != int(i) || cg->offset[size_t(id)] == SIZE_MAX ||
-          std::find(writes.begin(), writes.end(), id) != writes.end())
-        continue;
-      free_blocks.emplace(bytes_of(ts[size_t(id)]), cg->offset[size_t(id)]);
-      last_use[size_t(id)] = -2;  // freed once
-    }
-  }
-  cg->arena.alloc(top, "activations");
+// The screen of linear step s's one LM head, and whether its step is timed (ScreenPolicy).
+void CpuBackend::place_head_screen(CpuCompiled& cg, WeightPlacer& weights, const Step& s) {
+  const int head = s.lin.parts[0].w;
+  weights.place_screen(head, screen_rule_, screen_stats_);
+  // Timed only where it is the last step (run() times it to the pool's return).
+  const size_t i = size_t(&s - cg.steps.data());
+  if (cg.screen_w == head && i + 1 == cg.steps.size()) cg.head_step = i;
+  if (cg.screen_w >= 0 && cg.head_step == SIZE_MAX && screen_rule_ == ScreenPolicy::Rule::Timed)
+    cg.screen_policy = ScreenPolicy(ScreenPolicy::Rule::Always);
+}
 
-  // Shared buffers for long steps, then each thread's scratch.
-  const size_t max_rows = size_t(std::max(max_tokens, max_outputs));
-  if (max_norm > 0) cg->normed.alloc(max_rows * size_t(max_norm) * 4, "normalised activations");
-  if (gemm_kind_ == GemmKind::DnnlBf16)
-    cg->x_bf16.alloc(max_rows * size_t(max_k) * 2, "bf16 input");
-  if (kernels_.quant_prefill && max_qmm > 0)
-    cg->x_i8.alloc(ActsI8::bytes(int64_t(max_rows), max_k), "int8 input");
+// Shared buffers for long steps, then each thread's scratch.
+void CpuBackend::alloc_step_buffers(CpuCompiled& cg, const ScratchNeeds& need) {
+  const size_t max_rows = size_t(std::max(cg.max_tokens, cg.max_outputs));
+  const size_t max_k = size_t(need.max_k), max_norm = size_t(need.max_norm);
+  if (max_norm > 0) cg.normed.alloc(max_rows * max_norm * 4, "normalised activations");
+  if (gemm_kind_ == GemmKind::DnnlBf16) cg.x_bf16.alloc(max_rows * max_k * 2, "bf16 input");
+  if (kernels_.quant_prefill && need.max_qmm > 0)
+    cg.x_i8.alloc(ActsI8::bytes(int64_t(max_rows), int64_t(max_k)), "int8 input");
   const size_t block = size_t(std::max(kBlockRows, gemm_ ? kGemmEpilogueRows : kBlockRows));
   auto round16 = [](size_t n) { return (n + 15) / 16 * 16; };
-  cg->tmp_floats = round16(std::max(block * max_rows, size_t(kEpilogueFloats)));
+  cg.tmp_floats = round16(std::max(block * max_rows, size_t(kEpilogueFloats)));
   size_t at = 0;
-  cg->off_xn = at, at += round16(size_t(kPrivateNormTokens) * size_t(max_norm));
-  cg->off_tmp = at, at += 2 * cg->tmp_floats;
-  cg->off_wide = at, at += gemm_ ? round16(size_t(kGemmBlockRows) * size_t(max_k)) : 0;
-  const bool packed = std::any_of(cg->w_il.begin(), cg->w_il.end(), [](auto p) { return p; });
-  cg->off_unpack = at, at += gemm_ && packed ? round16(size_t(kUnpackRows) * size_t(max_k) / 2) : 0;
+  cg.off_xn = at, at += round16(size_t(kPrivateNormTokens) * max_norm);
+  cg.off_tmp = at, at += 2 * cg.tmp_floats;
+  cg.off_wide = at, at += gemm_ ? round16(size_t(kGemmBlockRows) * max_k) : 0;
+  const bool packed = std::any_of(cg.w_il.begin(), cg.w_il.end(), [](auto p) { return p; });
+  cg.off_unpack = at, at += gemm_ && packed ? round16(size_t(kUnpackRows) * max_k / 2) : 0;
   // The matmul kernels may reorder x for all the tokens of a step that does not reach the GEMM
-  // library (short steps, and steps with quantized weights).
-  const size_t native_rows = gemm_ && max_qmm == 0 && !moe_native
+  // library (short steps, and steps with quantized weights); the screen keeps its own activations
+  // after the head kernel's (argmax_screened).
+  const size_t native_rows = gemm_ && need.max_qmm == 0 && !need.moe_native
                                  ? std::min(max_rows, size_t(gemm_min_tokens_))
                                  : max_rows;
-  cg->off_mm = at,
-  at += round16(std::max({size_t(max_k) * native_rows, size_t(max_qmm), size_t(max_screen)}));
-  cg->off_attn = at, at += max_hd ? round16(size_t(attention_scratch_floats(max_hd))) : 0;
-  cg->per_thread = std::max<size_t>(at, 16);
-  cg->scratch.alloc(cg->per_thread * 4 * size_t(pool_.size()), "scratch");
-  if (cg->rope_head_dim) {
-    size_t n = size_t(max_tokens) * size_t(cg->rope_head_dim / 2) * 4;
-    cg->rope_cos.alloc(n, "rope");
-    cg->rope_sin.alloc(n, "rope");
+  const size_t screen = size_t(2 * cg.screen_scratch);
+  cg.off_mm = at, at += round16(std::max({max_k * native_rows, size_t(need.max_qmm), screen}));
+  cg.off_attn = at, at += need.max_hd ? round16(size_t(attention_scratch_floats(need.max_hd))) : 0;
+  cg.per_thread = std::max<size_t>(at, 16);
+  cg.scratch.alloc(cg.per_thread * 4 * size_t(pool_.size()), "scratch");
+  if (cg.rope_head_dim) {
+    size_t n = size_t(cg.max_tokens) * size_t(cg.rope_head_dim / 2) * 4;
+    cg.rope_cos.alloc(n, "rope");
+    cg.rope_sin.alloc(n, "rope");
   }
-  if (max_group > 0) {
-    cg->attn_part_floats = (max_group * (max_hd + 2) + 15) / 16 * 16;
-    cg->attn_parts.alloc(size_t(cg->attn_part_floats) * 4 * size_t(pool_.size()), "attention");
+  if (need.max_group > 0) {
+    cg.attn_part_floats = (need.max_group * (need.max_hd + 2) + 15) / 16 * 16;
+    cg.attn_parts.alloc(size_t(cg.attn_part_floats) * 4 * size_t(pool_.size()), "attention");
   }
-  cg->best_val.resize(size_t(pool_.size()) * size_t(max_outputs));
-  cg->best_idx.resize(size_t(pool_.size()) * size_t(max_outputs));
-  return cg;
+  cg.best_val.resize(size_t(pool_.size()) * size_t(cg.max_outputs));
+  cg.best_idx.resize(size_t(pool_.size()) * size_t(cg.max_outputs));
 }
 
 KVRoom CpuBackend::kv_room(const Graph& /*g*/) const {
@@ -672,10 +518,71 @@ double CpuBackend::argmax_bytes_saved() const {
          double(all);
 }
 
+namespace {
+
+// The step's activations in the arena, its output in the caller's logits; weights are resolved
+// by the steps themselves (cg.weight).
+void bind_activations(const Graph& g, CpuCompiled& cg, float* logits) {
+  const auto& ts = g.tensors();
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (ts[i].kind == TensorKind::Weight)
+      cg.ptr[i] = nullptr;
+    else if (int(i) == g.output)
+      cg.ptr[i] = logits;
+    else if (cg.offset[i] != SIZE_MAX)
+      cg.ptr[i] = reinterpret_cast<float*>(cg.arena.p.get() + cg.offset[i]);
+  }
+}
+
+// Each row's rotation angles at its sequence's position, in double as the reference takes them.
+void fill_rope(CpuCompiled& cg, const StepInputs& in) {
+  const size_t half = cg.inv_freq.size();
+  for (int s = 0; s < in.n_seqs; ++s)
+    for (int r = 0; r < in.seqs[s].n_rows; ++r) {
+      const size_t t = size_t(in.seqs[s].row0 + r);
+      for (size_t i = 0; i < half; ++i) {
+        const double a = double(in.seqs[s].pos0 + r) * cg.inv_freq[i];
+        cg.rope_cos.f()[t * half + i] = float(std::cos(a));
+        cg.rope_sin.f()[t * half + i] = float(std::sin(a));
+      }
+    }
+}
+
+// A one-token head step of `mode` (ScreenPolicy): its time for the policy, where it is the last
+// step (it ended when the pool returned), and what it read for the bench's bytes per token.
+void record_screened_head(CpuCompiled& cg, int mode, ScreenStats& stats) {
+  if (cg.head_step != SIZE_MAX) {
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::chrono::steady_clock::now() - cg.head_t0);
+    cg.screen_policy.record(mode, int64_t(ns.count()));
+  }
+  if (cg.screen_ran) {
+    ++stats.steps;
+    stats.exact_rows += cg.screen_rows;
+  } else {
+    ++stats.whole_steps;
+  }
+}
+
+// Merges the threads' best logits in thread order: their row ranges ascend, so a strict > keeps
+// the first index of the maximum.
+void merge_argmax(const CpuCompiled& cg, int n_out, int threads, int32_t* argmax) {
+  for (int t = 0; t < n_out; ++t) {
+    float best = -INFINITY;
+    int32_t idx = -1;
+    for (int th = 0; th < threads; ++th) {
+      const size_t i = size_t(th) * size_t(cg.max_outputs) + size_t(t);
+      if (cg.best_val[i] > best) best = cg.best_val[i], idx = cg.best_idx[i];
+    }
+    argmax[t] = idx;
+  }
+}
+
+}  // namespace
+
 void CpuBackend::run(CompiledGraph& base, const StepInputs& in) {
   auto& cg = static_cast<CpuCompiled&>(base);
   const Graph& g = *cg.graph;
-  const auto& ts = g.tensors();
   if (in.n_tokens <= 0 || in.n_tokens > cg.max_tokens)
     fail("cpu backend: step of ", in.n_tokens, " tokens (compiled for at most ", cg.max_tokens,
          ")");
@@ -686,26 +593,8 @@ void CpuBackend::run(CompiledGraph& base, const StepInputs& in) {
   const bool argmax = in.argmax && cg.argmax_fused;
   if (in.n_out > 0 && !argmax && !in.logits) fail("cpu backend: no logits buffer");
 
-  for (size_t i = 0; i < ts.size(); ++i) {
-    if (ts[i].kind == TensorKind::Weight)
-      cg.ptr[i] = nullptr;
-    else if (int(i) == g.output)
-      cg.ptr[i] = in.logits;
-    else if (cg.offset[i] != SIZE_MAX)
-      cg.ptr[i] = reinterpret_cast<float*>(cg.arena.p.get() + cg.offset[i]);
-  }
-  if (cg.rope_head_dim) {
-    const size_t half = cg.inv_freq.size();
-    for (int s = 0; s < in.n_seqs; ++s)
-      for (int r = 0; r < in.seqs[s].n_rows; ++r) {
-        const size_t t = size_t(in.seqs[s].row0 + r);
-        for (size_t i = 0; i < half; ++i) {
-          const double a = double(in.seqs[s].pos0 + r) * cg.inv_freq[i];
-          cg.rope_cos.f()[t * half + i] = float(std::cos(a));
-          cg.rope_sin.f()[t * half + i] = float(std::sin(a));
-        }
-      }
-  }
+  bind_activations(g, cg, in.logits);
+  if (cg.rope_head_dim) fill_rope(cg, in);
   if (argmax) {
     std::fill(cg.best_val.begin(), cg.best_val.end(), -INFINITY);
     std::fill(cg.best_idx.begin(), cg.best_idx.end(), -1);
@@ -745,33 +634,8 @@ void CpuBackend::run(CompiledGraph& base, const StepInputs& in) {
     }
   });
 
-  if (screen_mode >= 0) {
-    if (cg.head_step != SIZE_MAX) {  // the last step: it ended when the pool returned
-      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-          std::chrono::steady_clock::now() - cg.head_t0);
-      cg.screen_policy.record(screen_mode, int64_t(ns.count()));
-    }
-    if (cg.screen_ran) {
-      ++screen_stats_.steps;
-      screen_stats_.exact_rows += cg.screen_rows;
-    } else {
-      ++screen_stats_.whole_steps;
-    }
-  }
-
-  // Merge the threads' best logits in thread order: their row ranges ascend, so a strict > keeps
-  // the first index of the maximum.
-  if (argmax) {
-    for (int t = 0; t < in.n_out; ++t) {
-      float best = -INFINITY;
-      int32_t idx = -1;
-      for (int th = 0; th < pool_.size(); ++th) {
-        const size_t i = size_t(th) * size_t(cg.max_outputs) + size_t(t);
-        if (cg.best_val[i] > best) best = cg.best_val[i], idx = cg.best_idx[i];
-      }
-      in.argmax[t] = idx;
-    }
-  }
+  if (screen_mode >= 0) record_screened_head(cg, screen_mode, screen_stats_);
+  if (argmax) merge_argmax(cg, in.n_out, pool_.size(), in.argmax);
 }
 
 std::string describe_compiled(const CompiledGraph& base) {

@@ -18,6 +18,10 @@
 
 namespace hearth::cpu {
 
+struct CpuCompiled;
+class WeightPlacer;
+struct ScratchNeeds;
+
 // Host KV blocks: block b holds, per layer, K then V, each [n_kv_heads][block_size][head_dim], so
 // attention streams a head's keys of a block contiguously; an I8 storage keeps, after a block's
 // codes, one f32 scale per (layer, K/V, head, position) in the same order (kv_quant.h). Blocks are
@@ -99,6 +103,10 @@ class CpuBackend : public Backend {
     }
   };
   void note_linear_steps(const Graph& g, const std::vector<Step>& steps);
+  // compile()'s parts, in order.
+  ScratchNeeds place_step_inputs(const Graph& g, CpuCompiled& cg, WeightPlacer& weights);
+  void place_head_screen(CpuCompiled& cg, WeightPlacer& weights, const Step& s);
+  void alloc_step_buffers(CpuCompiled& cg, const ScratchNeeds& need);
   LinearRoute route(const LinearKind& k, int64_t n_tokens) const;
   mutable std::mutex kinds_mu_;  // compile() may run in a step while another thread describes
   std::vector<LinearKind> kinds_;

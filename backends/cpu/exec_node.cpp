@@ -8,6 +8,67 @@
 
 namespace hearth::cpu {
 
+namespace {
+
+// An attention node the planner could not fuse (the plain reference is enough for such graphs):
+// store every row's k and v in its sequence's blocks, then attend row by row.
+void reference_attention(const StepCtx& c, const Node& n) {
+  float* out = c.ptr(n.out);
+  const int64_t rows = c.rows(n.out);
+  const int tid = c.tid, nth = c.nth;
+  int64_t b, e;
+  const float* q = c.ptr(n.in[0]);
+  const float* k = c.ptr(n.in[1]);
+  const float* v = c.ptr(n.in[2]);
+  const int hd = n.p.head_dim, nkv = n.p.n_kv_heads, nh = n.p.n_heads, layer = n.p.layer;
+  const CpuKVStorage& kv = *c.kv;
+  const size_t esz = dtype_size(kv.dtype);
+  const bool i8 = kv.dtype == DType::I8;
+  auto seq_of = [&](int64_t t) {
+    int s = 0;
+    while (t >= c.in.seqs[s].row0 + c.in.seqs[s].n_rows) ++s;
+    return c.in.seqs[s];
+  };
+  ThreadPool::split(rows * nkv, tid, nth, 1, &b, &e);
+  for (int64_t p = b; p < e; ++p) {
+    const int64_t t = p / nkv;
+    const int h = int(p % nkv);
+    const SeqRows sq = seq_of(t);
+    const int pos = sq.pos0 + int(t - sq.row0);
+    const int blk = sq.blocks[pos / kv.block_size], at = pos % kv.block_size;
+    const size_t off = size_t(at) * size_t(hd) * esz;
+    if (i8) {  // no k_norm here to derive channel factors from
+      quantize_kv_row(k + (t * nkv + h) * hd, nullptr, hd,
+                      reinterpret_cast<int8_t*>(kv.k(blk, layer, h) + off),
+                      kv.k_scale(blk, layer, h) + at);
+      quantize_kv_row(v + (t * nkv + h) * hd, nullptr, hd,
+                      reinterpret_cast<int8_t*>(kv.v(blk, layer, h) + off),
+                      kv.v_scale(blk, layer, h) + at);
+      continue;
+    }
+    store_as(kv.dtype, k + (t * nkv + h) * hd, kv.k(blk, layer, h) + off, hd);
+    store_as(kv.dtype, v + (t * nkv + h) * hd, kv.v(blk, layer, h) + off, hd);
+  }
+  c.barrier.wait();
+  const float scale = 1.f / std::sqrt(float(hd));
+  const int group = nh / nkv;
+  ThreadPool::split(rows * nh, tid, nth, 1, &b, &e);
+  for (int64_t p = b; p < e; ++p) {
+    const int64_t t = p / nh, h = p % nh;
+    const int kvh = int(h / group);
+    const SeqRows sq = seq_of(t);
+    const KVPaging pg = kv.paging(sq);
+    const KVRows kr{kv.k(0, layer, kvh), kv.dtype, i8 ? kv.k_scale(0, layer, kvh) : nullptr,
+                    nullptr, pg};
+    const KVRows vr{kv.v(0, layer, kvh), kv.dtype, i8 ? kv.v_scale(0, layer, kvh) : nullptr,
+                    nullptr, pg};
+    attend_one(q + (t * nh + h) * hd, kr, vr, sq.pos0 + int(t - sq.row0) + 1, hd, scale,
+               out + (t * nh + h) * hd);
+  }
+}
+
+}  // namespace
+
 void run_node_step(const StepCtx& c, const Node& n) {
   float* out = c.ptr(n.out);
   const int64_t cols = c.tensor(n.out).cols;
@@ -50,58 +111,9 @@ void run_node_step(const StepCtx& c, const Node& n) {
       ThreadPool::split(rows * n.p.n_heads, tid, nth, 1, &b, &e);
       rope_heads(out, n.p.n_heads, n.p.head_dim, c.cg.rope_cos.f(), c.cg.rope_sin.f(), b, e);
       break;
-    case Op::Attention: {
-      // Only graphs the planner could not fuse get here; the plain reference is enough for them.
-      const int hd = n.p.head_dim, nkv = n.p.n_kv_heads, nh = n.p.n_heads, layer = n.p.layer;
-      const float* q = in(0);
-      const float* k = in(1);
-      const float* v = in(2);
-      const CpuKVStorage& kv = *c.kv;
-      const size_t esz = dtype_size(kv.dtype);
-      const bool i8 = kv.dtype == DType::I8;
-      auto seq_of = [&](int64_t t) {
-        int s = 0;
-        while (t >= c.in.seqs[s].row0 + c.in.seqs[s].n_rows) ++s;
-        return c.in.seqs[s];
-      };
-      ThreadPool::split(rows * nkv, tid, nth, 1, &b, &e);
-      for (int64_t p = b; p < e; ++p) {
-        const int64_t t = p / nkv;
-        const int h = int(p % nkv);
-        const SeqRows sq = seq_of(t);
-        const int pos = sq.pos0 + int(t - sq.row0);
-        const int blk = sq.blocks[pos / kv.block_size], at = pos % kv.block_size;
-        const size_t off = size_t(at) * size_t(hd) * esz;
-        if (i8) {  // no k_norm here to derive channel factors from
-          quantize_kv_row(k + (t * nkv + h) * hd, nullptr, hd,
-                          reinterpret_cast<int8_t*>(kv.k(blk, layer, h) + off),
-                          kv.k_scale(blk, layer, h) + at);
-          quantize_kv_row(v + (t * nkv + h) * hd, nullptr, hd,
-                          reinterpret_cast<int8_t*>(kv.v(blk, layer, h) + off),
-                          kv.v_scale(blk, layer, h) + at);
-          continue;
-        }
-        store_as(kv.dtype, k + (t * nkv + h) * hd, kv.k(blk, layer, h) + off, hd);
-        store_as(kv.dtype, v + (t * nkv + h) * hd, kv.v(blk, layer, h) + off, hd);
-      }
-      c.barrier.wait();
-      const float scale = 1.f / std::sqrt(float(hd));
-      const int group = nh / nkv;
-      ThreadPool::split(rows * nh, tid, nth, 1, &b, &e);
-      for (int64_t p = b; p < e; ++p) {
-        const int64_t t = p / nh, h = p % nh;
-        const int kvh = int(h / group);
-        const SeqRows sq = seq_of(t);
-        const KVPaging pg = kv.paging(sq);
-        const KVRows kr{kv.k(0, layer, kvh), kv.dtype, i8 ? kv.k_scale(0, layer, kvh) : nullptr,
-                        nullptr, pg};
-        const KVRows vr{kv.v(0, layer, kvh), kv.dtype, i8 ? kv.v_scale(0, layer, kvh) : nullptr,
-                        nullptr, pg};
-        attend_one(q + (t * nh + h) * hd, kr, vr, sq.pos0 + int(t - sq.row0) + 1, hd, scale,
-                   out + (t * nh + h) * hd);
-      }
+    case Op::Attention:
+      reference_attention(c, n);
       break;
-    }
     case Op::SiluMul:
       ThreadPool::split(rows * cols, tid, nth, 16, &b, &e);
       if (b < e) c.kt.silu_mul(in(0) + b, in(1) + b, out + b, e - b);
