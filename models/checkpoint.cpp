@@ -43,6 +43,33 @@ bool safe_shard_name(const std::string& s) {
   return true;
 }
 
+// The index's weight_map (tensor -> shard file name), every entry checked.
+std::map<std::string, std::string> read_weight_map(const std::string& ipath) {
+  simdjson::dom::parser parser;
+  simdjson::padded_string json;
+  if (simdjson::padded_string::load(ipath).get(json)) fail(ipath, ": cannot read");
+  simdjson::dom::element doc;
+  auto err = parser.parse(json).get(doc);
+  if (err) fail(ipath, ": invalid JSON: ", simdjson::error_message(err));
+  simdjson::dom::object wm;
+  if (doc["weight_map"].get_object().get(wm)) fail(ipath, ": missing or non-object 'weight_map'");
+  std::map<std::string, std::string> weight_map;
+  for (auto kv : wm) {
+    std::string name(kv.key);
+    std::string_view file;
+    if (kv.value.get_string().get(file))
+      fail(ipath, ": weight_map entry for tensor '", name, "' is not a string");
+    std::string f(file);
+    if (!safe_shard_name(f))
+      fail(ipath, ": weight_map entry for tensor '", name, "' names shard '", f,
+           "' outside the checkpoint folder");
+    if (!weight_map.emplace(name, f).second)
+      fail(ipath, ": tensor '", name, "' listed twice in weight_map");
+  }
+  if (weight_map.empty()) fail(ipath, ": weight_map is empty");
+  return weight_map;
+}
+
 }  // namespace
 
 Checkpoint Checkpoint::open(const std::string& dir, MapMode mode) {
@@ -54,69 +81,12 @@ Checkpoint Checkpoint::open(const std::string& dir, MapMode mode) {
 
   const fs::path single = d / "model.safetensors";
   const fs::path index = d / "model.safetensors.index.json";
-
   if (is_file(single)) {
     ck.files_.push_back(single.string());
     ck.shards_.push_back(SafetensorsFile::open(single.string(), mode));
     for (const TensorRef& t : ck.shards_[0]->tensors()) ck.by_name_.emplace(t.name, &t);
   } else if (is_file(index)) {
-    const std::string ipath = index.string();
-    simdjson::dom::parser parser;
-    simdjson::padded_string json;
-    if (simdjson::padded_string::load(ipath).get(json)) fail(ipath, ": cannot read");
-    simdjson::dom::element doc;
-    auto err = parser.parse(json).get(doc);
-    if (err) fail(ipath, ": invalid JSON: ", simdjson::error_message(err));
-    simdjson::dom::object wm;
-    if (doc["weight_map"].get_object().get(wm)) fail(ipath, ": missing or non-object 'weight_map'");
-
-    std::map<std::string, std::string> weight_map;  // tensor -> shard file name
-    std::set<std::string> shard_names;              // sorted, so model-00001-of-N comes first
-    for (auto kv : wm) {
-      std::string name(kv.key);
-      std::string_view file;
-      if (kv.value.get_string().get(file))
-        fail(ipath, ": weight_map entry for tensor '", name, "' is not a string");
-      std::string f(file);
-      if (!safe_shard_name(f))
-        fail(ipath, ": weight_map entry for tensor '", name, "' names shard '", f,
-             "' outside the checkpoint folder");
-      if (!weight_map.emplace(name, f).second)
-        fail(ipath, ": tensor '", name, "' listed twice in weight_map");
-      shard_names.insert(f);
-    }
-    if (shard_names.empty()) fail(ipath, ": weight_map is empty");
-    // Check all shards exist before mapping any, so a partial download is reported as such.
-    for (const std::string& f : shard_names)
-      if (!is_file(d / f)) fail(ipath, ": shard '", f, "' is missing from ", dir);
-
-    for (const std::string& f : shard_names) {
-      ck.files_.push_back((d / f).string());
-      ck.shards_.push_back(SafetensorsFile::open(ck.files_.back(), mode));
-    }
-    // Duplicates are checked across all shards first: a tensor in two shards is the real fault
-    // even when the index happens to name one of them.
-    for (const auto& s : ck.shards_)
-      for (const TensorRef& t : s->tensors()) {
-        auto [it, fresh] = ck.by_name_.emplace(t.name, &t);
-        if (!fresh)
-          fail(dir, ": tensor '", t.name, "' appears in two shards, ", it->second->file, " and ",
-               t.file);
-      }
-    for (const auto& s : ck.shards_) {
-      for (const TensorRef& t : s->tensors()) {
-        auto it = weight_map.find(t.name);
-        if (it == weight_map.end())
-          fail(t.file, ": tensor '", t.name, "' is in the shard but not in ", ipath);
-        if ((d / it->second).string() != t.file)
-          fail(t.file, ": tensor '", t.name, "' found here but the index places it in '",
-               it->second, "'");
-      }
-    }
-    for (const auto& [name, f] : weight_map)
-      if (!ck.by_name_.count(name))
-        fail((d / f).string(), ": tensor '", name, "' listed in the index but absent from shard '",
-             f, "'");
+    ck.open_shards(index.string(), mode);
   } else {
     fail(dir, ": no model.safetensors or model.safetensors.index.json in this folder");
   }
@@ -127,6 +97,43 @@ Checkpoint Checkpoint::open(const std::string& dir, MapMode mode) {
       ck.total_bytes_ += t.nbytes;
     }
   return ck;
+}
+
+void Checkpoint::open_shards(const std::string& ipath, MapMode mode) {
+  const fs::path d(dir_);
+  const std::map<std::string, std::string> weight_map = read_weight_map(ipath);
+  std::set<std::string> shard_names;  // sorted, so model-00001-of-N comes first
+  for (const auto& [name, f] : weight_map) shard_names.insert(f);
+  // Check all shards exist before mapping any, so a partial download is reported as such.
+  for (const std::string& f : shard_names)
+    if (!is_file(d / f)) fail(ipath, ": shard '", f, "' is missing from ", dir_);
+  for (const std::string& f : shard_names) {
+    files_.push_back((d / f).string());
+    shards_.push_back(SafetensorsFile::open(files_.back(), mode));
+  }
+  // Duplicates are checked across all shards first: a tensor in two shards is the real fault
+  // even when the index happens to name one of them.
+  for (const auto& s : shards_)
+    for (const TensorRef& t : s->tensors()) {
+      auto [it, fresh] = by_name_.emplace(t.name, &t);
+      if (!fresh)
+        fail(dir_, ": tensor '", t.name, "' appears in two shards, ", it->second->file, " and ",
+             t.file);
+    }
+  for (const auto& s : shards_) {
+    for (const TensorRef& t : s->tensors()) {
+      auto it = weight_map.find(t.name);
+      if (it == weight_map.end())
+        fail(t.file, ": tensor '", t.name, "' is in the shard but not in ", ipath);
+      if ((d / it->second).string() != t.file)
+        fail(t.file, ": tensor '", t.name, "' found here but the index places it in '", it->second,
+             "'");
+    }
+  }
+  for (const auto& [name, f] : weight_map)
+    if (!by_name_.count(name))
+      fail((d / f).string(), ": tensor '", name, "' listed in the index but absent from shard '", f,
+           "'");
 }
 
 const TensorRef* Checkpoint::find(const std::string& name) const {

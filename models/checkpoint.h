@@ -33,6 +33,9 @@ class Checkpoint {
   size_t total_bytes() const { return total_bytes_; }  // sum of tensor data bytes
 
  private:
+  // The shards an index names (its path ipath, inside dir_), each checked against it.
+  void open_shards(const std::string& ipath, MapMode mode);
+
   std::string dir_;
   std::vector<std::string> files_;
   // Tensor views and TensorRef pointers stay valid across moves of the Checkpoint, since the

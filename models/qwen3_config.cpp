@@ -173,6 +173,76 @@ void read_moe_fields(const Fields& f, const std::string& src, Qwen3Config& c) {
   }
 }
 
+// What the Qwen3 graph does not have, refused by field: rope scaling, sliding windows, other
+// activations, attention biases.
+void refuse_unsupported(const Fields& f, const std::string& src) {
+  check_rope_block(f, "rope_scaling", src);
+  check_rope_block(f, "rope_parameters", src);
+  if (f.bool_opt("use_sliding_window").value_or(false))
+    fail(src, ": use_sliding_window is true; sliding-window attention is not supported");
+  if (f.has("layer_types")) {
+    simdjson::dom::array lt;
+    if (f.get("layer_types").get_array().get(lt)) fail(src, ": field 'layer_types' must be a list");
+    for (element x : lt) {
+      std::string_view s;
+      if (x.get_string().get(s) || s != "full_attention")
+        fail(src, ": layer_types holds ", simdjson::minify(x),
+             "; only \"full_attention\" layers are supported");
+    }
+  }
+  std::string act = f.str_opt("hidden_act").value_or("silu");
+  if (act != "silu") fail(src, ": hidden_act is \"", act, "\"; only \"silu\" is supported");
+  if (f.bool_opt("attention_bias").value_or(false))
+    fail(src, ": attention_bias is true; attention biases are not supported");
+}
+
+// Sizes, heads and vocabulary.
+void read_shape(const Fields& f, const std::string& src, Qwen3Config& c) {
+  c.hidden_size = f.positive_int("hidden_size");
+  c.intermediate_size = f.positive_int("intermediate_size");
+  c.num_hidden_layers = f.positive_int("num_hidden_layers");
+  c.num_attention_heads = f.positive_int("num_attention_heads");
+  // transformers reads an explicit null as plain multi-head attention; an absent field is an
+  // error, since its dataclass default (32) would never fit a real checkpoint by chance.
+  if (f.present("num_key_value_heads") && !f.has("num_key_value_heads"))
+    c.num_key_value_heads = c.num_attention_heads;
+  else
+    c.num_key_value_heads = f.positive_int("num_key_value_heads");
+  // transformers' Qwen3Config defaults head_dim to 128, not hidden_size / heads.
+  c.head_dim = f.positive_int("head_dim", 128);
+  c.vocab_size = f.positive_int("vocab_size");
+  c.max_position_embeddings = f.positive_int("max_position_embeddings", 32768);
+
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    fail(src, ": num_attention_heads (", c.num_attention_heads,
+         ") is not a multiple of num_key_value_heads (", c.num_key_value_heads, ")");
+  if (c.head_dim % 2 != 0)
+    fail(src, ": head_dim (", c.head_dim, ") must be even, rope rotates pairs of dimensions");
+}
+
+// RoPE's theta, the norms' epsilon, the dtype and the special token ids.
+void read_numbers(const Fields& f, const std::string& src, Qwen3Config& c) {
+  std::optional<double> theta = f.num_opt("rope_theta");
+  if (!theta && f.has("rope_parameters")) {
+    object rp;
+    if (!f.get("rope_parameters").get_object().get(rp))
+      theta = Fields(rp, src).num_opt("rope_theta");
+  }
+  c.rope_theta = theta.value_or(10000.0);
+  if (!(c.rope_theta > 0) || !std::isfinite(c.rope_theta))
+    fail(src, ": rope_theta must be a positive number, got ", c.rope_theta);
+  c.rms_norm_eps = f.num_opt("rms_norm_eps").value_or(1e-6);
+  if (!(c.rms_norm_eps > 0) || !std::isfinite(c.rms_norm_eps))
+    fail(src, ": rms_norm_eps must be a positive number, got ", c.rms_norm_eps);
+  c.tie_word_embeddings = f.bool_opt("tie_word_embeddings").value_or(false);
+  // transformers 5 renamed torch_dtype to dtype.
+  c.torch_dtype = f.str_opt("torch_dtype").value_or(f.str_opt("dtype").value_or(""));
+  c.eos_token_ids = f.ids("eos_token_id");
+  std::vector<int32_t> bos = f.ids("bos_token_id");
+  if (bos.size() > 1) fail(src, ": field 'bos_token_id' must be a single token id");
+  if (!bos.empty()) c.bos_token_id = bos[0];
+}
+
 }  // namespace
 
 bool Qwen3Config::sparse_layer(int i) const {
@@ -195,66 +265,9 @@ Qwen3Config parse_qwen3_config(const std::string& text, const std::string& src) 
   if (*mt != "qwen3" && *mt != "qwen3_moe")
     fail(src, ": model_type is \"", *mt, "\"; only \"qwen3\" and \"qwen3_moe\" are supported");
 
-  check_rope_block(f, "rope_scaling", src);
-  check_rope_block(f, "rope_parameters", src);
-  if (f.bool_opt("use_sliding_window").value_or(false))
-    fail(src, ": use_sliding_window is true; sliding-window attention is not supported");
-  if (f.has("layer_types")) {
-    simdjson::dom::array lt;
-    if (f.get("layer_types").get_array().get(lt)) fail(src, ": field 'layer_types' must be a list");
-    for (element x : lt) {
-      std::string_view s;
-      if (x.get_string().get(s) || s != "full_attention")
-        fail(src, ": layer_types holds ", simdjson::minify(x),
-             "; only \"full_attention\" layers are supported");
-    }
-  }
-  std::string act = f.str_opt("hidden_act").value_or("silu");
-  if (act != "silu") fail(src, ": hidden_act is \"", act, "\"; only \"silu\" is supported");
-  if (f.bool_opt("attention_bias").value_or(false))
-    fail(src, ": attention_bias is true; attention biases are not supported");
-
-  c.hidden_size = f.positive_int("hidden_size");
-  c.intermediate_size = f.positive_int("intermediate_size");
-  c.num_hidden_layers = f.positive_int("num_hidden_layers");
-  c.num_attention_heads = f.positive_int("num_attention_heads");
-  // transformers reads an explicit null as plain multi-head attention; an absent field is an
-  // error, since its dataclass default (32) would never fit a real checkpoint by chance.
-  if (f.present("num_key_value_heads") && !f.has("num_key_value_heads"))
-    c.num_key_value_heads = c.num_attention_heads;
-  else
-    c.num_key_value_heads = f.positive_int("num_key_value_heads");
-  // transformers' Qwen3Config defaults head_dim to 128, not hidden_size / heads.
-  c.head_dim = f.positive_int("head_dim", 128);
-  c.vocab_size = f.positive_int("vocab_size");
-  c.max_position_embeddings = f.positive_int("max_position_embeddings", 32768);
-
-  if (c.num_attention_heads % c.num_key_value_heads != 0)
-    fail(src, ": num_attention_heads (", c.num_attention_heads,
-         ") is not a multiple of num_key_value_heads (", c.num_key_value_heads, ")");
-  if (c.head_dim % 2 != 0)
-    fail(src, ": head_dim (", c.head_dim, ") must be even, rope rotates pairs of dimensions");
-
-  std::optional<double> theta = f.num_opt("rope_theta");
-  if (!theta && f.has("rope_parameters")) {
-    object rp;
-    if (!f.get("rope_parameters").get_object().get(rp))
-      theta = Fields(rp, src).num_opt("rope_theta");
-  }
-  c.rope_theta = theta.value_or(10000.0);
-  if (!(c.rope_theta > 0) || !std::isfinite(c.rope_theta))
-    fail(src, ": rope_theta must be a positive number, got ", c.rope_theta);
-  c.rms_norm_eps = f.num_opt("rms_norm_eps").value_or(1e-6);
-  if (!(c.rms_norm_eps > 0) || !std::isfinite(c.rms_norm_eps))
-    fail(src, ": rms_norm_eps must be a positive number, got ", c.rms_norm_eps);
-  c.tie_word_embeddings = f.bool_opt("tie_word_embeddings").value_or(false);
-  // transformers 5 renamed torch_dtype to dtype.
-  c.torch_dtype = f.str_opt("torch_dtype").value_or(f.str_opt("dtype").value_or(""));
-  c.eos_token_ids = f.ids("eos_token_id");
-  std::vector<int32_t> bos = f.ids("bos_token_id");
-  if (bos.size() > 1) fail(src, ": field 'bos_token_id' must be a single token id");
-  if (!bos.empty()) c.bos_token_id = bos[0];
-
+  refuse_unsupported(f, src);
+  read_shape(f, src, c);
+  read_numbers(f, src, c);
   if (*mt == "qwen3_moe") read_moe_fields(f, src, c);
   c.random_weights = f.has("hearth_standin");
   if (f.has("quantization_config")) {

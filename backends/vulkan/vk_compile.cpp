@@ -226,13 +226,25 @@ VkCompiled::~VkCompiled() {
 }
 
 void VulkanBackend::plan_dispatches(const Graph& g, VkCompiled& c) const {
-  const DeviceInfo& info = ctx_->info();
-  const VkDeviceSize align = std::max<VkDeviceSize>(info.min_storage_offset_alignment, 16);
   c.output = g.output;
   c.vocab = g.tensor(g.output).cols;
   c.inv_freq = rope_frequencies(g);
+  alloc_step_buffers(g, c);
+  std::vector<Dispatch> planned;
+  for (const Node& n : g.nodes())
+    node_dispatches(g, n, ctx_->info().max_storage_buffer_range, ctx_->integer_dot(), planned);
+  alloc_int8_acts(planned, c);
+  split_logit_dispatches(g, planned, c);
+  alloc_descriptor_sets(c);
+  VkFenceCreateInfo fi{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+  check(vkCreateFence(ctx_->device(), &fi, nullptr, &c.fence), "creating a fence");
+}
 
-  // Activations, each [rows, cols] f32 at its own aligned offset; the logits apart, host-visible.
+// Activations, each [rows, cols] f32 at its own aligned offset; the logits apart, host-visible;
+// attention's partial sums, the step's inputs and the block tables.
+void VulkanBackend::alloc_step_buffers(const Graph& g, VkCompiled& c) const {
+  const DeviceInfo& info = ctx_->info();
+  const VkDeviceSize align = std::max<VkDeviceSize>(info.min_storage_offset_alignment, 16);
   c.act_offset.assign(g.tensors().size(), 0);
   c.act_bytes.assign(g.tensors().size(), 0);
   VkDeviceSize total = 0;
@@ -267,10 +279,11 @@ void VulkanBackend::plan_dispatches(const Graph& g, VkCompiled& c) const {
                   true, "RoPE angles");
   c.blocks_capacity = 256;
   c.blocks = Buffer(*ctx_, c.blocks_capacity * 4, true, "block tables");
+}
 
-  std::vector<Dispatch> planned;
-  for (const Node& n : g.nodes())
-    node_dispatches(g, n, info.max_storage_buffer_range, ctx_->integer_dot(), planned);
+// The int8 activations' buffer, where a dispatch quantizes them.
+void VulkanBackend::alloc_int8_acts(const std::vector<Dispatch>& planned, VkCompiled& c) const {
+  const DeviceInfo& info = ctx_->info();
   uint32_t dot_cols = 0;  // the widest input QuantAct quantizes
   for (const Dispatch& d : planned)
     if (d.kernel == Kernel::QuantAct) dot_cols = std::max(dot_cols, d.pc.cols);
@@ -281,6 +294,12 @@ void VulkanBackend::plan_dispatches(const Graph& g, VkCompiled& c) const {
            "'s storage-buffer range (HEARTH_VULKAN_INTEGER_DOT=0 does without them)");
     c.act_i8 = Buffer(*ctx_, bytes, false, "int8 activations");
   }
+}
+
+// The graph's dispatches, argmax's and top-k's into c, each that reads or writes the logits in
+// parts of rows when the logits exceed one binding's range.
+void VulkanBackend::split_logit_dispatches(const Graph& g, const std::vector<Dispatch>& planned,
+                                           VkCompiled& c) const {
   Dispatch am = make(Kernel::Argmax, Rows::Outputs, uint32_t(c.vocab));
   am.binds[kA] = {Bind::Act, g.output};
   am.binds[kOut] = {Bind::Argmax};
@@ -291,7 +310,7 @@ void VulkanBackend::plan_dispatches(const Graph& g, VkCompiled& c) const {
   tk.binds[kStep] = {Bind::Step};
   // The logits may exceed one binding's range: the dispatches that read or write them run in
   // parts of rows_per_part output rows.
-  const uint32_t rows_per_part = logits_rows_per_part(g, c, info);
+  const uint32_t rows_per_part = logits_rows_per_part(g, c, ctx_->info());
   auto split = [&](const Dispatch& d, std::vector<Dispatch>& out) {
     const bool touches = d.binds[kOut].id == g.output || d.binds[kA].id == g.output;
     if (!touches || rows_per_part >= uint32_t(c.max_outputs)) return out.push_back(d);
@@ -305,7 +324,10 @@ void VulkanBackend::plan_dispatches(const Graph& g, VkCompiled& c) const {
   for (const Dispatch& d : planned) split(d, c.dispatches);
   split(am, c.argmax_dispatches);
   split(tk, c.top_k_dispatches);
+}
 
+// One descriptor set per dispatch, written once.
+void VulkanBackend::alloc_descriptor_sets(VkCompiled& c) const {
   const uint32_t sets =
       uint32_t(c.dispatches.size() + c.argmax_dispatches.size() + c.top_k_dispatches.size());
   VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, sets * kBindings};
@@ -329,9 +351,6 @@ void VulkanBackend::plan_dispatches(const Graph& g, VkCompiled& c) const {
       d.set = allocated[next++];
       write_set(c, d);
     }
-
-  VkFenceCreateInfo fi{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-  check(vkCreateFence(ctx_->device(), &fi, nullptr, &c.fence), "creating a fence");
 }
 
 void VulkanBackend::write_set(const VkCompiled& c, const Dispatch& d) const {

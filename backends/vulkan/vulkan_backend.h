@@ -133,10 +133,16 @@ class VulkanBackend : public Backend {
   void place_weights(const Graph& g);  // vk_weights.cpp
   // The device copy of the host bytes at `data` (a weight's codes or scales); `name` for errors.
   const WeightRef& weight(const void* data, const std::string& name) const;  // vk_weights.cpp
-  void plan_dispatches(const Graph& g, VkCompiled& c) const;                 // vk_compile.cpp
-  void write_set(const VkCompiled& c, const Dispatch& d) const;              // vk_compile.cpp
-  void bind_kv(VkCompiled& c, const VkKVStorage& kv) const;                  // vk_step.cpp
-  void fill_step(VkCompiled& c, const StepInputs& in) const;                 // vk_step.cpp
+  // vk_compile.cpp: plan_dispatches and its parts, in order.
+  void plan_dispatches(const Graph& g, VkCompiled& c) const;
+  void alloc_step_buffers(const Graph& g, VkCompiled& c) const;
+  void alloc_int8_acts(const std::vector<Dispatch>& planned, VkCompiled& c) const;
+  void split_logit_dispatches(const Graph& g, const std::vector<Dispatch>& planned,
+                              VkCompiled& c) const;
+  void alloc_descriptor_sets(VkCompiled& c) const;
+  void write_set(const VkCompiled& c, const Dispatch& d) const;  // vk_compile.cpp
+  void bind_kv(VkCompiled& c, const VkKVStorage& kv) const;      // vk_step.cpp
+  void fill_step(VkCompiled& c, const StepInputs& in) const;     // vk_step.cpp
   VkCommandBuffer recorded(VkCompiled& c, int n_tokens, int n_out, GpuReadback what) const;
   void record(VkCompiled& c, VkCommandBuffer cmd, int n_tokens, int n_out, GpuReadback what) const;
   void read_back(const VkCompiled& c, const StepInputs& in, GpuReadback what) const;
