@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "models/checkpoint.h"
 #include "tests/cli_run.h"
 
 using namespace cli_test;
@@ -269,6 +270,32 @@ TEST_SUITE("cli") {
     fs::remove(in);
     fs::remove(in2);
     fs::remove(fs::temp_directory_path() / "hearth_saved.json");
+  }
+
+  TEST_CASE("run's summary gives the decode rate as the bytes a token read") {
+    // F32 weights: no screened head, so a token reads every matmul weight, one embedding row and
+    // the f32 KV cache of the positions before it.
+    const std::string dir = kModels + "tiny-untied-sharded-f32";
+    const Result r = run("run --model " + dir + " hi --max-new-tokens 16 --ignore-eos --threads 1");
+    REQUIRE(r.status == 0);
+    std::smatch m;
+    const std::regex line(
+        R"(prompt (\d+) tokens .* (\d+) new tokens at [0-9.]+ ms/token \(([0-9.]+) tok/s, )"
+        R"(reading ([0-9.]+) GB/s\))");
+    REQUIRE(std::regex_search(r.err, m, line));
+    const int prompt = std::stoi(m[1]), gen = std::stoi(m[2]);
+    const double tps = std::stod(m[3]), gbs = std::stod(m[4]);
+    REQUIRE(gen == 16);
+    double bytes = 32 * 4;  // one row of the embedding (hidden 32)
+    const hearth::Checkpoint ck = hearth::Checkpoint::open(dir);
+    for (const hearth::TensorRef* t : ck.all()) {
+      const std::string& n = t->name;
+      if (n == "lm_head.weight" || n.find("_proj.weight") != std::string::npos) bytes += t->nbytes;
+    }
+    const double kv_per_pos = 3 * 2 * 2 * 16 * 4;  // layers, K and V, KV heads, head_dim, f32
+    for (int i = 1; i <= gen; ++i) bytes += kv_per_pos * (prompt + i) / gen;
+    const double want = bytes * tps / 1e9;
+    CHECK(std::abs(gbs - want) <= 0.05 + 0.01 * want);
   }
 
   TEST_CASE("a stand-in's random weights are announced") {

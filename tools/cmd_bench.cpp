@@ -343,16 +343,6 @@ double prefill_flops(const Qwen3Config& c, int T, int depth = 0) {
   return flops;
 }
 
-// KV bytes read per decoded token, averaged over decode steps 1..gen after a prompt of `prompt`
-// positions: step i feeds position prompt + i - 1 and attends over positions 0..prompt + i - 1.
-double kv_bytes_per_token(const Qwen3Config& cfg, DType kv, int prompt, int gen) {
-  const double kv_per_pos = double(cfg.num_hidden_layers) * 2 * cfg.num_key_value_heads *
-                            (cfg.head_dim * double(dtype_size(kv)) + (kv == DType::I8 ? 4 : 0));
-  double bytes = 0;
-  for (int i = 1; i <= gen; ++i) bytes += kv_per_pos * (prompt + i);
-  return bytes / gen;
-}
-
 struct ParallelRun {
   double prefill_s = 0, decode_s = 0;
   int64_t decode_tokens = 0, decode_steps = 0;

@@ -15,7 +15,7 @@
 
 namespace hearth::cli {
 
-void print_metrics(const GenerationResult& r);  // cmd_run.cpp
+void print_metrics(const Loaded& l, const GenerationResult& r);  // cmd_run.cpp
 
 namespace {
 
@@ -127,7 +127,7 @@ void turn(ChatState& c, const std::string& user, std::atomic<bool>& interrupted)
   if (r.finish_reason == "cancelled") std::fputs(" [stopped]", stdout);
   std::fputs("\n", stdout);
   if (printer.stopped_by_string()) r.finish_reason = "stop";
-  print_metrics(r);
+  print_metrics(c.l, r);
   c.conversation.commit(t, r.tokens, printer.answer());
 }
 

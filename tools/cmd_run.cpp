@@ -13,14 +13,18 @@ namespace hearth::cli {
 
 std::string metrics_json(const GenerationMetrics& m);  // cmd_generate.cpp
 
-void print_metrics(const GenerationResult& r) {
+// The decode rate also as the memory read rate it took (weights and KV per token), the figure a
+// machine's bandwidth bounds.
+void print_metrics(const Loaded& l, const GenerationResult& r) {
   const auto& m = r.metrics;
+  const double gbs =
+      decode_bytes_per_token(l, m.prompt_tokens, m.new_tokens) * m.tokens_per_s / 1e9;
   std::fprintf(
       stderr,
       "\n[%s] prompt %d tokens (%d computed) in %.0f ms (%.1f tok/s), first token %.0f ms, "
-      "%d new tokens at %.2f ms/token (%.2f tok/s)\n",
+      "%d new tokens at %.2f ms/token (%.2f tok/s, reading %.1f GB/s)\n",
       r.finish_reason.c_str(), m.prompt_tokens, m.prefill_tokens, m.prefill_ms,
-      m.prefill_tokens_per_s, m.ttft_ms, m.new_tokens, m.ms_per_token, m.tokens_per_s);
+      m.prefill_tokens_per_s, m.ttft_ms, m.new_tokens, m.ms_per_token, m.tokens_per_s, gbs);
 }
 
 namespace {
@@ -105,7 +109,7 @@ int cmd_run(int argc, char** argv) {
   } else {
     write_stdout("\n");
     r.finish_reason = finish;
-    print_metrics(r);
+    print_metrics(l, r);
   }
   return r.finish_reason == "cancelled" ? kExitInterrupted : 0;
 }

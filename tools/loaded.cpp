@@ -144,6 +144,23 @@ Loaded load_engine(const Args& args, const RunnerOptions& ro, const SchedulerOpt
   return l;
 }
 
+// KV bytes read per decoded token, averaged over decode steps 1..gen after a prompt of `prompt`
+// positions: step i feeds position prompt + i - 1 and attends over positions 0..prompt + i - 1.
+double kv_bytes_per_token(const Qwen3Config& cfg, DType kv, int prompt, int gen) {
+  const double kv_per_pos = double(cfg.num_hidden_layers) * 2 * cfg.num_key_value_heads *
+                            (cfg.head_dim * double(dtype_size(kv)) + (kv == DType::I8 ? 4 : 0));
+  double bytes = 0;
+  for (int i = 1; i <= gen; ++i) bytes += kv_per_pos * (prompt + i);
+  return bytes / gen;
+}
+
+double decode_bytes_per_token(const Loaded& l, int prompt, int gen) {
+  const Backend& b = l.runner->backend();
+  if (gen <= 0) return 0;
+  return double(l.model->decode_weight_bytes()) - b.argmax_bytes_saved() +
+         kv_bytes_per_token(l.model->config(), b.kv_dtype(), prompt, gen);
+}
+
 int context_positions(const Loaded& l) {
   const KVPool& pool = l.runner->kv_pool();
   return std::min(l.runner->max_positions(), pool.n_blocks() * pool.block_size());

@@ -38,6 +38,13 @@ int context_length(const Args& args, const Qwen3Model& m, const Backend& backend
 // --prefill-chunk, --kv-budget (MiB), --kv-block and --max-batch (sequences per step).
 RunnerOptions runner_options(const Args& args);
 
+// KV bytes read per decoded token, averaged over decode steps 1..gen after a prompt of `prompt`
+// positions: step i feeds position prompt + i - 1 and attends over positions 0..prompt + i - 1.
+double kv_bytes_per_token(const Qwen3Config& cfg, DType kv, int prompt, int gen);
+// What a decoded token read on average: the weights (less what the LM head's screen spared so far)
+// and the KV cache at the answer's positions; 0 for no tokens.
+double decode_bytes_per_token(const Loaded& l, int prompt, int gen);
+
 // Positions one sequence may use: the runner's context, or less where the KV budget holds less.
 int context_positions(const Loaded& l);
 // The answer length `run` and `chat` allow when --max-new-tokens is not given: Qwen3 thinks for
