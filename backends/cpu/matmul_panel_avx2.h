@@ -112,7 +112,7 @@ inline __m256i broadcast4(const int8_t* p) {
 }
 
 inline __m256i block_init(const PanelActs& x, int kOffset, int64_t t, int64_t b) {
-  return _mm256_set1_epi32(-kOffset * x.sum[t * (x.k / kBlock) + b]);
+  return _mm256_set1_epi32(-kOffset * x.code_sum(t, b));
 }
 
 // One token against one group (the last of an odd count), both halves in one pass over its
@@ -129,13 +129,13 @@ inline void panel_group_token(const F& f, const uint8_t* group, const PanelActs&
       __m256i even[2], odd[2];
       for (int h = 0; h < 2; ++h) even[h] = Dot::begin(init), odd[h] = Dot::begin(zero);
       for (int p = 0; p < F::kPlanes; ++p) {
-        const __m256i xp = broadcast4(x.q + 32 * b + F::act(p));
+        const __m256i xp = broadcast4(x.codes(0, b) + F::act(p));
         for (int h = 0; h < 2; ++h) {
           __m256i& d = p % 2 ? odd[h] : even[h];
           d = Dot::step(d, f.plane(chunk, bb, p, h), xp);
         }
       }
-      const __m256 dx = _mm256_set1_ps(x.d[b]);
+      const __m256 dx = _mm256_set1_ps(x.scale(0, b));
       for (int h = 0; h < 2; ++h)
         acc[h] = _mm256_fmadd_ps(
             _mm256_cvtepi32_ps(_mm256_add_epi32(Dot::end(even[h], init), Dot::end(odd[h], zero))),
@@ -164,10 +164,10 @@ inline void panel_group_pair(const F& f, const uint8_t* g0, const uint8_t* g1, c
       __m256i d[4];
       for (int i = 0; i < 4; ++i) d[i] = Dot::begin(init);
       for (int p = 0; p < F::kPlanes; ++p) {
-        const __m256i xp = broadcast4(x.q + 32 * b + F::act(p));
+        const __m256i xp = broadcast4(x.codes(0, b) + F::act(p));
         for (int i = 0; i < 4; ++i) d[i] = Dot::step(d[i], f.plane(chunk[i / 2], bb, p, i % 2), xp);
       }
-      const __m256 dx = _mm256_set1_ps(x.d[b]);
+      const __m256 dx = _mm256_set1_ps(x.scale(0, b));
       for (int i = 0; i < 4; ++i)
         acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(Dot::end(d[i], init)),
                                  _mm256_mul_ps(half_scales<F, G, ST>(chunk[i / 2], bb, i % 2), dx),
@@ -185,7 +185,7 @@ inline void panel_group_pair(const F& f, const uint8_t* g0, const uint8_t* g1, c
 template <class F, class Dot, int G, DType ST, int T>
 inline void panel_half_tokens(const F& f, const uint8_t* group, int h, const PanelActs& x, int t0,
                               float* y, int64_t ldy, bool pf) {
-  const int64_t k = x.k, nb = k / kBlock;
+  const int64_t k = x.k;
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t c = 0; c < k / kChunk; ++c) {
@@ -194,17 +194,20 @@ inline void panel_half_tokens(const F& f, const uint8_t* group, int h, const Pan
     for (int bb = 0; bb < 4; ++bb) {
       const int64_t b = 4 * c + bb;
       __m256i d[T];
+      const int8_t* xq = x.codes(t0, b);
       for (int t = 0; t < T; ++t) d[t] = Dot::begin(block_init(x, F::kOffset, t0 + t, b));
+#pragma GCC unroll 8
       for (int p = 0; p < F::kPlanes; ++p) {
         const __m256i v = f.plane(chunk, bb, p, h);
+#pragma GCC unroll 4
         for (int t = 0; t < T; ++t)
-          d[t] = Dot::step(d[t], v, broadcast4(x.q + (t0 + t) * k + 32 * b + F::act(p)));
+          d[t] = Dot::step(d[t], v, broadcast4(xq + kBlock * t + F::act(p)));
       }
       const __m256 ws = half_scales<F, G, ST>(chunk, bb, h);
       for (int t = 0; t < T; ++t)
         acc[t] = _mm256_fmadd_ps(
             _mm256_cvtepi32_ps(Dot::end(d[t], block_init(x, F::kOffset, t0 + t, b))),
-            _mm256_mul_ps(ws, _mm256_set1_ps(x.d[(t0 + t) * nb + b])), acc[t]);
+            _mm256_mul_ps(ws, _mm256_set1_ps(x.scale(t0 + t, b))), acc[t]);
     }
   }
   for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + t * ldy + 8 * h, acc[t]);
@@ -253,7 +256,7 @@ void panel_decode_avx2(const F& f, const uint8_t* panel, int64_t g0, int64_t g1,
 template <class F, class Dot, int G, DType ST, class Rows, class Gemm>
 void matmul_panel_avx2(const QuantMatmulArgs& a, const F& f, Rows rows, Gemm gemm) {
   const auto* panel = static_cast<const uint8_t*>(a.w_il);
-  const int64_t k = a.k, nb = k / kBlock;
+  const int64_t k = a.k;
   const auto [g0, g1] = whole_groups(a.r0, a.r1, kQ4PanelRows);
   const bool from_w = rows_outside_groups(a, {g0, g1}, rows);
   if (g0 >= g1 ||
@@ -266,9 +269,8 @@ void matmul_panel_avx2(const QuantMatmulArgs& a, const F& f, Rows rows, Gemm gem
   for (int t0 = 0; t0 < a.n_tokens; t0 += kTokenTile) {
     const int n = int(min64(kTokenTile, a.n_tokens - t0));
     for (int t = 0; t < n && !reuse; ++t)
-      quantize_act_blocks_avx2(a.x + (t0 + t) * a.ldx, k, at.q + t * k, at.d + t * nb,
-                               sum + t * nb);
-    panel_decode_avx2<F, Dot, G, ST>(f, panel, g0, g1, PanelActs{at.q, at.d, sum, k}, n,
+      quantize_act_blocks_avx2(a.x + (t0 + t) * a.ldx, k, at.q + kBlock * t, at.d + t, sum + t, n);
+    panel_decode_avx2<F, Dot, G, ST>(f, panel, g0, g1, PanelActs{at.q, at.d, sum, k, n}, n,
                                      a.y + t0 * a.ldy, a.ldy, a.r0);
   }
 }

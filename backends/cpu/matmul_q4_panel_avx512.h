@@ -72,7 +72,7 @@ template <int G, DType ST, int T>
 inline void q4_panel_tokens(const uint8_t* group, const PanelActs& x, int t0, float* y,
                             int64_t ldy) {
   constexpr bool kSplit = T < 4;
-  const int64_t k = x.k, nb = k / kBlock;
+  const int64_t k = x.k;
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
@@ -82,8 +82,9 @@ inline void q4_panel_tokens(const uint8_t* group, const PanelActs& x, int t0, fl
     for (int bb = 0; bb < 4; ++bb) {
       const int64_t b = 4 * c + bb;
       __m512i lo_acc[T], hi_acc[T];
+      const int8_t* xq = x.codes(t0, b);
       for (int t = 0; t < T; ++t) {
-        lo_acc[t] = _mm512_set1_epi32(-8 * x.sum[(t0 + t) * nb + b]);
+        lo_acc[t] = _mm512_set1_epi32(-8 * x.code_sum(t0 + t, b));
         hi_acc[t] = _mm512_setzero_si512();
       }
       for (int q = 0; q < 4; ++q) {
@@ -91,7 +92,7 @@ inline void q4_panel_tokens(const uint8_t* group, const PanelActs& x, int t0, fl
         const __m512i lo = _mm512_and_si512(v, m4);
         const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
         for (int t = 0; t < T; ++t) {
-          const int8_t* xb = x.q + (t0 + t) * k + 32 * b + 4 * q;
+          const int8_t* xb = xq + kBlock * t + 4 * q;
           lo_acc[t] = _mm512_dpbusd_epi32(lo_acc[t], lo, broadcast4(xb));
           __m512i& h = kSplit ? hi_acc[t] : lo_acc[t];
           h = _mm512_dpbusd_epi32(h, hi, broadcast4(xb + 16));
@@ -101,7 +102,7 @@ inline void q4_panel_tokens(const uint8_t* group, const PanelActs& x, int t0, fl
       for (int t = 0; t < T; ++t) {
         const __m512i d = kSplit ? _mm512_add_epi32(lo_acc[t], hi_acc[t]) : lo_acc[t];
         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d),
-                                 _mm512_mul_ps(ws, _mm512_set1_ps(x.d[(t0 + t) * nb + b])), acc[t]);
+                                 _mm512_mul_ps(ws, _mm512_set1_ps(x.scale(t0 + t, b))), acc[t]);
       }
     }
   }
@@ -113,7 +114,7 @@ template <class N, int G, DType ST, int T>
 inline void panel_tokens(const N& nib, const uint8_t* group, const PanelActs& x, int t0, float* y,
                          int64_t ldy) {
   constexpr bool kSplit = T < 4;
-  const int64_t k = x.k, nb = k / kBlock;
+  const int64_t k = x.k;
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t c = 0; c < k / kChunk; ++c) {
@@ -122,15 +123,16 @@ inline void panel_tokens(const N& nib, const uint8_t* group, const PanelActs& x,
     for (int bb = 0; bb < 4; ++bb) {
       const int64_t b = 4 * c + bb;
       __m512i lo_acc[T], hi_acc[T];
+      const int8_t* xq = x.codes(t0, b);
       for (int t = 0; t < T; ++t) {
-        lo_acc[t] = _mm512_set1_epi32(-(1 << N::kOffsetLog2) * x.sum[(t0 + t) * nb + b]);
+        lo_acc[t] = _mm512_set1_epi32(-(1 << N::kOffsetLog2) * x.code_sum(t0 + t, b));
         hi_acc[t] = _mm512_setzero_si512();
       }
       for (int q = 0; q < 4; ++q) {
         __m512i lo, hi;
         nib.planes(_mm512_loadu_si512(chunk + 256 * bb + 64 * q), &lo, &hi);
         for (int t = 0; t < T; ++t) {
-          const int8_t* xb = x.q + (t0 + t) * k + 32 * b + 4 * q;
+          const int8_t* xb = xq + kBlock * t + 4 * q;
           lo_acc[t] = _mm512_dpbusd_epi32(lo_acc[t], lo, broadcast4(xb));
           __m512i& h = kSplit ? hi_acc[t] : lo_acc[t];
           h = _mm512_dpbusd_epi32(h, hi, broadcast4(xb + 16));
@@ -140,7 +142,7 @@ inline void panel_tokens(const N& nib, const uint8_t* group, const PanelActs& x,
       for (int t = 0; t < T; ++t) {
         const __m512i d = kSplit ? _mm512_add_epi32(lo_acc[t], hi_acc[t]) : lo_acc[t];
         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d),
-                                 _mm512_mul_ps(ws, _mm512_set1_ps(x.d[(t0 + t) * nb + b])), acc[t]);
+                                 _mm512_mul_ps(ws, _mm512_set1_ps(x.scale(t0 + t, b))), acc[t]);
       }
     }
   }
@@ -160,11 +162,11 @@ inline void panel_pair(const N& nib, const uint8_t* g0, const uint8_t* g1, const
     prefetch_chunk<G>(c1);
     for (int bb = 0; bb < 4; ++bb) {
       const int64_t b = 4 * c + bb;
-      __m512i a0 = _mm512_set1_epi32(-(1 << N::kOffsetLog2) * x.sum[b]), a1 = a0;
+      __m512i a0 = _mm512_set1_epi32(-(1 << N::kOffsetLog2) * x.code_sum(0, b)), a1 = a0;
       __m512i h0 = _mm512_setzero_si512(), h1 = h0;
       for (int q = 0; q < 4; ++q) {
-        const __m512i xa = broadcast4(x.q + 32 * b + 4 * q);
-        const __m512i xb = broadcast4(x.q + 32 * b + 16 + 4 * q);
+        const __m512i xa = broadcast4(x.codes(0, b) + 4 * q);
+        const __m512i xb = broadcast4(x.codes(0, b) + 16 + 4 * q);
         __m512i lo0, hi0, lo1, hi1;
         nib.planes(_mm512_loadu_si512(c0 + 256 * bb + 64 * q), &lo0, &hi0);
         nib.planes(_mm512_loadu_si512(c1 + 256 * bb + 64 * q), &lo1, &hi1);
@@ -173,7 +175,7 @@ inline void panel_pair(const N& nib, const uint8_t* g0, const uint8_t* g1, const
         a1 = _mm512_dpbusd_epi32(a1, lo1, xa);
         h1 = _mm512_dpbusd_epi32(h1, hi1, xb);
       }
-      const __m512 dx = _mm512_set1_ps(x.d[b]);
+      const __m512 dx = _mm512_set1_ps(x.scale(0, b));
       acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0, h0)),
                              _mm512_mul_ps(panel_scales<G, ST>(c0, bb), dx), acc0);
       acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a1, h1)),
@@ -291,7 +293,7 @@ void panel_decode(const P& p, const uint8_t* panel, int64_t g0, int64_t g1, cons
 template <class P, int G, DType ST, class Rows>
 void matmul_panel(const QuantMatmulArgs& a, const P& p, Rows rows) {
   const auto* panel = static_cast<const uint8_t*>(a.w_il);
-  const int64_t k = a.k, nb = k / kBlock;
+  const int64_t k = a.k;
   const auto [g0, g1] = whole_groups(a.r0, a.r1, kQ4PanelRows);
   const bool from_w = rows_outside_groups(a, {g0, g1}, rows);
   if (g0 >= g1) return;
@@ -308,10 +310,10 @@ void matmul_panel(const QuantMatmulArgs& a, const P& p, Rows rows) {
   ActTile at;
   carve_act_tile(a.scratch, k, &at);
   auto* sum = reinterpret_cast<int32_t*>(at.s);
-  for (int t = 0; t < a.n_tokens && (!a.reuse_x || from_w); ++t)
-    quantize_act_blocks_avx512(a.x + t * a.ldx, k, at.q + t * k, at.d + t * nb, sum + t * nb);
-  panel_decode<P, G, ST>(p, panel, g0, g1, PanelActs{at.q, at.d, sum, k}, a.n_tokens, a.y, a.ldy,
-                         a.r0);
+  const int n = a.n_tokens;
+  for (int t = 0; t < n && (!a.reuse_x || from_w); ++t)
+    quantize_act_blocks_avx512(a.x + t * a.ldx, k, at.q + kBlock * t, at.d + t, sum + t, n);
+  panel_decode<P, G, ST>(p, panel, g0, g1, PanelActs{at.q, at.d, sum, k, n}, n, a.y, a.ldy, a.r0);
 }
 
 }  // namespace

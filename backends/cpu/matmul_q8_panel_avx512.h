@@ -16,7 +16,7 @@ template <int G, DType ST, int T>
 inline void q8_panel_tokens(const uint8_t* group, const PanelActs& x, int t0, float* y,
                             int64_t ldy) {
   constexpr bool kSplit = T < 4;
-  const int64_t k = x.k, nb = k / kBlock;
+  const int64_t k = x.k;
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t c = 0; c < k / kChunk; ++c) {
@@ -25,22 +25,25 @@ inline void q8_panel_tokens(const uint8_t* group, const PanelActs& x, int t0, fl
     for (int bb = 0; bb < 4; ++bb) {
       const int64_t b = 4 * c + bb;
       __m512i d0[T], d1[T];
+      const int8_t* xq = x.codes(t0, b);
       for (int t = 0; t < T; ++t) {
-        d0[t] = _mm512_set1_epi32(-128 * x.sum[(t0 + t) * nb + b]);
+        d0[t] = _mm512_set1_epi32(-128 * x.code_sum(t0 + t, b));
         d1[t] = _mm512_setzero_si512();
       }
+#pragma GCC unroll 8
       for (int q = 0; q < 8; ++q) {
         const __m512i v = _mm512_loadu_si512(chunk + 512 * bb + 64 * q);
+#pragma GCC unroll 8
         for (int t = 0; t < T; ++t) {
           __m512i& d = kSplit && q % 2 ? d1[t] : d0[t];
-          d = _mm512_dpbusd_epi32(d, v, broadcast4(x.q + (t0 + t) * k + 32 * b + 4 * q));
+          d = _mm512_dpbusd_epi32(d, v, broadcast4(xq + kBlock * t + 4 * q));
         }
       }
       const __m512 ws = panel_scales<G, ST, kQ8PanelCodeBytes>(chunk, bb);
       for (int t = 0; t < T; ++t) {
         const __m512i d = kSplit ? _mm512_add_epi32(d0[t], d1[t]) : d0[t];
         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d),
-                                 _mm512_mul_ps(ws, _mm512_set1_ps(x.d[(t0 + t) * nb + b])), acc[t]);
+                                 _mm512_mul_ps(ws, _mm512_set1_ps(x.scale(t0 + t, b))), acc[t]);
       }
     }
   }
@@ -60,17 +63,17 @@ inline void q8_panel_pair(const uint8_t* g0, const uint8_t* g1, const PanelActs&
     prefetch_chunk<G, kQ8PanelCodeBytes>(c1);
     for (int bb = 0; bb < 4; ++bb) {
       const int64_t b = 4 * c + bb;
-      __m512i a0 = _mm512_set1_epi32(-128 * x.sum[b]), a1 = a0;
+      __m512i a0 = _mm512_set1_epi32(-128 * x.code_sum(0, b)), a1 = a0;
       __m512i h0 = _mm512_setzero_si512(), h1 = h0;
       for (int q = 0; q < 8; q += 2) {
-        const __m512i xa = broadcast4(x.q + 32 * b + 4 * q);
-        const __m512i xb = broadcast4(x.q + 32 * b + 4 * q + 4);
+        const __m512i xa = broadcast4(x.codes(0, b) + 4 * q);
+        const __m512i xb = broadcast4(x.codes(0, b) + 4 * q + 4);
         a0 = _mm512_dpbusd_epi32(a0, _mm512_loadu_si512(c0 + 512 * bb + 64 * q), xa);
         h0 = _mm512_dpbusd_epi32(h0, _mm512_loadu_si512(c0 + 512 * bb + 64 * q + 64), xb);
         a1 = _mm512_dpbusd_epi32(a1, _mm512_loadu_si512(c1 + 512 * bb + 64 * q), xa);
         h1 = _mm512_dpbusd_epi32(h1, _mm512_loadu_si512(c1 + 512 * bb + 64 * q + 64), xb);
       }
-      const __m512 dx = _mm512_set1_ps(x.d[b]);
+      const __m512 dx = _mm512_set1_ps(x.scale(0, b));
       acc0 =
           _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0, h0)),
                           _mm512_mul_ps(panel_scales<G, ST, kQ8PanelCodeBytes>(c0, bb), dx), acc0);

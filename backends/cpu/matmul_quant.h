@@ -30,13 +30,18 @@ struct ActTile {
   float* s;
 };
 
-// The int8 activations of a step's tokens for the panel kernels (q4_panel.h, q8_panel.h), in
-// element order (KernelTable::quant_act).
+// The int8 activations of a step's n tokens for the panel kernels (q4_panel.h, q8_panel.h), in
+// element order (KernelTable::quant_act), block-interleaved: block b of every token together, so
+// that a kernel reaches each of its tokens' codes at a fixed offset from one pointer (with a
+// pointer per token, 8 tokens' addresses spilled from the 16 general registers).
 struct PanelActs {
-  const int8_t* q;     // [T][k]
-  const float* d;      // [T][k / 32] block scales
-  const int32_t* sum;  // [T][k / 32] block code sums
-  int64_t k;
+  const int8_t* q;     // [k / 32][n][32] codes
+  const float* d;      // [k / 32][n] block scales
+  const int32_t* sum;  // [k / 32][n] block code sums
+  int64_t k, n;
+  const int8_t* codes(int64_t t, int64_t b) const { return q + (b * n + t) * kBlock; }
+  float scale(int64_t t, int64_t b) const { return d[b * n + t]; }
+  int32_t code_sum(int64_t t, int64_t b) const { return sum[b * n + t]; }
 };
 
 // Carves an ActTile for kTokenTile tokens from the front of scratch; returns the rest.

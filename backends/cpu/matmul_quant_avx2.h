@@ -101,8 +101,11 @@ inline void q4_nibbles(const uint8_t* c, __m256i* n) {
 }
 
 // The QuantActFn: as quantize_act_scalar rounds (amax / 127 per block, nearest even; a block with
-// a NaN or infinity gets a NaN scale and zero codes), in element order.
-inline void quantize_act_blocks_avx2(const float* x, int64_t k, int8_t* q, float* d, int32_t* sum) {
+// a NaN or infinity gets a NaN scale and zero codes), in element order. Block b goes to
+// q + 32 b step, d[b step] and sum[b step]: step 1 for one token's row, n for n tokens
+// block-interleaved (PanelActs).
+inline void quantize_act_blocks_avx2(const float* x, int64_t k, int8_t* q, float* d, int32_t* sum,
+                                     int64_t step = 1) {
   const __m256 sign = _mm256_set1_ps(-0.f), big = _mm256_set1_ps(3.4028235e38f);
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   for (int64_t b = 0; b < k / kBlock; ++b) {
@@ -123,14 +126,14 @@ inline void quantize_act_blocks_avx2(const float* x, int64_t k, int8_t* q, float
     // c0 4-7, ...] in dwords; one dword permute puts them back in element order.
     const __m256i b8 =
         _mm256_packs_epi16(_mm256_packs_epi32(c[0], c[1]), _mm256_packs_epi32(c[2], c[3]));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b),
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b * step),
                         _mm256_permutevar8x32_epi32(b8, order));
     const __m256i s = _mm256_add_epi32(_mm256_add_epi32(c[0], c[1]), _mm256_add_epi32(c[2], c[3]));
     __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
     s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
     s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
-    d[b] = finite ? m / 127.f : NAN;
-    sum[b] = _mm_cvtsi128_si32(s4);
+    d[b * step] = finite ? m / 127.f : NAN;
+    sum[b * step] = _mm_cvtsi128_si32(s4);
   }
 }
 

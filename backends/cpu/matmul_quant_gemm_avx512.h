@@ -15,9 +15,10 @@ namespace {
 
 // The QuantActFn: as quantize_act_scalar rounds (amax / 127 per block, nearest even; a block with
 // a NaN or infinity gets a NaN scale and zero codes, so every dot it enters is NaN), in element
-// order.
-inline void quantize_act_blocks_avx512(const float* x, int64_t k, int8_t* q, float* d,
-                                       int32_t* sum) {
+// order. Block b goes to q + 32 b step, d[b step] and sum[b step]: step 1 for one token's row,
+// n for n tokens block-interleaved (PanelActs).
+inline void quantize_act_blocks_avx512(const float* x, int64_t k, int8_t* q, float* d, int32_t* sum,
+                                       int64_t step = 1) {
   const __m512 big = _mm512_set1_ps(3.4028235e38f);
   for (int64_t b = 0; b < k / kBlock; ++b) {
     const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
@@ -28,10 +29,11 @@ inline void quantize_act_blocks_avx512(const float* x, int64_t k, int8_t* q, flo
     const __m512 inv = _mm512_set1_ps(finite && amax > 0.f ? 127.f / amax : 0.f);
     const __m512i i0 = finite ? _mm512_cvtps_epi32(_mm512_mul_ps(v0, inv)) : _mm512_setzero_si512();
     const __m512i i1 = finite ? _mm512_cvtps_epi32(_mm512_mul_ps(v1, inv)) : _mm512_setzero_si512();
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b), _mm512_cvtepi32_epi8(i0));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b + 16), _mm512_cvtepi32_epi8(i1));
-    d[b] = finite ? amax / 127.f : NAN;
-    sum[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+    int8_t* qb = q + 32 * b * step;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qb), _mm512_cvtepi32_epi8(i0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qb + 16), _mm512_cvtepi32_epi8(i1));
+    d[b * step] = finite ? amax / 127.f : NAN;
+    sum[b * step] = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
   }
 }
 
@@ -62,7 +64,9 @@ constexpr int kPanelRows = GemmAvx512::kPanelRows;
 // What every Q8/Q4 AVX-512 fill function sets: the int8 prefill GEMM and its activations.
 inline void fill_quant_prefill(KernelTable& k) {
   k.quant_prefill = true;
-  k.quant_act = quantize_act_blocks_avx512;
+  k.quant_act = [](const float* x, int64_t n, int8_t* q, float* d, int32_t* sum) {
+    quantize_act_blocks_avx512(x, n, q, d, sum);
+  };
 }
 
 // t[j] = dword j of each of the 16 rows' 64 bytes at p[i] + off, row i in lane i.

@@ -69,7 +69,9 @@ constexpr int kPanelRows = GemmAvxVnni::kPanelRows;
 // What every Q8/Q4 AVX-VNNI fill function sets: the int8 prefill GEMM, its activations and peak.
 inline void fill_quant_prefill(KernelTable& k) {
   k.quant_prefill = true;
-  k.quant_act = quantize_act_blocks_avx2;
+  k.quant_act = [](const float* x, int64_t n, int8_t* q, float* d, int32_t* sum) {
+    quantize_act_blocks_avx2(x, n, q, d, sum);
+  };
   k.dot_i8_loop = dot_i8_loop_avxvnni;
 }
 
