@@ -472,18 +472,7 @@ void attend_each_row(const AttentionArgs& a, const AttnScratch& sc, int r0, int 
       }
     }
   }
-  for (int i = 0; i < nr; ++i) {
-    const int r = r0 + i;
-    float* out = out_row(i);
-    if (a.ml) {  // a partial range: the caller merges and normalises
-      a.ml[2 * r] = m[i], a.ml[2 * r + 1] = l[i];
-      std::memcpy(out, acc + i * hd, size_t(hd) * 4);
-      continue;
-    }
-    const __m512 inv = _mm512_set1_ps(1.f / l[i]);
-    for (int d = 0; d < hd; d += 16)
-      _mm512_storeu_ps(out + d, _mm512_mul_ps(_mm512_loadu_ps(acc + i * hd + d), inv));
-  }
+  for (int i = 0; i < nr; ++i) store_block_row(a, r0 + i, out_row(i), m[i], l[i], acc + i * hd, 1);
 }
 
 template <DType T>

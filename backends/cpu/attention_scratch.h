@@ -88,8 +88,9 @@ inline void kv_tile(const AttentionArgs& a, const AttnScratch& sc, int p0, int n
   *vt = sc.vtile;
 }
 
-// Row r's result from a transposed block, its outputs o `stride` floats apart: normalised by l into
-// out or, over a range of positions (AttentionArgs::ml), left unnormalised with {m, l} beside.
+// Row r's result, its outputs o `stride` floats apart (1 for a row's own accumulator, the block's
+// rows for a transposed block): normalised by l into out or, over a range of positions
+// (AttentionArgs::ml), left unnormalised with {m, l} beside.
 inline void store_block_row(const AttentionArgs& a, int r, float* out, float m, float l,
                             const float* o, int stride) {
   const float f = a.ml ? 1.f : 1.f / l;
