@@ -272,6 +272,7 @@ void widen_norm(const Graph& g, CpuCompiled& cg, int id) {
   cg.norm_w[size_t(id)] = cg.norm_store.back().data();
 }
 
+// RoPE's inverse frequencies, one set for the whole graph (run() makes each row's angles).
 void use_rope(CpuCompiled& cg, int head_dim, double theta) {
   std::vector<double> f(size_t(head_dim / 2));
   for (size_t i = 0; i < f.size(); ++i) f[i] = std::pow(theta, -2.0 * double(i) / head_dim);
