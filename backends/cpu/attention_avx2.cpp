@@ -267,11 +267,7 @@ void attend_each_row(const AttentionArgs& a, const AttnScratch& sc, int r0, int 
                      Out out_row) {
   const int hd = a.head_dim;
   float *acc = sc.acc, *m = sc.m, *l = sc.l, *s = sc.s;
-  for (int i = 0; i < nr; ++i) {
-    m[i] = -INFINITY;
-    l[i] = 0.f;
-    std::memset(acc + i * hd, 0, size_t(hd) * 4);
-  }
+  sc.reset_rows(nr, hd);
   const int n_pos = visible(nr - 1);
   for (int p0 = a.kv_begin, tile_n; p0 < n_pos; p0 += tile_n) {
     tile_n = std::min({n_pos - p0, kTile, a.paging.run(p0)});

@@ -414,11 +414,7 @@ void attend_each_row(const AttentionArgs& a, const AttnScratch& sc, int r0, int 
                      End visible, Out out_row) {
   const int hd = a.head_dim;
   float *acc = sc.acc, *m = sc.m, *l = sc.l, *s = sc.s;
-  for (int i = 0; i < nr; ++i) {
-    m[i] = -INFINITY;
-    l[i] = 0.f;
-    std::memset(acc + i * hd, 0, size_t(hd) * 4);
-  }
+  sc.reset_rows(nr, hd);
   const int n_pos = visible(nr - 1);
   const int64_t row_bytes = int64_t(hd) * kKVElemBytes<T>;
   constexpr bool kI8 = T == DType::I8;

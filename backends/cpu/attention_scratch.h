@@ -4,6 +4,9 @@
 #pragma once
 #include <immintrin.h>
 
+#include <cmath>
+#include <cstring>
+
 #include "backends/cpu/kernels.h"
 
 namespace hearth::cpu {
@@ -30,6 +33,14 @@ struct AttnScratch {
     pad = qt + 2 * R * hd;
     ktile = pad + R * hd;
     vtile = ktile + kTile * hd;
+  }
+  // Rows [0, nr) before their first tile: nothing seen yet (m = -inf, l = 0, outputs 0).
+  void reset_rows(int nr, int64_t hd) const {
+    for (int i = 0; i < nr; ++i) {
+      m[i] = -INFINITY;
+      l[i] = 0.f;
+      std::memset(acc + i * hd, 0, size_t(hd) * 4);
+    }
   }
 };
 
