@@ -389,7 +389,7 @@ ScratchNeeds CpuBackend::place_step_inputs(const Graph& g, CpuCompiled& cg, Weig
     } else if (s.kind == Step::Kind::Linear) {
       widen_norm(g, cg, s.lin.norm_w);
       for (const auto& p : s.lin.parts) {
-        weights.place(p.w, s.lin.logits);
+        weights.place(p.w, s.lin.logits && s.lin.parts.size() == 1);  // a screened head
         matmul_input(ts[size_t(p.w)].weight);
       }
       if (s.lin.norm_w >= 0) need.max_norm = std::max(need.max_norm, ts[size_t(s.lin.x)].cols);

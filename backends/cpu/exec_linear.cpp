@@ -18,6 +18,8 @@ void matmul_rows(const StepCtx& c, const Tensor& w, const void* w_il, const floa
   MatmulArgs a{w.data, w.cols(), x, w.cols(), int(T), y, ldy, r0, r1, c.scratch() + c.cg.off_mm};
   a.prefetch_r1 = prefetch_r1;
   a.w_il = w_il;
+  const bool split = reads_split(c.cg, w, w_il);
+  if (split) a.w = c.cg.screen.hi, a.w_il = c.cg.screen.lo;
   if (w.quantized()) {  // Q8/Q4 kernels handle decode and prefill themselves
     QuantMatmulArgs q;
     static_cast<MatmulArgs&>(q) = a;
@@ -27,6 +29,7 @@ void matmul_rows(const StepCtx& c, const Tensor& w, const void* w_il, const floa
     q.codebook = w.codebook;
     q.reuse_x = reuse_x;
     if (xi8) q.xq = xi8->q, q.xd = xi8->d, q.xsum = xi8->sum;
+    if (split) return c.kt.matmul_q8_split(q);
     (w.dtype == DType::Q8 ? c.kt.matmul_q8 : w.codebook ? c.kt.matmul_q4cb : c.kt.matmul_q4)(q);
     return;
   }
@@ -137,6 +140,8 @@ void gemm_rows(const StepCtx& c, const Tensor& w, const void* w_il, const float*
                const uint16_t* xb, int64_t T, int64_t r0, int64_t r1, float* y, int64_t ldy) {
   const int64_t K = w.cols();
   if (r0 >= r1) return;
+  // (A head read from its screen and low bits gets one row of logits a step: never here.)
+  if (reads_split(c.cg, w, w_il)) return matmul_rows(c, w, w_il, x, T, r0, r1, y, ldy);
   if (w_il && w.dtype == DType::BF16 && xb && c.kt.gemm_bf16_packed)
     return c.kt.gemm_bf16_packed(w_il, K, r0, r1, xb, K, int(T), y, ldy);
   if (w_il && w.dtype == DType::BF16) {

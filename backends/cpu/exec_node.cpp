@@ -81,8 +81,11 @@ void run_node_step(const StepCtx& c, const Node& n) {
       ThreadPool::split(rows, tid, nth, 1, &b, &e);
       // The table as the backend placed it: its own copy, or a tied head's (then maybe packed).
       const Tensor& table = c.cg.weight[size_t(n.in[0])];
-      embed_rows(table, c.cg.w_il[size_t(n.in[0])], reads_panel(c.kt, table), c.in.tokens, out, b,
-                 e);
+      const void* il = c.cg.w_il[size_t(n.in[0])];
+      if (reads_split(c.cg, table, il))
+        embed_split_rows(table, c.cg.screen, c.in.tokens, out, b, e);
+      else
+        embed_rows(table, il, reads_panel(c.kt, table), c.in.tokens, out, b, e);
       break;
     }
     case Op::GatherRows:

@@ -18,17 +18,26 @@ namespace {
 
 // Prefetches the head's group of `n` rows at g0 (rows, and scales if quantized): the groups a
 // screened step computes are scattered, and each waited on memory from its first line. A packed
-// group's rows lie where the rows would (kernels.h PackShape).
-void prefetch_group(const Tensor& w, const void* w_il, bool panel, int64_t g0, int64_t n) {
-  if (panel) {  // a Q8 panel: codes and scales in one span (q8_panel.h)
+// group's rows lie where the rows would (kernels.h PackShape); split: the head is read from its
+// screen and low bits.
+void prefetch_group(const Tensor& w, const void* w_il, const HeadScreen* split, bool panel,
+                    int64_t g0, int64_t n) {
+  if (split) {  // its high and low bits' 4-row group (head_screen.h), and its scales below
+    const int64_t nc = w.cols() / 128;
+    const char* hi = reinterpret_cast<const char*>(split->hi) + g0 * nc * kScreenQ8ChunkBytes;
+    const char* lo = reinterpret_cast<const char*>(split->lo) + g0 * nc * kScreenLowChunkBytes;
+    for (int64_t i = 0; i < n * nc * kScreenQ8ChunkBytes; i += 64) __builtin_prefetch(hi + i);
+    for (int64_t i = 0; i < n * nc * kScreenLowChunkBytes; i += 64) __builtin_prefetch(lo + i);
+  } else if (panel) {  // a Q8 panel: codes and scales in one span (q8_panel.h)
     const int64_t gb = q8_panel_group_bytes(w.cols(), w.group_size);
     const char* group = static_cast<const char*>(w_il) + g0 / kQ4PanelRows * gb;
     for (int64_t i = 0; i < gb; i += 64) __builtin_prefetch(group + i);
     return;
+  } else {
+    const int64_t row_bytes = int64_t(w.nbytes) / w.rows();
+    const char* rows = static_cast<const char*>(w_il ? w_il : w.data) + g0 * row_bytes;
+    for (int64_t i = 0; i < n * row_bytes; i += 64) __builtin_prefetch(rows + i);
   }
-  const int64_t row_bytes = int64_t(w.nbytes) / w.rows();
-  const char* rows = static_cast<const char*>(w_il ? w_il : w.data) + g0 * row_bytes;
-  for (int64_t i = 0; i < n * row_bytes; i += 64) __builtin_prefetch(rows + i);
   if (!w.quantized()) return;
   const int64_t scale_row = w.cols() / w.group_size * 2;
   const char* scales = static_cast<const char*>(w.scales) + g0 * scale_row;
@@ -45,6 +54,7 @@ struct ScreenedHead {
         w_il(c.cg.w_il[size_t(s.parts[0].w)]),
         x(x),
         K(w.cols()),
+        split(reads_split(c.cg, w, w_il)),
         panel(w_il && reads_q8_panel(c.kt, w)),
         group(w_il && (w.dtype == DType::BF16 || panel) ? kQ4PanelRows : 4) {
     ThreadPool::split(w.rows(), c.tid, c.nth, 16, &b, &e);
@@ -77,7 +87,9 @@ struct ScreenedHead {
     matmul_rows(c, w, w_il, x, 1, g0, g1, y, group, 0, reuse);
     return {g0, g1};
   }
-  void prefetch(int64_t r) const { prefetch_group(w, w_il, panel, r / group * group, group); }
+  void prefetch(int64_t r) const {
+    prefetch_group(w, w_il, split ? &hs : nullptr, panel, r / group * group, group);
+  }
 
   const StepCtx& c;
   const HeadScreen& hs;
@@ -85,6 +97,7 @@ struct ScreenedHead {
   const void* w_il;
   const float* x;
   int64_t K, b = 0, e = 0;
+  bool split;     // the head is read from its screen and low bits (head_screen.h)
   bool panel;     // w_il is Q8 panels
   int64_t group;  // rows the head's kernel computes together (exact)
   float *tmp = nullptr, *hw = nullptr, *screen_scratch = nullptr;

@@ -43,9 +43,19 @@ bool screenable(const Tensor& w) {
   return w.dtype == DType::BF16 && w.cols() % kGroup == 0;
 }
 
-size_t head_screen_bytes(const Tensor& w) {
-  if (w.dtype == DType::Q8)
-    return align64(size_t(w.rows() * (w.cols() / 128) * kScreenQ8ChunkBytes));
+namespace {
+
+size_t high_bytes(const Tensor& w) {
+  return align64(size_t(w.rows() * (w.cols() / 128) * kScreenQ8ChunkBytes));
+}
+size_t low_bytes(const Tensor& w) {
+  return align64(size_t(w.rows() * (w.cols() / 128) * kScreenLowChunkBytes));
+}
+
+}  // namespace
+
+size_t head_screen_bytes(const Tensor& w, bool with_low) {
+  if (w.dtype == DType::Q8) return high_bytes(w) + (with_low ? low_bytes(w) : 0);
   return code_bytes(w) + scale_bytes(w) + size_t(w.rows()) * kScreenBounds * sizeof(float);
 }
 
@@ -79,11 +89,36 @@ void build_hi(const Tensor& w, uint8_t* dst, int64_t r0, int64_t r1) {
     }
 }
 
+// Rows [r0, r1) of a Q8 head's low bits (head_screen.h's layout).
+void build_lo(const Tensor& w, uint8_t* dst, int64_t r0, int64_t r1) {
+  static_assert(kScreenQ8Bits == 5 && kScreenLowChunkBytes == 48, "two bits and one per code");
+  const int64_t k = w.cols(), nc = k / 128;
+  const auto* codes = static_cast<const int8_t*>(w.data);
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t j = 0; j < nc; ++j) {
+      const int8_t* q = codes + r * k + 128 * j;
+      uint8_t* out =
+          dst + (r / 4 * 4) * (nc * kScreenLowChunkBytes) + (4 * j + r % 4) * kScreenLowChunkBytes;
+      std::fill(out, out + kScreenLowChunkBytes, uint8_t(0));
+      for (int h = 0; h < 2; ++h)
+        for (int p = 0; p < 64; ++p) {
+          const int l = q[64 * h + p] & (kScreenStep - 1);
+          out[p % 32] |= uint8_t((l & 3) << (2 * (2 * h + p / 32)));
+          out[32 + p % 16] |= uint8_t((l >> 2) << (4 * h + p / 16));
+        }
+    }
+}
+
 }  // namespace
 
-void build_head_screen(const Tensor& w, ScreenLayout layout, void* dst, int64_t r0, int64_t r1) {
+void build_head_screen(const Tensor& w, ScreenLayout layout, void* dst, int64_t r0, int64_t r1,
+                       bool with_low) {
   if (!screenable(w)) fail("head screen: a ", dtype_name(w.dtype), " head cannot be screened");
-  if (w.dtype == DType::Q8) return build_hi(w, static_cast<uint8_t*>(dst), r0, r1);
+  if (w.dtype == DType::Q8) {
+    build_hi(w, static_cast<uint8_t*>(dst), r0, r1);
+    if (with_low) build_lo(w, static_cast<uint8_t*>(dst) + high_bytes(w), r0, r1);
+    return;
+  }
   const int64_t k = w.cols(), ng = k / kGroup;
   auto* base = static_cast<uint8_t*>(dst);
   auto* scales = reinterpret_cast<uint16_t*>(base + code_bytes(w));
@@ -137,11 +172,12 @@ void build_head_screen(const Tensor& w, ScreenLayout layout, void* dst, int64_t 
   }
 }
 
-HeadScreen head_screen_view(const Tensor& w, ScreenLayout layout, const void* dst) {
+HeadScreen head_screen_view(const Tensor& w, ScreenLayout layout, const void* dst, bool with_low) {
   const auto* base = static_cast<const uint8_t*>(dst);
   HeadScreen s;
   if (w.dtype == DType::Q8) {
     s.hi = base;
+    if (with_low) s.lo = base + high_bytes(w);
     return s;
   }
   s.q8.dtype = DType::Q8;
@@ -156,6 +192,37 @@ HeadScreen head_screen_view(const Tensor& w, ScreenLayout layout, const void* ds
   s.w_il = layout == ScreenLayout::kRows ? nullptr : base;
   s.bounds = reinterpret_cast<const float*>(base + code_bytes(w) + scale_bytes(w));
   return s;
+}
+
+void split_row_codes(const HeadScreen& s, int64_t k, int64_t row, int8_t* codes) {
+  const int64_t nc = k / 128;
+  for (int64_t j = 0; j < nc; ++j) {
+    const int64_t at = (row / 4 * 4) * nc + 4 * j + row % 4;  // the row's chunk, in chunks
+    const uint8_t* c = s.hi + at * kScreenQ8ChunkBytes;
+    const uint8_t* l = s.lo + at * kScreenLowChunkBytes;
+    for (int h = 0; h < 2; ++h)
+      for (int p = 0; p < 64; ++p) {
+        const int u = ((c[p] >> (4 * h)) & 15) | ((c[64 + p % 16] >> (4 * h + p / 16)) & 1) << 4;
+        const int low = ((l[p % 32] >> (2 * (2 * h + p / 32))) & 3) |
+                        ((l[32 + p % 16] >> (4 * h + p / 16)) & 1) << 2;
+        codes[128 * j + 64 * h + p] = int8_t(kScreenStep * (u - (1 << kScreenOffsetLog2)) + low);
+      }
+  }
+}
+
+void embed_split_rows(const Tensor& w, const HeadScreen& s, const int32_t* rows, float* out,
+                      int64_t t0, int64_t t1) {
+  const int64_t k = w.cols(), ng = k / w.group_size;
+  std::vector<int8_t> codes(static_cast<size_t>(k));
+  for (int64_t t = t0; t < t1; ++t) {
+    split_row_codes(s, k, rows[t], codes.data());
+    Tensor row = w;
+    row.shape[0] = 1;
+    row.data = codes.data();
+    row.nbytes = size_t(k);
+    row.scales = static_cast<const uint16_t*>(w.scales) + int64_t(rows[t]) * ng;
+    quant::dequantize_row(row, 0, out + t * k);
+  }
 }
 
 ScreenInput screen_input(const float* x, int64_t k) {

@@ -33,6 +33,15 @@
 // h. A 16-byte lane of nibbles then finds its high bits at one bit position of the 16 bytes,
 // broadcast: a shift by a per-lane amount puts them at bit 4 of each byte, so every ISA reads the
 // screen with masks, shifts and ors.
+//
+// Where a kernel multiplies it (KernelTable::matmul_q8_split), a Q8 head is kept as its screen and
+// the low 3 bits of its codes beside it, not as a copy of the codes as well: the two hold exactly
+// the head's bytes, and one-token steps (decode, a prefill's last row) read their exact rows from
+// them; only steps of several rows of logits (batched decode, `logits`-style callers) read panels
+// of the codes, copied when the first of them is compiled. Low bits, per 4-row group, per chunk,
+// per row, 48 bytes: 32 bytes holding l & 3 of slot 32 c + m of half h at bits 2 (2 h + c) of byte
+// m, then 16 bytes holding l >> 2 at bit 4 h + q of byte m for slot 16 q + m of half h, as the
+// screen's high bits. So 8 u + l = q + 128, the unsigned code vpdpbusd takes.
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -48,12 +57,15 @@ struct HeadScreen {
   Tensor q8;                      // the Q8 copy; with w_il its codes are only the panels
   const void* w_il = nullptr;     // panels (ScreenLayout) for matmul_q8, or null
   const float* bounds = nullptr;  // per row kScreenBounds floats {M, E, N}: N = |w| for rounding
-  // A Q8 head's: the high bits of its codes (KernelTable::screen_q8 reads them), else null.
+  // A Q8 head's: the high bits of its codes (KernelTable::screen_q8 reads them), else null, and
+  // their low bits where the head is read from the two (KernelTable::matmul_q8_split), else null.
   const uint8_t* hi = nullptr;
+  const uint8_t* lo = nullptr;
 };
 constexpr int kScreenBounds = 3;
 constexpr int kScreenQ8Bits = 5;                          // the layout above holds 4 + 1 bits
 constexpr int64_t kScreenQ8ChunkBytes = 80;               // per row and 128-element chunk
+constexpr int64_t kScreenLowChunkBytes = 48;              // the low bits', the same
 constexpr int kScreenStep = 1 << (8 - kScreenQ8Bits);     // q = kScreenStep h + l, l in [0, 8)
 constexpr float kScreenMid = float(kScreenStep - 1) / 2;  // what the screen takes l as
 constexpr int kScreenOffsetLog2 = kScreenQ8Bits - 1;      // u = h + 16
@@ -116,8 +128,8 @@ class ScreenPolicy {
 // Whether build_head_screen takes this weight: BF16 (the kernels' 16-bit head) with k a multiple
 // of 32, or Q8 without a codebook with k a multiple of 128 and rows of 4.
 bool screenable(const Tensor& w);
-// Bytes build_head_screen writes for w.
-size_t head_screen_bytes(const Tensor& w);
+// Bytes build_head_screen writes for w (with_low: a Q8 head's low bits too).
+size_t head_screen_bytes(const Tensor& w, bool with_low = false);
 // Bytes the screen reads per token (a Q8 head's scales too).
 size_t head_screen_read_bytes(const Tensor& w);
 // How a BF16 head's Q8 copy lies for the matmul_q8 that reads it: rows as they are, or 16-row
@@ -126,10 +138,18 @@ enum class ScreenLayout { kRows, kPanel };
 constexpr int64_t kScreenGroup = 32;  // the Q8 copy's group size
 // Writes rows [r0, r1) of the screen of w into dst (head_screen_bytes(w) bytes, 64-byte aligned),
 // so that threads can share the work (r0 a multiple of 16). A Q8 head's screen is always in 4-row
-// groups, whatever `layout`.
-void build_head_screen(const Tensor& w, ScreenLayout layout, void* dst, int64_t r0, int64_t r1);
+// groups, whatever `layout`; with_low: a Q8 head's low bits after them.
+void build_head_screen(const Tensor& w, ScreenLayout layout, void* dst, int64_t r0, int64_t r1,
+                       bool with_low = false);
 // The screen build_head_screen wrote at dst.
-HeadScreen head_screen_view(const Tensor& w, ScreenLayout layout, const void* dst);
+HeadScreen head_screen_view(const Tensor& w, ScreenLayout layout, const void* dst,
+                            bool with_low = false);
+// Row `row` of a Q8 head's codes (slot order, as stored) from its high and low bits.
+void split_row_codes(const HeadScreen& s, int64_t k, int64_t row, int8_t* codes);
+// out[t] = rows[t] of a Q8 head kept as its screen and low bits (w: its scales), dequantized to
+// f32, for t in [t0, t1): a tied head's Embed step.
+void embed_split_rows(const Tensor& w, const HeadScreen& s, const int32_t* rows, float* out,
+                      int64_t t0, int64_t t1);
 
 // Per token: the sums X1 and X2 of the header and |x|, from the activations the head multiplies.
 struct ScreenInput {

@@ -220,6 +220,10 @@ using ScreenSelectFn = int64_t (*)(const float* est, const float* hw, int64_t n,
                                    float* lower, ScreenCandidate* out);
 // The portable reference the SIMD screen is checked against (too slow to pay for itself).
 void screen_q8_scalar(const ScreenQ8Args& a);
+// A QuantMatmulFn for a Q8 head kept as its screen and low bits (head_screen.h): w is the high
+// bits, w_il the low bits, scales row-major; rows r0, r1 multiples of 4, k of 128. The portable
+// reference the SIMD one is checked against.
+void matmul_q8_split_scalar(const QuantMatmulArgs& a);
 
 constexpr int kNumTypes = 4;  // F32, F16, BF16 (weight and KV cache types), I8 (KV cache only)
 constexpr int type_slot(DType t) {
@@ -263,6 +267,9 @@ struct KernelTable {
   // itself).
   ScreenQ8Fn screen_q8 = nullptr;
   ScreenSelectFn screen_select = nullptr;
+  // A Q8 head from its screen and low bits (matmul_q8_split_scalar's contract), where a SIMD
+  // kernel reads them at the speed of its codes; null elsewhere (the head keeps a copy of them).
+  QuantMatmulFn matmul_q8_split = nullptr;
   // n rows of k BF16 columns into their kPackBf16 copy, and rows [r0, r0 + n) of it back to
   // row-major: pack_rows and unpack_rows, by transposes where an ISA has them (AVX-512, AVX2).
   using PackBf16Fn = void (*)(const void* rows, int64_t n, int64_t k, void* out);
@@ -322,6 +329,7 @@ void fill_matmul_q8_avx512(KernelTable& k);
 void fill_matmul_q4_avx512(KernelTable& k);
 void fill_matmul_q4cb_avx512(KernelTable& k);
 void fill_screen_q8_avx512(KernelTable& k);
+void fill_matmul_q8_split_avx512(KernelTable& k);
 #endif
 void fill_peak_amx(KernelTable& k);  // with f.amx_bf16: sets dot_bf16_tile_loop if tiles work
 #if defined(__aarch64__)

@@ -20,7 +20,8 @@ enum Layout : int {
   kScreen = 2,
   kScreenPanel = 3,
   kQ4Panel = 4,
-  kQ8Panel = 5
+  kQ8Panel = 5,
+  kScreenSplit = 6  // a Q8 head's screen and low bits (head_screen.h)
 };
 
 // A copy's source is handed back slice by slice as it is copied, so that a large tensor (an LM
@@ -85,11 +86,22 @@ void WeightPlacer::make_panel(const Tensor& w, void* dst) {
   });
 }
 
+bool WeightPlacer::keeps_split(const Tensor& w) const {
+  return store_ && kt_.matmul_q8_split && kt_.screen_q8 && w.dtype == DType::Q8 && screenable(w);
+}
+
 void WeightPlacer::place(int id, bool logits, bool pack_ok) {
   if (!cg_.weight[size_t(id)].empty()) return;
   Tensor w = g_.tensors()[size_t(id)].weight;
   const bool place = store_ != nullptr;
   const bool panel = reads_panel(kt_, w), q8 = w.dtype == DType::Q8;
+  if (logits && keeps_split(w) && cg_.max_outputs == 1) {
+    // One row of logits a step: the head is read from its screen and low bits (place_screen),
+    // which hands the mapping's codes back; the screen reads the scales row-major.
+    w.scales = verbatim(w.scales, scale_bytes(w));
+    cg_.weight[size_t(id)] = w;
+    return;
+  }
   if (place && pack_ok && panel && q4_panel_fits(w.rows(), w.cols(), w.group_size)) {
     // w keeps pointing at the mapping: only rows outside whole groups read it (never, with the
     // 16-row splits of the steps).
@@ -121,11 +133,13 @@ void WeightPlacer::place(int id, bool logits, bool pack_ok) {
 }
 
 // A BF16 LM head gets a Q8 screen, and a Q8 head one of its codes' high bits where a kernel reads
-// it (head_screen.h).
+// it, with their low bits beside it where a kernel reads the two (head_screen.h). Every compiled
+// graph of a model shares that one copy; those of one row of logits a step read the head from it.
 void WeightPlacer::place_screen(int id, ScreenPolicy::Rule rule, ScreenStats& stats) {
   const Tensor& w = g_.tensors()[size_t(id)].weight;
   if (!store_ || !screenable(w) || cg_.screen_w >= 0) return;
   if (w.dtype == DType::Q8 && !kt_.screen_q8) return;
+  const bool low = keeps_split(w);
   // A BF16 head's Q8 copy is read by matmul_q8: as panels where it reads them (the layout is part
   // of the store's key).
   const ScreenLayout pk = kt_.q8_panel && q8_panel_fits(w.rows(), w.cols(), kScreenGroup)
@@ -135,12 +149,12 @@ void WeightPlacer::place_screen(int id, ScreenPolicy::Rule rule, ScreenStats& st
   // when its copy was made, are read in again and go back once more, slice by slice.
   auto build = [&](void* dst) {
     copy_handing_back(w.data, w.rows(), int64_t(w.nbytes) / w.rows(), kQ4PanelRows,
-                      [&](int64_t b, int64_t e) { build_head_screen(w, pk, dst, b, e); });
+                      [&](int64_t b, int64_t e) { build_head_screen(w, pk, dst, b, e, low); });
     if (w.quantized()) store_->hand_back(w.scales, scale_bytes(w));
   };
-  const void* mem = store_->get(w.data, pk == ScreenLayout::kRows ? kScreen : kScreenPanel,
-                                head_screen_bytes(w), build, kSelfReleased);
-  cg_.screen = head_screen_view(w, pk, mem);
+  const int layout = low ? kScreenSplit : pk == ScreenLayout::kRows ? kScreen : kScreenPanel;
+  const void* mem = store_->get(w.data, layout, head_screen_bytes(w, low), build, kSelfReleased);
+  cg_.screen = head_screen_view(w, pk, mem, low);
   cg_.screen_w = id;
   cg_.screen_policy = ScreenPolicy(rule);
   // Room for every row of the longest range a thread screens (argmax_screened's split).

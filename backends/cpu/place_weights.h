@@ -23,8 +23,9 @@ class WeightPlacer {
       : g_(g), cg_(cg), pool_(pool), store_(store), kt_(kt) {}
 
   // Weight `id` into cg.weight[id] and, for a packed or panel copy, cg.w_il[id]; once per weight.
-  // logits: an LM head, whose Q8 screen reads its scales row-major; pack_ok: false where a step
-  // reads whole rows of it (an embedding table).
+  // logits: an LM head with a screen (place_screen), which reads its scales row-major and, where
+  // keeps_split, is all a graph of one row of logits a step reads of a Q8 head; pack_ok: false
+  // where a step reads whole rows of it (an embedding table).
   void place(int id, bool logits, bool pack_ok = true);
   // The screen of LM head `id` (cg.screen, screen_w, screen_cap, screen_cand, screen_scratch),
   // where the head has one and no other head took it; stats learns the head's and screen's bytes.
@@ -34,6 +35,8 @@ class WeightPlacer {
   void place_embed_tables();
 
  private:
+  // Whether LM head w's screen keeps the low bits of its codes too (head_screen.h).
+  bool keeps_split(const Tensor& w) const;
   // f(b, e) over [0, n) split among the pool's threads in multiples of align.
   void in_parallel(int64_t n, int64_t align, const std::function<void(int64_t, int64_t)>& f);
   // copy(b, e) over n units of unit_bytes at src, in parallel, handing each slice of the source
