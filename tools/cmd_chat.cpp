@@ -142,8 +142,8 @@ int cmd_chat(int argc, char** argv) {
   Args args(argc, argv, spec);
   const std::optional<std::string> system = read_system_prompt(args);
   const bool thinking = thinking_flag(args).value_or(true);
+  TextFrontEnd text = load_text(args);
   Loaded l = load_engine(args);
-  TextFrontEnd text = TextFrontEnd::load(l.model->dir());
   GenerateOptions opt = generate_options(args, *l.model, /*model_defaults=*/true);
   opt.stop_ids = text.stop_ids(opt.stop_ids);
   ChatState c{l,

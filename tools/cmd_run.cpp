@@ -81,9 +81,9 @@ int cmd_run(int argc, char** argv) {
   const std::optional<std::string> system = read_system_prompt(args);
   ChatOptions co;
   co.enable_thinking = thinking_flag(args);
+  TextFrontEnd text = load_text(args);
   Loaded l = load_engine(args);
   note_random_weights(*l.model);
-  TextFrontEnd text = TextFrontEnd::load(l.model->dir());
 
   Json messages = Json::array();
   if (system)

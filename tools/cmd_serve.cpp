@@ -95,9 +95,9 @@ int cmd_serve(int argc, char** argv) {
   SchedulerOptions sched;
   sched.max_batch_tokens = args.integer("--max-batch-tokens", 0);
   if (sched.max_batch_tokens < 0) fail("--max-batch-tokens must not be negative");
+  const TextFrontEnd text = load_text(args);
   Loaded l = load_engine(args, ro, sched);
   note_random_weights(*l.model);
-  const TextFrontEnd text = TextFrontEnd::load(l.model->dir());
   serve::Server server(*l.engine, text, serve_options(args, l, text, parallel));
   const int port = server.bind();
 

@@ -1,5 +1,7 @@
 #include "tools/loaded.h"
 
+#include <malloc.h>
+
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -126,6 +128,16 @@ int context_length(const Args& args, const Qwen3Model& m, const Backend& backend
                  "model's %d (--ctx chooses)\n",
                  fit, backend.name().c_str(), max);
   return fit;
+}
+
+TextFrontEnd load_text(const Args& args) {
+  const std::string dir = args.required("--model");
+  check_checkpoint_folder(dir);  // a wrong --model is named as such, not as a missing tokenizer
+  TextFrontEnd text = TextFrontEnd::load(dir);
+#if defined(__GLIBC__)
+  malloc_trim(0);  // the parse's freed heap too, not only its large blocks
+#endif
+  return text;
 }
 
 Loaded load_engine(const Args& args, const RunnerOptions& ro, const SchedulerOptions& so) {

@@ -9,6 +9,7 @@
 #include "core/runner.h"
 #include "core/session.h"
 #include "models/qwen3_model.h"
+#include "models/text_frontend.h"
 #include "tools/args.h"
 
 namespace hearth::cli {
@@ -23,6 +24,10 @@ struct Loaded {
   double load_ms = 0;
 };
 
+// The model's tokenizer and chat template (--model), loaded before the engine: parsing the
+// tokenizer's JSON takes tens of MB for a moment, which go back to the OS before the weights
+// arrive rather than adding to the peak RSS on top of them.
+TextFrontEnd load_text(const Args& args);
 Loaded load_engine(const Args& args);
 // The same with runner and scheduler options the command has settled itself.
 Loaded load_engine(const Args& args, const RunnerOptions& ro, const SchedulerOptions& so);
