@@ -175,10 +175,10 @@ void matmul_rows(const StepCtx& c, const Tensor& w, const void* w_il, const floa
                  int64_t r0, int64_t r1, float* y, int64_t ldy, int64_t prefetch_r1 = 0,
                  bool reuse_x = false, const ActsI8* xi8 = nullptr);
 
-// Whether w, read without a copy (w_il null), is the LM head kept as its screen and low bits
-// (head_screen.h; a tied embedding table too): its kernels read those, never w.data.
+// Whether w, left in the model's mapping (w_il null), is the LM head kept as its screen and low
+// bits (head_screen.h; a tied embedding table too): its kernels read those, never w.data.
 inline bool reads_split(const CpuCompiled& cg, const Tensor& w, const void* w_il) {
-  return cg.screen.lo && !w_il && w.data == cg.weight[size_t(cg.screen_w)].data;
+  return cg.screen.lo && !w_il && w.data == cg.graph->tensors()[size_t(cg.screen_w)].weight.data;
 }
 
 // Whether two weights go through the same quantized kernel on the same layout, packed copy (a_il,
