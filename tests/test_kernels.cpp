@@ -197,6 +197,18 @@ std::vector<QuantTable> quant_tables() {
   return v;
 }
 
+// The quant tables holding a kernel (a KernelTable member), by name; says which, or that none does.
+template <class Fn>
+std::vector<std::pair<std::string, KernelTable>> tables_with(Fn KernelTable::*kernel,
+                                                             const std::string& what) {
+  std::vector<std::pair<std::string, KernelTable>> v;
+  for (const QuantTable& qt : quant_tables())
+    if (qt.kt.*kernel) v.push_back({qt.name, qt.kt});
+  if (v.empty()) MESSAGE("no ", what, " kernel on this CPU: the reference only");
+  for (const auto& t : v) MESSAGE(what, " checked on: ", t.first);
+  return v;
+}
+
 }  // namespace
 
 TEST_SUITE("kernels") {
@@ -1034,11 +1046,7 @@ TEST_SUITE("kernels") {
     // estimate is off by all but the rounding margin of the bound: a bound any tighter fails there.
     // Every SIMD screen this CPU runs (AVX2 with and without AVX-VNNI, AVX-512), each against
     // the Q8 kernel of its own ISA.
-    std::vector<std::pair<std::string, KernelTable>> simds;
-    for (const QuantTable& qt : quant_tables())
-      if (qt.kt.screen_q8) simds.push_back({qt.name, qt.kt});
-    if (simds.empty()) MESSAGE("no screen kernel on this CPU: reference only");
-    for (const auto& sk : simds) MESSAGE("Q8 head screen checked on: ", sk.first);
+    const auto simds = tables_with(&KernelTable::screen_q8, "Q8 head screen");
     for (const int64_t K : {256, 1024})
       for (const int group : {32, 128})
         for (const DType st : {DType::F16, DType::BF16}) {
@@ -1106,101 +1114,97 @@ TEST_SUITE("kernels") {
           }
         }
   }
-}
 
-TEST_CASE("Q8 head kept as its screen and low bits: the same codes, rows and logits") {
-  // Codes over the whole int8 range and signed scales of 7 binades (make_qweights). The rebuilt
-  // codes and embedding rows must be the stored ones bit for bit; logits are the same integer dots
-  // summed in another order, so each SIMD kernel is checked against the double reference and
-  // against its own ISA's Q8 kernel on the row-major codes.
-  std::vector<std::pair<std::string, KernelTable>> simds;
-  for (const QuantTable& qt : quant_tables())
-    if (qt.kt.matmul_q8_split) simds.push_back({qt.name, qt.kt});
-  if (simds.empty()) MESSAGE("no split Q8 head kernel on this CPU: the reference only");
-  for (const auto& sk : simds) MESSAGE("split Q8 head checked on: ", sk.first);
-  for (const int64_t K : {128, 1024})
-    for (const int group : {32, 128})
-      for (const DType st : {DType::F16, DType::BF16}) {
-        CAPTURE(K);
-        CAPTURE(group);
-        CAPTURE(int(st));
-        const int64_t N = 44;
-        const QWeights w = make_qweights(8, group, st, N, K, uint32_t(3 * K + group));
-        const Tensor t = w.view();
-        std::vector<uint8_t> mem(head_screen_bytes(t, true) + 64);
-        uint8_t* base = mem.data() + (64 - reinterpret_cast<uintptr_t>(mem.data()) % 64) % 64;
-        // In two ranges, as threads build it.
-        build_head_screen(t, ScreenLayout::kRows, base, 0, 16, true);
-        build_head_screen(t, ScreenLayout::kRows, base, 16, N, true);
-        const HeadScreen hs = head_screen_view(t, ScreenLayout::kRows, base, true);
-        REQUIRE(hs.lo != nullptr);
-        std::vector<int8_t> row(static_cast<size_t>(K));
-        bool same_codes = true;
-        for (int64_t r = 0; r < N; ++r) {
-          split_row_codes(hs, K, r, row.data());
-          same_codes &= std::memcmp(row.data(), w.codes.data() + r * K, size_t(K)) == 0;
-        }
-        CHECK(same_codes);
-        const std::vector<int32_t> ids{43, 0, 7, 43};
-        std::vector<float> emb(ids.size() * size_t(K)), want(ids.size() * size_t(K));
-        embed_split_rows(t, hs, ids.data(), emb.data(), 0, int64_t(ids.size()));
-        for (size_t i = 0; i < ids.size(); ++i)
-          quant::dequantize_row(t, ids[i], &want[i * size_t(K)]);
-        CHECK(emb == want);
-
-        const int T = 3;
-        const auto x = randn(size_t(T * K), 11);
-        std::vector<float> scratch(size_t(quant_matmul_scratch_floats(K, T)));
-        auto run = [&](QuantMatmulFn fn, bool split, int64_t r0, int64_t r1, bool reuse) {
-          std::vector<float> y(size_t(T * N), NAN);
-          QuantMatmulArgs a = test::quant_args(
-              {split ? hs.hi : w.codes.data(), w.scales.data(), st, group, nullptr, K}, x.data(), K,
-              T, y.data() + r0, N, r0, r1, scratch.data());
-          if (split) a.w_il = hs.lo;
-          a.reuse_x = reuse;
-          fn(a);
-          return y;
-        };
-        const std::vector<float> ref = run(matmul_q8_split_scalar, true, 0, N, false);
-        // The largest difference from the reference, relative to the token's largest logit (a
-        // logit that cancels to near zero has the rounding of its large terms).
-        auto close = [&](const std::vector<float>& y, int64_t r0, int64_t r1) {
-          double worst = 0;
-          for (int tk = 0; tk < T; ++tk) {
-            double top = 0;
-            for (int64_t r = 0; r < N; ++r)
-              top = std::max(top, std::fabs(double(ref[size_t(tk * N + r)])));
-            for (int64_t r = r0; r < r1; ++r)
-              worst =
-                  std::max(worst, std::fabs(ref[size_t(tk * N + r)] - y[size_t(tk * N + r)]) / top);
+  TEST_CASE("Q8 head kept as its screen and low bits: the same codes, rows and logits") {
+    // Codes over the whole int8 range and signed scales of 7 binades (make_qweights). The rebuilt
+    // codes and embedding rows must be the stored ones bit for bit; logits are the same integer
+    // dots summed in another order, so each SIMD kernel is checked against the double reference and
+    // against its own ISA's Q8 kernel on the row-major codes.
+    const auto simds = tables_with(&KernelTable::matmul_q8_split, "split Q8 head");
+    for (const int64_t K : {128, 1024})
+      for (const int group : {32, 128})
+        for (const DType st : {DType::F16, DType::BF16}) {
+          CAPTURE(K);
+          CAPTURE(group);
+          CAPTURE(int(st));
+          const int64_t N = 44;
+          const QWeights w = make_qweights(8, group, st, N, K, uint32_t(3 * K + group));
+          const Tensor t = w.view();
+          std::vector<uint8_t> mem(head_screen_bytes(t, true) + 64);
+          uint8_t* base = mem.data() + (64 - reinterpret_cast<uintptr_t>(mem.data()) % 64) % 64;
+          // In two ranges, as threads build it.
+          build_head_screen(t, ScreenLayout::kRows, base, 0, 16, true);
+          build_head_screen(t, ScreenLayout::kRows, base, 16, N, true);
+          const HeadScreen hs = head_screen_view(t, ScreenLayout::kRows, base, true);
+          REQUIRE(hs.lo != nullptr);
+          std::vector<int8_t> row(static_cast<size_t>(K));
+          bool same_codes = true;
+          for (int64_t r = 0; r < N; ++r) {
+            split_row_codes(hs, K, r, row.data());
+            same_codes &= std::memcmp(row.data(), w.codes.data() + r * K, size_t(K)) == 0;
           }
-          return worst;
-        };
-        for (const auto& [name, kt] : simds) {
-          CAPTURE(name);
-          const std::vector<float> plain = run(kt.matmul_q8, false, 0, N, false);
-          CHECK(close(plain, 0, N) < 1e-5);  // the reference is the Q8 kernel's product
-          // The whole head, an even and an odd number of 4-row groups, and a range after another
-          // on the same activations (reuse_x).
-          for (auto [r0, r1, reuse] : {std::tuple<int64_t, int64_t, bool>{0, N, false},
-                                       {4, 40, false},
-                                       {8, 20, false},
-                                       {24, 44, true}}) {
-            CAPTURE(r0);
-            CAPTURE(reuse);
-            const std::vector<float> y = run(kt.matmul_q8_split, true, r0, r1, reuse);
-            CHECK(close(y, r0, r1) < 1e-5);
-            // A row's logit does not depend on the range it is computed in (the screened head
-            // computes scattered groups, the whole head every row).
-            const std::vector<float> whole = run(kt.matmul_q8_split, true, 0, N, false);
-            bool same = true;
-            for (int tk = 0; tk < T; ++tk)
+          CHECK(same_codes);
+          const std::vector<int32_t> ids{43, 0, 7, 43};
+          std::vector<float> emb(ids.size() * size_t(K)), want(ids.size() * size_t(K));
+          embed_split_rows(t, hs, ids.data(), emb.data(), 0, int64_t(ids.size()));
+          for (size_t i = 0; i < ids.size(); ++i)
+            quant::dequantize_row(t, ids[i], &want[i * size_t(K)]);
+          CHECK(emb == want);
+
+          const int T = 3;
+          const auto x = randn(size_t(T * K), 11);
+          std::vector<float> scratch(size_t(quant_matmul_scratch_floats(K, T)));
+          auto run = [&](QuantMatmulFn fn, bool split, int64_t r0, int64_t r1, bool reuse) {
+            std::vector<float> y(size_t(T * N), NAN);
+            QuantMatmulArgs a = test::quant_args(
+                {split ? hs.hi : w.codes.data(), w.scales.data(), st, group, nullptr, K}, x.data(),
+                K, T, y.data() + r0, N, r0, r1, scratch.data());
+            if (split) a.w_il = hs.lo;
+            a.reuse_x = reuse;
+            fn(a);
+            return y;
+          };
+          const std::vector<float> ref = run(matmul_q8_split_scalar, true, 0, N, false);
+          // The largest difference from the reference, relative to the token's largest logit (a
+          // logit that cancels to near zero has the rounding of its large terms).
+          auto close = [&](const std::vector<float>& y, int64_t r0, int64_t r1) {
+            double worst = 0;
+            for (int tk = 0; tk < T; ++tk) {
+              double top = 0;
+              for (int64_t r = 0; r < N; ++r)
+                top = std::max(top, std::fabs(double(ref[size_t(tk * N + r)])));
               for (int64_t r = r0; r < r1; ++r)
-                same &= y[size_t(tk * N + r)] == whole[size_t(tk * N + r)];
-            CHECK(same);
+                worst = std::max(worst,
+                                 std::fabs(ref[size_t(tk * N + r)] - y[size_t(tk * N + r)]) / top);
+            }
+            return worst;
+          };
+          for (const auto& [name, kt] : simds) {
+            CAPTURE(name);
+            const std::vector<float> plain = run(kt.matmul_q8, false, 0, N, false);
+            CHECK(close(plain, 0, N) < 1e-5);  // the reference is the Q8 kernel's product
+            // The whole head, an even and an odd number of 4-row groups, and a range after another
+            // on the same activations (reuse_x).
+            for (auto [r0, r1, reuse] : {std::tuple<int64_t, int64_t, bool>{0, N, false},
+                                         {4, 40, false},
+                                         {8, 20, false},
+                                         {24, 44, true}}) {
+              CAPTURE(r0);
+              CAPTURE(reuse);
+              const std::vector<float> y = run(kt.matmul_q8_split, true, r0, r1, reuse);
+              CHECK(close(y, r0, r1) < 1e-5);
+              // A row's logit does not depend on the range it is computed in (the screened head
+              // computes scattered groups, the whole head every row).
+              const std::vector<float> whole = run(kt.matmul_q8_split, true, 0, N, false);
+              bool same = true;
+              for (int tk = 0; tk < T; ++tk)
+                for (int64_t r = r0; r < r1; ++r)
+                  same &= y[size_t(tk * N + r)] == whole[size_t(tk * N + r)];
+              CHECK(same);
+            }
           }
         }
-      }
+  }
 }
 
 #ifndef HEARTH_KERNELS_ONLY
