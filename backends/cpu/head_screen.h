@@ -34,7 +34,8 @@
 // broadcast: a shift by a per-lane amount puts them at bit 4 of each byte, so every ISA reads the
 // screen with masks, shifts and ors.
 //
-// Where a kernel multiplies it (KernelTable::matmul_q8_split), a Q8 head is kept as its screen and
+// Where a kernel multiplies it (KernelTable::matmul_q8_split) and the screen would be a large part
+// of the weights (WeightPlacer::keeps_split), a Q8 head is kept as its screen and
 // the low 3 bits of its codes beside it, not as a copy of the codes as well: the two hold exactly
 // the head's bytes, and one-token steps (decode, a prefill's last row) read their exact rows from
 // them; only steps of several rows of logits (batched decode, `logits`-style callers) read panels
