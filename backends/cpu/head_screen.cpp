@@ -66,6 +66,19 @@ size_t head_screen_read_bytes(const Tensor& w) {
 
 namespace {
 
+// Where head_screen.h's layouts put things: row r's chunk j, counted in chunks from the start of
+// either the high or the low bits (4-row groups, then chunks, then rows); the bit of slot p of
+// half h in a 16-byte bit plane (byte p % 16), and the shift of its pair (byte p % 32).
+int64_t group_chunk(int64_t r, int64_t j, int64_t nc) {
+  return (r / 4 * 4) * nc + 4 * j + r % 4;
+}
+int plane_bit(int h, int p) {
+  return 4 * h + p / 16;
+}
+int pair_shift(int h, int p) {
+  return 2 * (2 * h + p / 32);
+}
+
 // Rows [r0, r1) of a Q8 head's screen (head_screen.h's layout).
 void build_hi(const Tensor& w, uint8_t* dst, int64_t r0, int64_t r1) {
   constexpr int B = kScreenQ8Bits;
@@ -75,14 +88,13 @@ void build_hi(const Tensor& w, uint8_t* dst, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t j = 0; j < nc; ++j) {
       const int8_t* q = codes + r * k + 128 * j;
-      uint8_t* out = dst + (r / 4 * 4) * (k / 128 * kScreenQ8ChunkBytes) +
-                     (4 * j + r % 4) * kScreenQ8ChunkBytes;
+      uint8_t* out = dst + group_chunk(r, j, nc) * kScreenQ8ChunkBytes;
       std::fill(out + 64, out + 80, uint8_t(0));
       for (int p = 0; p < 64; ++p) {
         int u[2];
         for (int h = 0; h < 2; ++h) {
           u[h] = (q[64 * h + p] >> (8 - B)) + (1 << (B - 1));
-          out[64 + p % 16] |= uint8_t((u[h] >> 4) << (4 * h + p / 16));
+          out[64 + p % 16] |= uint8_t((u[h] >> 4) << plane_bit(h, p));
         }
         out[p] = uint8_t((u[0] & 15) | (u[1] & 15) << 4);
       }
@@ -97,14 +109,13 @@ void build_lo(const Tensor& w, uint8_t* dst, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t j = 0; j < nc; ++j) {
       const int8_t* q = codes + r * k + 128 * j;
-      uint8_t* out =
-          dst + (r / 4 * 4) * (nc * kScreenLowChunkBytes) + (4 * j + r % 4) * kScreenLowChunkBytes;
+      uint8_t* out = dst + group_chunk(r, j, nc) * kScreenLowChunkBytes;
       std::fill(out, out + kScreenLowChunkBytes, uint8_t(0));
       for (int h = 0; h < 2; ++h)
         for (int p = 0; p < 64; ++p) {
           const int l = q[64 * h + p] & (kScreenStep - 1);
-          out[p % 32] |= uint8_t((l & 3) << (2 * (2 * h + p / 32)));
-          out[32 + p % 16] |= uint8_t((l >> 2) << (4 * h + p / 16));
+          out[p % 32] |= uint8_t((l & 3) << pair_shift(h, p));
+          out[32 + p % 16] |= uint8_t((l >> 2) << plane_bit(h, p));
         }
     }
 }
@@ -197,14 +208,13 @@ HeadScreen head_screen_view(const Tensor& w, ScreenLayout layout, const void* ds
 void split_row_codes(const HeadScreen& s, int64_t k, int64_t row, int8_t* codes) {
   const int64_t nc = k / 128;
   for (int64_t j = 0; j < nc; ++j) {
-    const int64_t at = (row / 4 * 4) * nc + 4 * j + row % 4;  // the row's chunk, in chunks
-    const uint8_t* c = s.hi + at * kScreenQ8ChunkBytes;
-    const uint8_t* l = s.lo + at * kScreenLowChunkBytes;
+    const uint8_t* c = s.hi + group_chunk(row, j, nc) * kScreenQ8ChunkBytes;
+    const uint8_t* l = s.lo + group_chunk(row, j, nc) * kScreenLowChunkBytes;
     for (int h = 0; h < 2; ++h)
       for (int p = 0; p < 64; ++p) {
-        const int u = ((c[p] >> (4 * h)) & 15) | ((c[64 + p % 16] >> (4 * h + p / 16)) & 1) << 4;
-        const int low = ((l[p % 32] >> (2 * (2 * h + p / 32))) & 3) |
-                        ((l[32 + p % 16] >> (4 * h + p / 16)) & 1) << 2;
+        const int u = ((c[p] >> (4 * h)) & 15) | ((c[64 + p % 16] >> plane_bit(h, p)) & 1) << 4;
+        const int low =
+            ((l[p % 32] >> pair_shift(h, p)) & 3) | ((l[32 + p % 16] >> plane_bit(h, p)) & 1) << 2;
         codes[128 * j + 64 * h + p] = int8_t(kScreenStep * (u - (1 << kScreenOffsetLog2)) + low);
       }
   }
