@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backends/cpu/compiled.h"
+#include "backends/cpu/prefetch.h"
 #include "backends/cpu/q8_panel.h"
 
 namespace hearth::cpu {
@@ -26,22 +27,22 @@ void prefetch_group(const Tensor& w, const void* w_il, const HeadScreen* split, 
     const int64_t nc = w.cols() / 128;
     const char* hi = reinterpret_cast<const char*>(split->hi) + g0 * nc * kScreenQ8ChunkBytes;
     const char* lo = reinterpret_cast<const char*>(split->lo) + g0 * nc * kScreenLowChunkBytes;
-    for (int64_t i = 0; i < n * nc * kScreenQ8ChunkBytes; i += 64) __builtin_prefetch(hi + i);
-    for (int64_t i = 0; i < n * nc * kScreenLowChunkBytes; i += 64) __builtin_prefetch(lo + i);
+    for (int64_t i = 0; i < n * nc * kScreenQ8ChunkBytes; i += 64) prefetch_line(hi + i);
+    for (int64_t i = 0; i < n * nc * kScreenLowChunkBytes; i += 64) prefetch_line(lo + i);
   } else if (panel) {  // a Q8 panel: codes and scales in one span (q8_panel.h)
     const int64_t gb = q8_panel_group_bytes(w.cols(), w.group_size);
     const char* group = static_cast<const char*>(w_il) + g0 / kQ4PanelRows * gb;
-    for (int64_t i = 0; i < gb; i += 64) __builtin_prefetch(group + i);
+    for (int64_t i = 0; i < gb; i += 64) prefetch_line(group + i);
     return;
   } else {
     const int64_t row_bytes = int64_t(w.nbytes) / w.rows();
     const char* rows = static_cast<const char*>(w_il ? w_il : w.data) + g0 * row_bytes;
-    for (int64_t i = 0; i < n * row_bytes; i += 64) __builtin_prefetch(rows + i);
+    for (int64_t i = 0; i < n * row_bytes; i += 64) prefetch_line(rows + i);
   }
   if (!w.quantized()) return;
   const int64_t scale_row = w.cols() / w.group_size * 2;
   const char* scales = static_cast<const char*>(w.scales) + g0 * scale_row;
-  for (int64_t i = 0; i < n * scale_row; i += 64) __builtin_prefetch(scales + i);
+  for (int64_t i = 0; i < n * scale_row; i += 64) prefetch_line(scales + i);
 }
 
 // What both screened heads read: the head (as the matmuls read it), its screen, the calling

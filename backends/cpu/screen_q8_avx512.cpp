@@ -3,9 +3,12 @@
 // and 16 bytes of high bits, broadcast to every 16-byte lane and shifted there by the lane's own
 // amount so that its bits sit at bit 4 of its bytes; nibble | that bit gives u = h + 16, the
 // unsigned operand of vpdpbusd against the same int8 activations as the Q8 kernel. Rows are read
-// as two streams, as the panel kernels read Q8 and Q4 groups (matmul_q4_panel_avx512.h).
+// as two streams, as the panel kernels read Q8 and Q4 groups (matmul_q4_panel_avx512.h), and
+// prefetched as they are: the hardware prefetchers alone left an Intel Xeon's screen at 74% of
+// the read bandwidth (bench/RESULTS.md, "Prefetching the head's screen").
 #include "backends/cpu/head_screen.h"
 #include "backends/cpu/matmul_quant_avx512.h"
+#include "backends/cpu/prefetch.h"
 
 namespace hearth::cpu {
 
@@ -14,6 +17,18 @@ namespace {
 using namespace qk;
 
 constexpr int64_t kChunkBytes = kScreenQ8ChunkBytes;
+// How far ahead of each stream the codes are prefetched, as the panel kernels' kPanelAhead.
+constexpr int64_t kScreenAhead = 2048;
+
+// A stream's codes kScreenAhead ahead of chunk j of its group at c (the groups of a stream are
+// contiguous), and a line of the next group's scales per chunk (the group's nc chunks then cover
+// its 32 nc bytes of scales at group size 32, and more). prefetch_line: GCC deleted these
+// prefetches as __builtin_prefetch while this function was not inlined (prefetch.h).
+inline void prefetch_screen(const uint8_t* c, const uint16_t* sw, int64_t ng, int64_t j) {
+  for (int64_t b = 0; b < 4 * kChunkBytes; b += 64)
+    prefetch_line(c + 4 * j * kChunkBytes + kScreenAhead + b);
+  prefetch_line(reinterpret_cast<const uint8_t*>(sw + 4 * ng) + 64 * j);
+}
 
 ScreenToken prepare(const ScreenQ8Args& a) {
   const int64_t k = a.k, nc = k / kChunk;
@@ -59,6 +74,7 @@ void groups_dot(const uint8_t* const* w, const uint16_t* const* sw, int64_t ng,
     const __m512 mid = _mm512_loadu_ps(t.mid + 16 * j);
     const __m512 abs = _mm512_loadu_ps(t.abs + 16 * j);
     const __m512 dx = _mm512_broadcast_f32x4(_mm_loadu_ps(t.d + 4 * j));
+    for (int s = 0; s < S; ++s) prefetch_screen(w[s], sw[s], ng, j);
     for (int s = 0; s < S; ++s)
       for (int r = 0; r < 4; ++r) {
         const uint8_t* c = w[s] + (4 * j + r) * kChunkBytes;
