@@ -19,7 +19,8 @@ struct CpuOptions {
   std::string isa;  // force a lower ISA ("avx2", "scalar"); empty: best available
   // The GEMM library for long steps ("auto", "dnnl", "dnnl-bf16", "openblas", "native"); empty:
   // auto: the bf16 one for BF16 weights where bf16 dot products are fast (AMD Zen 4/5, Intel
-  // with AMX), which rounds the activations of such steps to bf16, else an FP32-exact one.
+  // with AMX), which rounds the activations of such steps to bf16, else an FP32-exact one (on
+  // AVX-512 with weight copies, the kernels themselves for BF16 weights).
   std::string gemm;
   int gemm_min_tokens = 0;  // steps of at least this many tokens use the GEMM; 0: the default
   // Where the backend keeps private huge-page copies of the weights its matmuls read, in the

@@ -1850,6 +1850,30 @@ TEST_SUITE("kernels") {
     o.cpu.isa = "";
     o.cpu.gemm = "dnnl";  // named: as asked
     if (f32 == cpu::GemmKind::Dnnl) CHECK(kind(f) == cpu::GemmKind::Dnnl);
+
+    // Without a fast bf16 dot, long all-BF16 steps stay on the kernels (f32 FMAs on the packed
+    // copy); other steps, a named GEMM, --mmap (no copy) and AVX2 keep the library.
+    auto route = [&](const CpuFeatures& cf, bool all_quantized, bool all_bf16) {
+      const cpu::CpuBackend b(o, cf);
+      return cpu::linear_route(b.kernels(), b.gemm_kind(), true, b.gemm_min_tokens(), 512,
+                               all_quantized, all_bf16);
+    };
+    o.cpu.gemm = "";
+    o.cpu.weight_copies = std::make_shared<WeightStore>();
+    f.amd = f.amx_bf16 = false;
+    CHECK(route(f, false, true) == cpu::LinearRoute::Kernels);
+    CHECK(route(f, false, false) == cpu::LinearRoute::LibraryF32);
+    f.amd = true;
+    CHECK(route(f, false, true) == cpu::LinearRoute::LibraryBf16);
+    f.amd = false;
+    o.cpu.gemm = "dnnl";
+    CHECK(route(f, false, true) == cpu::LinearRoute::LibraryF32);
+    o.cpu.gemm = "";
+    o.cpu.isa = "avx2";
+    CHECK(route(f, false, true) == cpu::LinearRoute::LibraryF32);
+    o.cpu.isa = "";
+    o.cpu.weight_copies = nullptr;
+    CHECK(route(f, false, true) == cpu::LinearRoute::LibraryF32);
   }
 
   TEST_CASE("GEMM libraries match the native kernels on long steps") {

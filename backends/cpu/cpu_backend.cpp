@@ -145,6 +145,8 @@ CpuBackend::CpuBackend(const BackendOptions& opt, const CpuFeatures& cpu)
   if (!gemm.empty() && gemm != "auto") kernels_.quant_prefill = false;
   if ((!gemm.empty() && gemm != "auto") || kernels_.dot_bf16_tile_loop || !weight_copies_)
     kernels_.gemm_bf16_packed = nullptr;
+  kernels_.bf16_prefill_on_kernels = (gemm.empty() || gemm == "auto") && weight_copies_ &&
+                                     kernels_.isa == Isa::Avx512 && !cpu.fast_bf16_dot();
 }
 
 void CpuBackend::note_linear_steps(const Graph& g, const std::vector<Step>& steps) {

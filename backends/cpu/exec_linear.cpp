@@ -269,7 +269,8 @@ bool all_bf16(const StepCtx& c, const LinearStep& s) {
 LinearRoute linear_route(const KernelTable& kt, GemmKind kind, bool have_gemm, int gemm_min_tokens,
                          int64_t n_tokens, bool all_quantized, bool all_bf16) {
   const bool quant_gemm = kt.quant_prefill && all_quantized;
-  if (have_gemm && n_tokens >= gemm_min_tokens && !quant_gemm)
+  const bool bf16_kernels = kt.bf16_prefill_on_kernels && all_bf16 && !all_quantized;
+  if (have_gemm && n_tokens >= gemm_min_tokens && !quant_gemm && !bf16_kernels)
     return kind == GemmKind::DnnlBf16 && all_bf16 ? LinearRoute::LibraryBf16
                                                   : LinearRoute::LibraryF32;
   return quant_gemm && n_tokens >= kQuantGemmMinTokens ? LinearRoute::Int8Gemm

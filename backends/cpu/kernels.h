@@ -283,6 +283,11 @@ struct KernelTable {
   using GemmBf16Fn = void (*)(const void* packed, int64_t k, int64_t r0, int64_t r1,
                               const uint16_t* x, int64_t ldx, int n_tokens, float* y, int64_t ldy);
   GemmBf16Fn gemm_bf16_packed = nullptr;
+  // Long steps with BF16 weights stay on the matmul kernels (f32 FMAs on the packed copy) instead
+  // of the f32 GEMM library, on AVX-512 without a fast bf16 dot (an Intel Xeon without AMX, whose
+  // vdpbf16ps runs at half its FMA rate): oneDNN's sgemm on rows unpacked to f32 prefilled a 0.6B
+  // no faster at 512 tokens and a quarter slower at 64 (bench/RESULTS.md, "Prefetches that run").
+  bool bf16_prefill_on_kernels = false;
 };
 
 // Whether w's packed copy, where it has one, is a Q4 panel (q4_panel.h) for this table.
