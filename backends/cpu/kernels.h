@@ -286,7 +286,7 @@ struct KernelTable {
   // Long steps with BF16 weights stay on the matmul kernels (f32 FMAs on the packed copy) instead
   // of the f32 GEMM library, on AVX-512 without a fast bf16 dot (an Intel Xeon without AMX, whose
   // vdpbf16ps runs at half its FMA rate): oneDNN's sgemm on rows unpacked to f32 prefilled a 0.6B
-  // no faster at 512 tokens and a quarter slower at 64 (bench/RESULTS.md, "Prefetches that run").
+  // no faster at 512 tokens and a third slower at 64 (bench/RESULTS.md, "Prefetches that run").
   bool bf16_prefill_on_kernels = false;
 };
 
