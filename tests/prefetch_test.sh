@@ -6,7 +6,8 @@
 set -eu
 command -v objdump >/dev/null || { echo "prefetch check skipped: no objdump"; exit 0; }
 objdump -f "$1" | grep -q 'x86-64' || { echo "prefetch check skipped: not an x86-64 build"; exit 0; }
-# Sources whose own code (not only their kernels' headers) prefetches.
+# Sources that prefetch, in their own code or their kernels' headers; each object must keep at
+# least one prefetch instruction (a deleted helper took every one of its file's with it).
 want="exec_screened_head screen_q8_avx512 screen_q8_avx2 matmul_q8_split_avx512 attention_avx512
 attention_avx2 vecops_avx512 matmul_q4_avx512 matmul_q8_avx512 matmul_bf16_avx512"
 fail=0
