@@ -1,7 +1,6 @@
 #include "core/gpu_ops.h"
 
 #include <algorithm>
-#include <set>
 
 #include "core/backend.h"
 #include "core/error.h"
@@ -84,11 +83,7 @@ size_t gpu_attention_partials(int max_tokens, int heads, int head_dim) {
 }
 
 KVRoom gpu_kv_room(const Graph& g, size_t device_bytes, size_t layer_bytes) {
-  std::set<const void*> seen;  // a tied head is the embedding's bytes
-  size_t weights = 0;
-  for (const GraphTensor& t : g.tensors())
-    if (t.kind == TensorKind::Weight && seen.insert(t.weight.data).second)
-      weights += quant::weight_bytes(t.weight);
+  const size_t weights = g.weight_bytes();
   const size_t usable = device_bytes - device_bytes / 8;
   // Weights that leave no room give a room of one byte, so that the caller says so.
   return {usable > weights ? usable - weights : 1, layer_bytes ? layer_bytes : SIZE_MAX};

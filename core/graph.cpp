@@ -1,6 +1,9 @@
 #include "core/graph.h"
 
+#include <set>
+
 #include "core/error.h"
+#include "core/quant_format.h"
 
 namespace hearth {
 
@@ -65,6 +68,15 @@ int Graph::add(Op op, int out, std::initializer_list<int> in, NodeParams p) {
   n.p = p;
   nodes_.push_back(n);
   return out;
+}
+
+size_t Graph::weight_bytes() const {
+  std::set<const void*> seen;
+  size_t bytes = 0;
+  for (const GraphTensor& t : tensors_)
+    if (t.kind == TensorKind::Weight && seen.insert(t.weight.data).second)
+      bytes += quant::weight_bytes(t.weight);
+  return bytes;
 }
 
 }  // namespace hearth

@@ -81,6 +81,9 @@ class Graph {
   const std::vector<GraphTensor>& tensors() const { return tensors_; }
   const std::vector<Node>& nodes() const { return nodes_; }
   const GraphTensor& tensor(int id) const { return tensors_[size_t(id)]; }
+  // The bytes of every distinct weight with its scales (a tied head and its embedding table are
+  // one tensor's bytes, counted once).
+  size_t weight_bytes() const;
 
   int output = -1;  // the logits tensor, Rows::Outputs
   KVSpec kv;

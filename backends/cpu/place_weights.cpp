@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <unordered_set>
 
 #include "backends/cpu/q4_panel.h"
 #include "backends/cpu/q8_panel.h"
@@ -94,11 +93,7 @@ void WeightPlacer::make_panel(const Tensor& w, void* dst) {
 bool WeightPlacer::keeps_split(const Tensor& w) const {
   if (!store_ || !kt_.matmul_q8_split || !kt_.screen_q8 || w.dtype != DType::Q8 || !screenable(w))
     return false;
-  double weights = 0;
-  std::unordered_set<const void*> seen;  // a tied head and table are one tensor's bytes
-  for (const GraphTensor& t : g_.tensors())
-    if (!t.weight.empty() && seen.insert(t.weight.data).second) weights += double(t.weight.nbytes);
-  return double(head_screen_bytes(w)) * 12 > weights;
+  return head_screen_bytes(w) * 12 > g_.weight_bytes();
 }
 
 void WeightPlacer::place(int id, bool logits, bool pack_ok) {
