@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -44,15 +45,24 @@ void WeightStore::add_file_mapping(const void* data, size_t bytes) {
 }
 
 void WeightStore::hand_back(const void* src, size_t bytes) const {
-  // Only whole pages inside the source: its neighbours may be in use.
-  const uintptr_t page = 4096, s0 = (uintptr_t(src) + page - 1) & ~(page - 1),
-                  s1 = (uintptr_t(src) + bytes) & ~(page - 1);
-  if (s1 <= s0) return;
+  // Only whole pages inside the source: its neighbours may be in use. In a file's mapping the 2 MiB
+  // pages around the source go as well: the page cache may hold the file in 2 MiB pages (the kernel
+  // collapses a mapped file's pages), a read of one byte maps all of such a page, and its other
+  // bytes, in use or not, are mapped again from the page cache when read.
+  const uintptr_t page = 4096, huge = uintptr_t(2) << 20, a = uintptr_t(src), z = a + bytes;
+  uintptr_t s0 = (a + page - 1) & ~(page - 1), s1 = z & ~(page - 1);
   bool file = false;
   {
     std::lock_guard<std::mutex> lock(maps_mu_);  // not mu_: get() calls this holding it
-    for (const auto& [b, e] : file_maps_) file |= s0 >= b && s1 <= e;
+    for (const auto& [b, e] : file_maps_)
+      if (a >= b && z <= e) {
+        file = true;
+        s0 = std::max(b, a & ~(huge - 1));
+        s1 = std::min(e & ~(page - 1), (z + huge - 1) & ~(huge - 1));
+        break;
+      }
   }
+  if (s1 <= s0) return;
   if (file) {
     (void)::madvise(reinterpret_cast<void*>(s0), s1 - s0, MADV_DONTNEED);  // advice
     return;

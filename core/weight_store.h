@@ -30,8 +30,9 @@ class WeightStore {
   const void* get(const void* src, int layout, size_t bytes,
                   const std::function<void(void* dst)>& make, bool release = true);
   size_t bytes() const;  // all copies together
-  // Hands the whole pages of [src, src + bytes) back to the OS as get(..., release) does: for a
-  // source read again after its copy was made (to derive another one from it).
+  // Hands the whole pages of [src, src + bytes) back to the OS as get(..., release) does (in a
+  // file's mapping, the 2 MiB around them too): for a source read again after its copy was made
+  // (to derive another one from it), or read once (a norm widened to f32).
   void hand_back(const void* src, size_t bytes) const;
   // Marks [data, data + bytes) as a shared read-only mapping of a file (a checkpoint mapped in
   // place). Its pages are handed back with MADV_DONTNEED, which unmaps them and leaves them in the

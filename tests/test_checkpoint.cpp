@@ -1051,4 +1051,42 @@ TEST_SUITE("checkpoint") {
     CHECK(in_cache == resident.size());
     CHECK(std::memcmp(f.data(), data.data(), bytes) == 0);  // and the mapping still reads right
   }
+
+  TEST_CASE("handing back a few bytes of a mapped checkpoint drops the 2 MiB around them") {
+    // The page cache may hold a checkpoint in 2 MiB pages, and reading one norm then maps all of
+    // its page: the hand back must unmap that much (pagemap's present bit), and no more.
+    TempDir d;
+    const size_t bytes = size_t(8) << 20, huge = size_t(2) << 20;
+    {
+      std::vector<uint8_t> data(bytes, 7);
+      const int fd = ::open((d / "w.bin").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      REQUIRE(fd >= 0);
+      REQUIRE(::write(fd, data.data(), bytes) == ssize_t(bytes));
+      ::close(fd);
+    }
+    MappedFile f(d / "w.bin", MapMode::Shared);
+    WeightStore store;
+    store.add_file_mapping(f.data(), f.size());
+    const long page = ::sysconf(_SC_PAGESIZE);
+    auto mapped = [&](size_t off) {
+      const int fd = ::open("/proc/self/pagemap", O_RDONLY);
+      REQUIRE(fd >= 0);
+      uint64_t entry = 0;
+      const off_t at = off_t((uintptr_t(f.data()) + off) / uintptr_t(page) * 8);
+      REQUIRE(::pread(fd, &entry, 8, at) == 8);
+      ::close(fd);
+      return (entry >> 63) & 1;
+    };
+    unsigned sum = 0;
+    for (size_t i = 0; i < bytes; i += size_t(page)) sum += f.data()[i];  // maps every page
+    CHECK(sum == 7 * bytes / size_t(page));
+    const uint8_t* base = f.data();
+    const size_t first = (uintptr_t(base) + huge - 1) / huge * huge - uintptr_t(base);  // aligned
+    store.hand_back(base + first + huge + 100, 2048);  // inside one 2 MiB page, not a whole 4 KiB
+    CHECK(mapped(first + huge - size_t(page)));
+    for (size_t off = first + huge; off < first + 2 * huge; off += 64 * size_t(page))
+      CHECK(!mapped(off));
+    CHECK(mapped(first + 2 * huge));
+    CHECK(base[first + huge + 100] == 7);  // and the mapping still reads right
+  }
 }
