@@ -38,7 +38,7 @@ Scheduler::Scheduler(Runner& runner, const SchedulerOptions& opt)
                             ? std::min(opt.max_batch_tokens, runner.prefill_chunk())
                             : runner.prefill_chunk()),
       max_seqs_(opt.max_seqs > 0 ? std::min(opt.max_seqs, runner.max_seqs()) : runner.max_seqs()) {
-  logits_.resize(size_t(max_seqs_) * size_t(runner.vocab_size()));
+  logits_.reset(new float[size_t(max_seqs_) * size_t(runner.vocab_size())]);
 }
 
 Scheduler::~Scheduler() {
@@ -305,7 +305,7 @@ void Scheduler::run_batch(std::vector<Event>& events) {
     in.argmax = argmax_.data();
   } else {
     // Each sampler's top-k (greedy ones' argmax) is all it reads of its row.
-    in.logits = logits_.data();
+    in.logits = logits_.get();
     top_k_.clear();
     for (const Seq* s : outs)
       top_k_.push_back(s->sampler ? logits_needed(s->opt.sampling, runner_.vocab_size()) : 1);
@@ -326,7 +326,7 @@ void Scheduler::run_batch(std::vector<Event>& events) {
   for (size_t i = 0; i < outs.size(); ++i) {
     Seq& s = *outs[i];
     if (s.new_tokens() == 0) s.result.metrics.prefill_ms = ms_between(s.submitted, now);
-    sample_next(s, all_greedy ? nullptr : logits_.data() + i * V, argmax_[i], events);
+    sample_next(s, all_greedy ? nullptr : logits_.get() + i * V, argmax_[i], events);
   }
 }
 

@@ -135,7 +135,9 @@ class Scheduler {
   std::vector<SeqRows> rows_;
   std::vector<Entry> batch_;
   std::vector<Seq*> outs_;  // the batch's sequences that sample, in out_rows_ order
-  std::vector<float> logits_;
+  // Not zeroed, so that a row's pages are touched only when a step writes that row: a single
+  // stream keeps one of max_seqs rows (~0.6 MB each) resident.
+  std::unique_ptr<float[]> logits_;
 };
 
 }  // namespace hearth
