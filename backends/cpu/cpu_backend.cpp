@@ -267,7 +267,7 @@ namespace {
 
 // Norm weights are widened to f32 once; they are small. Where the weights are copies, the norm's
 // page of the mapping goes back at once: a checkpoint's page cache may hold 2 MiB pages, and
-// reading one norm maps all of its page (57 of them held 170 MB more for a 0.6B's second graph).
+// reading one norm maps all of its page (a 0.6B's second graph held 170 MB more that way).
 void widen_norm(const Graph& g, CpuCompiled& cg, int id, const WeightStore* copies) {
   if (id < 0 || cg.norm_w[size_t(id)]) return;
   const Tensor& w = g.tensors()[size_t(id)].weight;
