@@ -3,6 +3,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -98,8 +99,10 @@ class TokenTable {
 
  private:
   static constexpr uint32_t kNone = UINT32_MAX;
+  // A slot holds no spelling of its own: the id's (off_, len_) are compared on a tag match. 8 bytes
+  // a slot, at a load factor <= 1/2, keep the table at 4 MiB for Qwen3's 151k tokens.
   struct Slot {
-    uint32_t tag = 0, off = 0, len = 0;
+    uint32_t tag = 0;
     int32_t id = -1;  // -1: empty
   };
   std::string_view view(uint32_t off, uint32_t len) const {
@@ -109,6 +112,9 @@ class TokenTable {
   std::string arena_;
   std::vector<uint32_t> off_, len_;
   std::vector<Slot> slots_;
+  // Spellings whose id was set again to another one: (off, len, id). They still find that id, as
+  // `tokenizers` keeps a vocab entry an added token renames; a slot only knows its id's latest.
+  std::vector<std::array<uint32_t, 3>> renamed_;
   size_t mask_ = 0, used_ = 0, count_ = 0;
 };
 

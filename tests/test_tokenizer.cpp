@@ -369,6 +369,19 @@ TEST_SUITE("tokenizer") {
     }
   }
 
+  TEST_CASE("an added token that takes a vocab id leaves the vocab spelling its id") {
+    // As in `tokenizers`: the vocab maps "ab" to 256 still, and 256 decodes as the added token.
+    std::string j = tiny_json(R"(,"merges":["a b","ab c","Ġ a"])");
+    const std::string x = R"({"id":260,"content":"<x>")";
+    j.replace(j.find(x), x.size(), R"({"id":256,"content":"<x>")");
+    const Tokenizer t = Tokenizer::from_json(j, "");
+    CHECK(t.token_id("ab") == 256);
+    CHECK(t.token_id("<x>") == 256);
+    CHECK(t.token_text(256) == "<x>");
+    CHECK(t.encode("abc") == std::vector<int32_t>{257});
+    CHECK(t.encode("ab d") == std::vector<int32_t>{256, 32, 'd'});
+  }
+
   TEST_CASE("tokenizer_config variants") {
     std::string tj = tiny_json(R"(,"merges":[])");
     Tokenizer t = Tokenizer::from_json(
