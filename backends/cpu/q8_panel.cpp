@@ -25,8 +25,12 @@ struct PanelAt {
 
 }  // namespace
 
-void pack_q8_panel(const uint8_t* codes, const uint16_t* scales, int64_t k, int64_t group,
-                   int64_t r0, int64_t r1, uint8_t* panel) {
+namespace {
+
+// pack_q8_panel's loop; `slot_order`: codes as the checkpoint stores them, else in element order
+// (dword V of a chunk is then its bytes 4V .. 4V + 3).
+void pack_rows(const uint8_t* codes, const uint16_t* scales, int64_t k, int64_t group, int64_t r0,
+               int64_t r1, uint8_t* panel, bool slot_order) {
   const PanelAt at{k, group};
   const int64_t ng = k / group, nc = k / 128, chunk_bytes = q8_panel_chunk_bytes(group);
   const int slots = q4_panel_slots(group);
@@ -37,13 +41,25 @@ void pack_q8_panel(const uint8_t* codes, const uint16_t* scales, int64_t k, int6
     for (int64_t c = 0; c < nc; ++c, src += 128, sr += slots, chunk += chunk_bytes) {
       for (int V = 0; V < 32; ++V) {
         uint32_t d;
-        std::memcpy(&d, src + PanelAt::source(V), 4);
+        std::memcpy(&d, src + (slot_order ? PanelAt::source(V) : 4 * V), 4);
         d ^= kFlip;
         std::memcpy(chunk + PanelAt::dword(r, V), &d, 4);
       }
       for (int s = 0; s < slots; ++s) std::memcpy(chunk + PanelAt::scale(r, s), sr + s, 2);
     }
   }
+}
+
+}  // namespace
+
+void pack_q8_panel(const uint8_t* codes, const uint16_t* scales, int64_t k, int64_t group,
+                   int64_t r0, int64_t r1, uint8_t* panel) {
+  pack_rows(codes, scales, k, group, r0, r1, panel, true);
+}
+
+void pack_q8_panel_elements(const uint8_t* codes, const uint16_t* scales, int64_t k, int64_t group,
+                            uint8_t* panel) {
+  pack_rows(codes, scales, k, group, 0, kQ4PanelRows, panel, false);
 }
 
 void unpack_q8_panel(const uint8_t* panel, int64_t k, int64_t group, int64_t r0, int64_t n,

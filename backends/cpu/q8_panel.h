@@ -37,6 +37,10 @@ constexpr int64_t q8_slot_byte(int64_t e) {
 // into their groups of the copy that starts at `panel`.
 void pack_q8_panel(const uint8_t* codes, const uint16_t* scales, int64_t k, int64_t group,
                    int64_t r0, int64_t r1, uint8_t* panel);
+// One group of 16 rows whose codes are in element order (k bytes a row), not the checkpoint's slot
+// order, into its place in the copy (`panel` is where the group starts): a screen built from BF16.
+void pack_q8_panel_elements(const uint8_t* codes, const uint16_t* scales, int64_t k, int64_t group,
+                            uint8_t* panel);
 // Rows [r0, r0 + n) of the copy back to row-major codes and scales (either may be null).
 void unpack_q8_panel(const uint8_t* panel, int64_t k, int64_t group, int64_t r0, int64_t n,
                      uint8_t* codes, uint16_t* scales);
