@@ -1207,8 +1207,9 @@ TEST_SUITE("kernels") {
   }
 
   TEST_CASE("BF16 head screen: the quantizer's codes and scales in rows and panels, bounds") {
-    // The screen's build against the quantizer (quant::quantize_row_rtn, quant::pack_row) row by
-    // row; its panels unpack to the same; a zero group, and weights over 20 binades.
+    // Each ISA's screen_row_bf16 against the quantizer (quant::quantize_row_rtn, quant::pack_row)
+    // row by row, and its bounds against long double; its panels unpack to the same rows; a zero
+    // group, and weights over 20 binades.
     const int64_t N = 48, K = 256;
     std::vector<uint16_t> w(size_t(N * K));
     std::mt19937 rng(11);
@@ -1222,57 +1223,62 @@ TEST_SUITE("kernels") {
     t.shape = {N, K, 0, 0};
     t.data = w.data();
     t.nbytes = w.size() * 2;
-    std::vector<uint8_t> rows(head_screen_bytes(t)), panels(head_screen_bytes(t));
-    build_head_screen(t, ScreenLayout::kRows, rows.data(), 0, N);
-    build_head_screen(t, ScreenLayout::kPanel, panels.data(), 0, 16);
-    build_head_screen(t, ScreenLayout::kPanel, panels.data(), 16, N);
-    const HeadScreen hr = head_screen_view(t, ScreenLayout::kRows, rows.data());
-    const HeadScreen hp = head_screen_view(t, ScreenLayout::kPanel, panels.data());
-    std::vector<uint8_t> pcodes(size_t(N * K));
-    std::vector<uint16_t> pscales(size_t(N * K / 32));
-    unpack_q8_panel(static_cast<const uint8_t*>(hp.w_il), K, 32, 0, N, pcodes.data(),
-                    pscales.data());
-    const auto* rcodes = static_cast<const uint8_t*>(hr.q8.data);
-    const auto* rscales = static_cast<const uint16_t*>(hr.q8.scales);
-    int bad_codes = 0, bad_scales = 0, bad_bounds = 0;
-    for (int64_t r = 0; r < N; ++r) {
-      std::vector<float> row(static_cast<size_t>(K));
-      for (int64_t i = 0; i < K; ++i) row[size_t(i)] = bf16_to_f32(w[size_t(r * K + i)]);
-      std::vector<int8_t> q(static_cast<size_t>(K));
-      std::vector<uint16_t> sc(static_cast<size_t>(K / 32));
-      quant::quantize_row_rtn(row.data(), K, quant::Scheme{8, 32, DType::F16}, q.data(), sc.data());
-      std::vector<uint8_t> packed(static_cast<size_t>(K));
-      quant::pack_row(8, q.data(), K, packed.data());
-      for (int64_t i = 0; i < K; ++i)
-        bad_codes += (rcodes[r * K + i] != packed[size_t(i)]) +
-                     (pcodes[size_t(r * K + i)] != packed[size_t(i)]);
-      for (int64_t b = 0; b < K / 32; ++b)
-        bad_scales += (rscales[r * K / 32 + b] != sc[size_t(b)]) +
-                      (pscales[size_t(r * K / 32 + b)] != sc[size_t(b)]);
-      // {M, E, N}: the largest block norm of w and of w - w', and |w|, from above, within 1e-6.
-      long double m = 0, e = 0, n = 0;
-      for (int64_t b = 0; b < K / 32; ++b) {
-        const long double d = f16_to_f32(sc[size_t(b)]);
-        long double wb = 0, eb = 0;
-        for (int64_t i = 32 * b; i < 32 * b + 32; ++i) {
-          const long double x = row[size_t(i)], diff = x - q[size_t(i)] * d;
-          wb += x * x;
-          eb += diff * diff;
+    for (const QuantTable& qt : quant_tables()) {
+      CAPTURE(qt.name);
+      const ScreenRowFn fn = qt.kt.screen_row_bf16;
+      std::vector<uint8_t> rows(head_screen_bytes(t)), panels(head_screen_bytes(t));
+      build_head_screen(t, ScreenLayout::kRows, rows.data(), 0, N, false, fn);
+      build_head_screen(t, ScreenLayout::kPanel, panels.data(), 0, 16, false, fn);
+      build_head_screen(t, ScreenLayout::kPanel, panels.data(), 16, N, false, fn);
+      const HeadScreen hr = head_screen_view(t, ScreenLayout::kRows, rows.data());
+      const HeadScreen hp = head_screen_view(t, ScreenLayout::kPanel, panels.data());
+      std::vector<uint8_t> pcodes(size_t(N * K));
+      std::vector<uint16_t> pscales(size_t(N * K / 32));
+      unpack_q8_panel(static_cast<const uint8_t*>(hp.w_il), K, 32, 0, N, pcodes.data(),
+                      pscales.data());
+      const auto* rcodes = static_cast<const uint8_t*>(hr.q8.data);
+      const auto* rscales = static_cast<const uint16_t*>(hr.q8.scales);
+      int bad_codes = 0, bad_scales = 0, bad_bounds = 0;
+      for (int64_t r = 0; r < N; ++r) {
+        std::vector<float> row(static_cast<size_t>(K));
+        for (int64_t i = 0; i < K; ++i) row[size_t(i)] = bf16_to_f32(w[size_t(r * K + i)]);
+        std::vector<int8_t> q(static_cast<size_t>(K));
+        std::vector<uint16_t> sc(static_cast<size_t>(K / 32));
+        quant::quantize_row_rtn(row.data(), K, quant::Scheme{8, 32, DType::F16}, q.data(),
+                                sc.data());
+        std::vector<uint8_t> packed(static_cast<size_t>(K));
+        quant::pack_row(8, q.data(), K, packed.data());
+        for (int64_t i = 0; i < K; ++i)
+          bad_codes += (rcodes[r * K + i] != packed[size_t(i)]) +
+                       (pcodes[size_t(r * K + i)] != packed[size_t(i)]);
+        for (int64_t b = 0; b < K / 32; ++b)
+          bad_scales += (rscales[r * K / 32 + b] != sc[size_t(b)]) +
+                        (pscales[size_t(r * K / 32 + b)] != sc[size_t(b)]);
+        // {M, E, N}: the largest block norm of w and of w - w', and |w|, from above, within 1e-6.
+        long double m = 0, e = 0, n = 0;
+        for (int64_t b = 0; b < K / 32; ++b) {
+          const long double d = f16_to_f32(sc[size_t(b)]);
+          long double wb = 0, eb = 0;
+          for (int64_t i = 32 * b; i < 32 * b + 32; ++i) {
+            const long double x = row[size_t(i)], diff = x - q[size_t(i)] * d;
+            wb += x * x;
+            eb += diff * diff;
+          }
+          m = std::max(m, wb);
+          e = std::max(e, eb);
+          n += wb;
         }
-        m = std::max(m, wb);
-        e = std::max(e, eb);
-        n += wb;
+        const long double want[3] = {std::sqrt(m), std::sqrt(e), std::sqrt(n)};
+        for (int j = 0; j < kScreenBounds; ++j) {
+          const float got = hr.bounds[r * kScreenBounds + j];
+          bad_bounds += !(got >= want[j] && got <= want[j] * (1 + 1e-6L)) +
+                        (hp.bounds[r * kScreenBounds + j] != got);
+        }
       }
-      const long double want[3] = {std::sqrt(m), std::sqrt(e), std::sqrt(n)};
-      for (int j = 0; j < kScreenBounds; ++j) {
-        const float got = hr.bounds[r * kScreenBounds + j];
-        bad_bounds += !(got >= want[j] && got <= want[j] * (1 + 1e-6L)) +
-                      (hp.bounds[r * kScreenBounds + j] != got);
-      }
+      CHECK(bad_codes == 0);
+      CHECK(bad_scales == 0);
+      CHECK(bad_bounds == 0);
     }
-    CHECK(bad_codes == 0);
-    CHECK(bad_scales == 0);
-    CHECK(bad_bounds == 0);
   }
 }
 

@@ -10,6 +10,7 @@
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/q8_panel.h"
+#include "backends/cpu/screen_row.h"
 #include "core/error.h"
 #include "core/quant_format.h"
 
@@ -123,63 +124,16 @@ void build_lo(const Tensor& w, uint8_t* dst, int64_t r0, int64_t r1) {
 
 }  // namespace
 
-namespace {
+namespace {}  // namespace
 
-// One row of a BF16 head's screen: Q8 g32 codes in element order and F16 scales as the
-// quantizer's round-to-nearest makes them (quant::quantize_row_rtn: d = amax / 127 rounded to F16,
-// q = round(w / d)), and the row's bounds {M, E, N} (head_screen.h). In vector types for the
-// baseline ISA: the quantizer's general loop, one serial chain of max and scalar double sums, made
-// the screen most of a BF16 model's load.
-using F4 = float __attribute__((vector_size(16)));
-using I4 = int32_t __attribute__((vector_size(16)));
-using D2 = double __attribute__((vector_size(16)));
-
-float group_amax(const float* w) {
-  F4 m = {};
-  for (int j = 0; j < kGroup; j += 4) {
-    F4 x;
-    std::memcpy(&x, w + j, sizeof x);
-    x = F4(I4(x) & 0x7fffffff);  // |x|
-    m = m < x ? x : m;           // a NaN keeps m, as the quantizer skips NaN
-  }
-  return std::max(std::max(m[0], m[1]), std::max(m[2], m[3]));
+void screen_row_bf16_baseline(const float* w, int64_t k, int8_t* q, uint16_t* scales,
+                              float* bounds) {
+  screen_row<16>(w, k, q, scales, bounds);
 }
-
-void screen_row(const float* w, int64_t k, int8_t* q, uint16_t* scales, float* br) {
-  double m = 0, e = 0, n = 0;
-  for (int64_t b = 0; b < k / kGroup; ++b) {
-    const float* wg = w + b * kGroup;
-    int8_t* qg = q + b * kGroup;
-    scales[b] = f32_to_f16(group_amax(wg) / 127.f);
-    const float d = f16_to_f32(scales[b]);
-    quant::round_codes(wg, kGroup, d, quant::qmin(8), quant::qmax(8), qg);
-    // Four partial sums in double, lanes {0, 1} and {2, 3} (exact products and rounding errors;
-    // the 1e-9 margin below covers any order of summation).
-    D2 wp[2] = {}, ep[2] = {};
-    for (int j = 0; j < kGroup; j += 4)
-      for (int h = 0; h < 2; ++h) {
-        const int i = j + 2 * h;
-        const D2 wv = {wg[i], wg[i + 1]};
-        const D2 diff = wv - D2{double(qg[i]), double(qg[i + 1])} * double(d);
-        wp[h] += wv * wv;
-        ep[h] += diff * diff;
-      }
-    const double wb = (wp[0][0] + wp[0][1]) + (wp[1][0] + wp[1][1]);
-    const double eb = (ep[0][0] + ep[0][1]) + (ep[1][0] + ep[1][1]);
-    m = std::max(m, wb);
-    e = std::max(e, eb);
-    n += wb;
-  }
-  // A relative 1e-9 covers the rounding of the sums in double.
-  br[0] = up(std::sqrt(m) * (1 + 1e-9));
-  br[1] = up(std::sqrt(e) * (1 + 1e-9));
-  br[2] = up(std::sqrt(n) * (1 + 1e-9));
-}
-
-}  // namespace
 
 void build_head_screen(const Tensor& w, ScreenLayout layout, void* dst, int64_t r0, int64_t r1,
-                       bool with_low) {
+                       bool with_low, ScreenRowFn row_fn) {
+  if (!row_fn) row_fn = screen_row_bf16_baseline;
   if (!screenable(w)) fail("head screen: a ", dtype_name(w.dtype), " head cannot be screened");
   if (w.dtype == DType::Q8) {
     build_hi(w, static_cast<uint8_t*>(dst), r0, r1);
@@ -203,7 +157,7 @@ void build_head_screen(const Tensor& w, ScreenLayout layout, void* dst, int64_t 
     to_f32(w.dtype, static_cast<const uint16_t*>(w.data) + g * k, row.data(), size_t(k * step));
     for (int64_t i = 0; i < step; ++i) {
       uint16_t* sr = panel ? group_scales.data() + i * ng : scales + (g + i) * ng;
-      screen_row(row.data() + i * k, k, q.data() + i * k, sr, bounds + (g + i) * kScreenBounds);
+      row_fn(row.data() + i * k, k, q.data() + i * k, sr, bounds + (g + i) * kScreenBounds);
       if (!panel) quant::pack_row(8, q.data(), k, base + g * k);
     }
     if (panel)

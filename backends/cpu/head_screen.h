@@ -48,6 +48,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backends/cpu/kernels.h"
 #include "core/backend.h"
 #include "core/tensor.h"
 
@@ -139,9 +140,10 @@ enum class ScreenLayout { kRows, kPanel };
 constexpr int64_t kScreenGroup = 32;  // the Q8 copy's group size
 // Writes rows [r0, r1) of the screen of w into dst (head_screen_bytes(w) bytes, 64-byte aligned),
 // so that threads can share the work (r0 a multiple of 16). A Q8 head's screen is always in 4-row
-// groups, whatever `layout`; with_low: a Q8 head's low bits after them.
+// groups, whatever `layout`; with_low: a Q8 head's low bits after them. A BF16 head's rows are
+// quantized by row_fn (KernelTable::screen_row_bf16; null: the baseline ISA's).
 void build_head_screen(const Tensor& w, ScreenLayout layout, void* dst, int64_t r0, int64_t r1,
-                       bool with_low = false);
+                       bool with_low = false, ScreenRowFn row_fn = nullptr);
 // The screen build_head_screen wrote at dst.
 HeadScreen head_screen_view(const Tensor& w, ScreenLayout layout, const void* dst,
                             bool with_low = false);

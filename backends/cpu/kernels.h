@@ -218,6 +218,11 @@ struct ScreenCandidate {
 };
 using ScreenSelectFn = int64_t (*)(const float* est, const float* hw, int64_t n, int32_t row0,
                                    float* lower, ScreenCandidate* out);
+// One row of a BF16 LM head's screen (screen_row.h): k floats w to Q8 g32 codes q in element
+// order, k / 32 F16 scales and kScreenBounds bounds. The baseline ISA's fills every table.
+using ScreenRowFn = void (*)(const float* w, int64_t k, int8_t* q, uint16_t* scales, float* bounds);
+void screen_row_bf16_baseline(const float* w, int64_t k, int8_t* q, uint16_t* scales,
+                              float* bounds);
 // The portable reference the SIMD screen is checked against (too slow to pay for itself).
 void screen_q8_scalar(const ScreenQ8Args& a);
 // A QuantMatmulFn for a Q8 head kept as its screen and low bits (head_screen.h): w is the high
@@ -267,6 +272,7 @@ struct KernelTable {
   // itself).
   ScreenQ8Fn screen_q8 = nullptr;
   ScreenSelectFn screen_select = nullptr;
+  ScreenRowFn screen_row_bf16 = screen_row_bf16_baseline;
   // A Q8 head from its screen and low bits (matmul_q8_split_scalar's contract), where a SIMD
   // kernel reads them at the speed of its codes; null elsewhere (the head keeps a copy of them).
   QuantMatmulFn matmul_q8_split = nullptr;

@@ -155,7 +155,9 @@ void WeightPlacer::place_screen(int id, ScreenPolicy::Rule rule, ScreenStats& st
   // when its copy was made, are read in again and go back once more, slice by slice.
   auto build = [&](void* dst) {
     copy_handing_back(w.data, w.rows(), int64_t(w.nbytes) / w.rows(), kQ4PanelRows,
-                      [&](int64_t b, int64_t e) { build_head_screen(w, pk, dst, b, e, low); });
+                      [&](int64_t b, int64_t e) {
+                        build_head_screen(w, pk, dst, b, e, low, kt_.screen_row_bf16);
+                      });
     if (w.quantized()) store_->hand_back(w.scales, scale_bytes(w));
   };
   const int layout = low ? kScreenSplit : pk == ScreenLayout::kRows ? kScreen : kScreenPanel;

@@ -9,6 +9,7 @@
 #include "backends/cpu/head_screen.h"
 #include "backends/cpu/matmul_quant_avx512.h"
 #include "backends/cpu/prefetch.h"
+#include "backends/cpu/screen_row.h"
 
 namespace hearth::cpu {
 
@@ -142,6 +143,7 @@ void screen_q8_avx512(const ScreenQ8Args& a) {
 
 void fill_screen_q8_avx512(KernelTable& k) {
   k.screen_q8 = screen_q8_avx512;
+  k.screen_row_bf16 = screen_row<64>;
 }
 
 }  // namespace hearth::cpu
