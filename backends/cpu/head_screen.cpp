@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <vector>
 
 #include "backends/cpu/kernels.h"
@@ -124,8 +123,6 @@ void build_lo(const Tensor& w, uint8_t* dst, int64_t r0, int64_t r1) {
 
 }  // namespace
 
-namespace {}  // namespace
-
 void screen_row_bf16_baseline(const float* w, int64_t k, int8_t* q, uint16_t* scales,
                               float* bounds) {
   screen_row<16>(w, k, q, scales, bounds);
@@ -158,7 +155,7 @@ void build_head_screen(const Tensor& w, ScreenLayout layout, void* dst, int64_t 
     for (int64_t i = 0; i < step; ++i) {
       uint16_t* sr = panel ? group_scales.data() + i * ng : scales + (g + i) * ng;
       row_fn(row.data() + i * k, k, q.data() + i * k, sr, bounds + (g + i) * kScreenBounds);
-      if (!panel) quant::pack_row(8, q.data(), k, base + g * k);
+      if (!panel) quant::pack_row(8, q.data() + i * k, k, base + (g + i) * k);
     }
     if (panel)
       pack_q8_panel_elements(reinterpret_cast<const uint8_t*>(q.data()), group_scales.data(), k,
