@@ -1,5 +1,6 @@
 // The 5-bit screen of a Q8 LM head, AVX2 (screen_q8_avx2.h): u x' products by maddubs and madd.
-// u is at most 31, so a pair of products stays below 2^15.
+// u is at most 31, so a pair of products stays below 2^15. Also a BF16 head's screen rows
+// (screen_row.h) on 32-byte vectors.
 #include "backends/cpu/screen_q8_avx2.h"
 
 #include "backends/cpu/screen_row.h"

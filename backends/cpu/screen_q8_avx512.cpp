@@ -5,7 +5,8 @@
 // unsigned operand of vpdpbusd against the same int8 activations as the Q8 kernel. Rows are read
 // as two streams, as the panel kernels read Q8 and Q4 groups (matmul_q4_panel_avx512.h), and
 // prefetched as they are: the hardware prefetchers alone left an Intel Xeon's screen at 74% of
-// the read bandwidth (bench/RESULTS.md, "Prefetches that run").
+// the read bandwidth (bench/RESULTS.md, "Prefetches that run"). Also a BF16 head's screen rows
+// (screen_row.h) on 64-byte vectors.
 #include "backends/cpu/head_screen.h"
 #include "backends/cpu/matmul_quant_avx512.h"
 #include "backends/cpu/prefetch.h"
