@@ -88,7 +88,7 @@ void TokenTable::set(int32_t id, std::string_view text) {
   if (len_[size_t(id)] == kNone)
     ++count_;
   else if (this->text(id) != text)
-    renamed_.push_back({off_[size_t(id)], len_[size_t(id)], uint32_t(id)});
+    renamed_.insert_or_assign(std::string(this->text(id)), id);
   off_[size_t(id)] = uint32_t(arena_.size());
   len_[size_t(id)] = uint32_t(text.size());
   arena_.append(text);
@@ -116,9 +116,9 @@ int32_t TokenTable::find(std::string_view text) const {
     if (s.id < 0) break;
     if (s.tag == uint32_t(h >> 32) && this->text(s.id) == text) return s.id;
   }
-  for (auto r = renamed_.rbegin(); r != renamed_.rend(); ++r)
-    if (view((*r)[0], (*r)[1]) == text) return int32_t((*r)[2]);
-  return -1;
+  if (renamed_.empty()) return -1;
+  const auto r = renamed_.find(std::string(text));
+  return r == renamed_.end() ? -1 : r->second;
 }
 
 // ---- PieceCache ----

@@ -3,12 +3,12 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
-#include <array>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace hearth::tok {
@@ -112,9 +112,10 @@ class TokenTable {
   std::string arena_;
   std::vector<uint32_t> off_, len_;
   std::vector<Slot> slots_;
-  // Spellings whose id was set again to another one: (off, len, id). They still find that id, as
-  // `tokenizers` keeps a vocab entry an added token renames; a slot only knows its id's latest.
-  std::vector<std::array<uint32_t, 3>> renamed_;
+  // Spellings whose id was set again to another one. They still find that id, as `tokenizers`
+  // keeps a vocab entry an added token renames; a slot only knows its id's latest spelling.
+  // Usually empty; hashed, since a hostile vocab can rename an id 150k times.
+  std::unordered_map<std::string, int32_t> renamed_;
   size_t mask_ = 0, used_ = 0, count_ = 0;
 };
 

@@ -380,6 +380,14 @@ TEST_SUITE("tokenizer") {
     CHECK(t.token_text(256) == "<x>");
     CHECK(t.encode("abc") == std::vector<int32_t>{257});
     CHECK(t.encode("ab d") == std::vector<int32_t>{256, 32, 'd'});
+    // Two vocab spellings of one id: both find it, the later is its text, merges still resolve.
+    std::string d = tiny_json(R"(,"merges":["a b","ab c","Ġ a"])");
+    d.replace(d.find(R"("Ġa":258)"), 9, R"("Ġa":258,"zq":256)");
+    const Tokenizer u = Tokenizer::from_json(d, "");
+    CHECK(u.token_id("ab") == 256);
+    CHECK(u.token_id("zq") == 256);
+    CHECK(u.token_text(256) == "zq");
+    CHECK(u.encode("abc") == std::vector<int32_t>{257});
   }
 
   TEST_CASE("tokenizer_config variants") {
