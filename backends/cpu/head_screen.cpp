@@ -30,12 +30,6 @@ size_t scale_bytes(const Tensor& w) {
   return align64(size_t(w.rows() * (w.cols() / kGroup)) * 2);
 }
 
-// Rounds up to the next float, so that a bound computed in double stays a bound in float.
-float up(double v) {
-  const float f = float(v);
-  return double(f) >= v ? f : std::nextafter(f, INFINITY);
-}
-
 }  // namespace
 
 bool screenable(const Tensor& w) {

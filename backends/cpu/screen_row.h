@@ -18,6 +18,12 @@
 namespace hearth::cpu {
 namespace {
 
+// Rounds up to the next float, so that a bound computed in double stays a bound in float.
+inline float up(double v) {
+  const float f = float(v);
+  return double(f) >= v ? f : std::nextafter(f, INFINITY);
+}
+
 // Vectors of B bytes: floats, their int32 conversions and those narrowed to int8 (GCC ignores a
 // vector_size that depends on a template parameter, hence one specialization per width).
 template <int B>
@@ -100,14 +106,10 @@ void screen_row(const float* w, int64_t k, int8_t* q, uint16_t* scales, float* b
       n += wb;
     }
   }
-  auto rounded_up = [](double v) {  // so that a bound computed in double stays one in float
-    const float f = float(v);
-    return double(f) >= v ? f : std::nextafter(f, INFINITY);
-  };
   // A relative 1e-9 covers the rounding of the sums in double.
-  bounds[0] = rounded_up(std::sqrt(m) * (1 + 1e-9));
-  bounds[1] = rounded_up(std::sqrt(e) * (1 + 1e-9));
-  bounds[2] = rounded_up(std::sqrt(n) * (1 + 1e-9));
+  bounds[0] = up(std::sqrt(m) * (1 + 1e-9));
+  bounds[1] = up(std::sqrt(e) * (1 + 1e-9));
+  bounds[2] = up(std::sqrt(n) * (1 + 1e-9));
 }
 
 }  // namespace
