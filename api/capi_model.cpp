@@ -209,6 +209,13 @@ hearth_status hearth_model_load(const char* path, const hearth_model_params* par
                      "; expected 0 (automatic) or a positive count of MiB");
     HEARTH_CHECK_ARG(p.device >= 0, "hearth_model_params.device is ", p.device,
                      "; expected a device index (0: the first)");
+    const bool cache = p.hugepages && p.weight_cache_dir && *p.weight_cache_dir;
+    if (cache) {
+      std::error_code dir_ec;
+      HEARTH_CHECK_ARG(fs::is_directory(p.weight_cache_dir, dir_ec),
+                       "hearth_model_params.weight_cache_dir '", p.weight_cache_dir,
+                       "' is not a folder");
+    }
 
     const fs::path dir(path);
     std::error_code ec;
@@ -243,7 +250,8 @@ hearth_status hearth_model_load(const char* path, const hearth_model_params* par
     text->think_close = text->tokenizer.token_id("</think>");
     core->text = std::move(text);
     prog.step("tokenizer");
-    if (p.prefault) prefault_weights(core->model->checkpoint(), prog);
+    // A weight cache holds the copies: the checkpoint is read only where one has to be written.
+    if (p.prefault && !cache) prefault_weights(core->model->checkpoint(), prog);
 
     core->backend_name = p.backend ? p.backend : "";
     core->backend_options.cpu.isa = p.isa ? p.isa : "";
@@ -254,6 +262,9 @@ hearth_status hearth_model_load(const char* path, const hearth_model_params* par
     if (p.hugepages) {
       core->backend_options.cpu.weight_copies = std::make_shared<WeightStore>();
       core->model->checkpoint().lend_mappings(*core->backend_options.cpu.weight_copies);
+      if (cache)
+        core->model->checkpoint().cache_weights(*core->backend_options.cpu.weight_copies,
+                                                p.weight_cache_dir);
       core->backend_options.cpu.kv_huge_pages = true;
     }
     // Resolving "automatic" here gives every session the same count, which is what lets sessions
@@ -264,6 +275,7 @@ hearth_status hearth_model_load(const char* path, const hearth_model_params* par
     // The model's one runner and engine, shared by all its sessions.
     core->runner = core->make_runner();
     core->runner->prepare();  // the weight copies, made now rather than in the first reply
+    if (cache) core->backend_options.cpu.weight_copies->commit_cache();
     core->engine = std::make_unique<Engine>(*core->runner);
     core->backend_desc = core->runner->backend().describe();
     core->dtype = core->model->weight_dtypes();

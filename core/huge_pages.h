@@ -3,6 +3,7 @@
 // decode). Shared by the model's huge-page file copies, the backends' weight store and KV pools.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 
 namespace hearth {
 
@@ -14,5 +15,9 @@ constexpr size_t kHugePageBytes = size_t(2) << 20;
 void* map_huge_pages(size_t n);
 void free_huge_pages(void* p, size_t n);
 size_t huge_pages_size(size_t n);  // what map_huge_pages(n) really maps
+// n bytes of file `fd` from `offset` (a multiple of 2 MiB), shared, read-only or read-write, at a
+// 2 MiB boundary and advised MADV_HUGEPAGE, so that the page cache's 2 MiB pages of the file map
+// whole; nullptr (errno set) on failure. Unmap with munmap(p, n).
+void* map_file_huge(int fd, uint64_t offset, size_t n, bool writable);
 
 }  // namespace hearth

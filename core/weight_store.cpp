@@ -15,12 +15,7 @@ WeightStore::~WeightStore() {
   for (const Arena& a : arenas_) free_huge_pages(a.data, a.size);
 }
 
-const void* WeightStore::get(const void* src, int layout, size_t bytes,
-                             const std::function<void(void* dst)>& make, bool release) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = copies_.find({src, layout});
-  if (it != copies_.end()) return it->second;
-  const size_t need = (bytes + 4095) / 4096 * 4096;  // copies start on 4 KiB pages
+uint8_t* WeightStore::arena_room(size_t need) {
   if (arenas_.empty() || arenas_.back().size - arenas_.back().used < need) {
     Arena a;
     a.size = need > kArenaBytes ? need : kArenaBytes;
@@ -30,13 +25,53 @@ const void* WeightStore::get(const void* src, int layout, size_t bytes,
            " MiB for huge-page copies of the weights: ", std::strerror(errno));
     arenas_.push_back(a);
   }
-  Arena& a = arenas_.back();
-  uint8_t* dst = a.data + a.used;
-  make(dst);  // a throw leaves the space unused, not handed out
-  a.used += need;
-  if (release) hand_back(src, bytes);
+  return arenas_.back().data + arenas_.back().used;
+}
+
+const void* WeightStore::get(const void* src, int layout, size_t bytes,
+                             const std::function<void(void* dst)>& make, bool release) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = copies_.find({src, layout});
+  if (it != copies_.end()) return it->second;
+  CopyKey key;
+  const bool keyed = cache_ && cache_key(src, layout, bytes, &key);
+  const void* found = keyed ? cache_->find(key) : nullptr;
+  if (!found) {
+    const size_t need = (bytes + 4095) / 4096 * 4096;  // copies start on 4 KiB pages
+    auto* in_file = keyed ? static_cast<uint8_t*>(cache_->room(bytes)) : nullptr;
+    uint8_t* dst = in_file ? in_file : arena_room(need);
+    make(dst);  // a throw leaves the space unused, not handed out
+    if (in_file)
+      cache_->keep(key, bytes);
+    else
+      arenas_.back().used += need;
+    if (release) hand_back(src, bytes);
+    found = dst;
+  }
   bytes_ += bytes;
-  return copies_.emplace(std::make_pair(src, layout), dst).first->second;
+  return copies_.emplace(std::make_pair(src, layout), found).first->second;
+}
+
+bool WeightStore::cache_key(const void* src, int layout, size_t bytes, CopyKey* key) const {
+  std::lock_guard<std::mutex> lock(maps_mu_);
+  for (size_t i = 0; i < file_maps_.size(); ++i) {
+    const auto [b, e] = file_maps_[i];
+    if (uintptr_t(src) >= b && uintptr_t(src) < e) {
+      *key = CopyKey{uint32_t(i), uint32_t(layout), uint64_t(uintptr_t(src) - b), uint64_t(bytes)};
+      return true;
+    }
+  }
+  return false;
+}
+
+void WeightStore::use_cache(const std::string& path, const std::string& identity) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cache_ = std::make_unique<WeightCacheFile>(path, identity);
+}
+
+std::string WeightStore::commit_cache() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cache_ ? cache_->commit() : "";
 }
 
 void WeightStore::add_file_mapping(const void* data, size_t bytes) {

@@ -2,15 +2,20 @@
 // shared by every backend of one model (one per session): the store belongs to the model's owner
 // and goes to each backend through BackendOptions::weight_copies. Decode streams every weight once
 // per token, so a layout that turns several row streams into one, and 2 MiB pages instead of the
-// page cache's 4 KiB ones, are worth a copy when the user asks for one (--hugepages).
+// page cache's 4 KiB ones, are worth a copy (the CLI's default; --mmap goes without). Copies may
+// also live in a weight cache file (use_cache), mapped by the next load instead of made again.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
+
+#include "core/weight_cache.h"
 
 namespace hearth {
 
@@ -40,6 +45,14 @@ class WeightStore {
   // keeps anonymous contents but drops a file's clean pages, so each load would read the disk.
   void add_file_mapping(const void* data, size_t bytes);
 
+  // Keeps the copies of sources in the file mappings (add_file_mapping, all of them added first)
+  // in a weight cache file at `path` (weight_cache.h) made for `identity`: where it holds them they
+  // are mapped from it, else they are written to a new one, which commit_cache() publishes once the
+  // load has placed its weights. Copies asked for after that are made in memory as without a cache.
+  void use_cache(const std::string& path, const std::string& identity);
+  // What the cache did, for a note: wrote a file, could not, or "" (it was read, or there is none).
+  std::string commit_cache();
+
  private:
   // Copies are carved from arenas of at least kArenaBytes, so that small tensors (scales, norms)
   // do not each take a whole 2 MiB page.
@@ -51,6 +64,10 @@ class WeightStore {
   mutable std::mutex mu_;
   std::vector<Arena> arenas_;
   std::map<std::pair<const void*, int>, const void*> copies_;
+  std::unique_ptr<WeightCacheFile> cache_;
+  // Whether src lies in a file mapping, and the copy's name in the cache if so.
+  bool cache_key(const void* src, int layout, size_t bytes, CopyKey* key) const;
+  uint8_t* arena_room(size_t need);
   mutable std::mutex maps_mu_;
   std::vector<std::pair<uintptr_t, uintptr_t>> file_maps_;  // [begin, end) of add_file_mapping
   size_t bytes_ = 0;

@@ -168,6 +168,12 @@ typedef struct hearth_model_params {
   /* GPU backends: which device (`hearth devices` lists them); 0: the first. Added in 0.1; older
    * callers get 0. */
   int32_t device;
+  /* With hugepages: a folder (which must exist) where the weight copies are kept in a file too,
+   * one per model folder, written by the first load and mapped by later ones from the page cache,
+   * so they are not made again: a load allocates no fresh memory. The file is written again when
+   * the checkpoint or the library changes. NULL or "": no file. Added in 0.1; older callers get
+   * NULL. */
+  const char* weight_cache_dir;
 } hearth_model_params;
 
 HEARTH_API hearth_status hearth_model_params_init(hearth_model_params* params, size_t struct_size);

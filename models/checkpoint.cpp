@@ -2,11 +2,14 @@
 
 #include <simdjson.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <set>
 
 #include "core/error.h"
+#include "core/weight_cache.h"
 
 namespace fs = std::filesystem;
 
@@ -143,6 +146,34 @@ const TensorRef* Checkpoint::find(const std::string& name) const {
 
 void Checkpoint::advise_hugepages() {
   for (auto& s : shards_) s->file().advise_hugepages();
+}
+
+void Checkpoint::cache_weights(WeightStore& store, const std::string& cache_dir) const {
+  const std::string build = build_id();
+  if (build.empty()) return;
+  std::error_code ec;
+  fs::path dir = fs::weakly_canonical(dir_, ec);
+  if (dir.filename().empty()) dir = dir.parent_path();  // "DIR/"
+  std::vector<std::string> stamps;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string ext = e.path().extension().string();
+    if (ext == ".json" || ext == ".safetensors") stamps.push_back(file_stamp(e.path().string()));
+  }
+  std::sort(stamps.begin(), stamps.end());
+  std::string identity = "hearth weight cache\nbuild " + build + "\n";
+  for (const std::string& s : stamps) identity += s + "\n";
+  // One file per folder, named for it: a changed checkpoint or a new build writes it again in
+  // place rather than beside it.
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+  for (unsigned char c : dir.string()) h = (h ^ c) * 0x100000001b3ull;
+  char name[32];
+  std::snprintf(name, sizeof name, "-%016llx.weights", static_cast<unsigned long long>(h));
+  store.use_cache((fs::path(cache_dir) / (dir.filename().string() + name)).string(), identity);
+}
+
+void Checkpoint::unmap_pages(const TensorRef& t) const {
+  for (const auto& shard : shards_)
+    if (shard->file().path() == t.file) shard->file().unmap_pages(t.data, t.nbytes);
 }
 
 void Checkpoint::lend_mappings(WeightStore& store) const {

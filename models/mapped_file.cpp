@@ -116,4 +116,13 @@ void MappedFile::advise_willneed() const {
   if (data_) (void)::madvise(const_cast<uint8_t*>(data_), size_, MADV_WILLNEED);
 }
 
+void MappedFile::unmap_pages(const void* p, size_t n) const {
+  const uintptr_t page = 4096, a = (uintptr_t(p) + page - 1) & ~(page - 1),
+                  z = (uintptr_t(p) + n) & ~(page - 1);
+  if (!shared_ || z <= a || uintptr_t(p) < uintptr_t(data_) ||
+      uintptr_t(p) + n > uintptr_t(data_) + size_)
+    return;
+  (void)::madvise(reinterpret_cast<void*>(a), z - a, MADV_DONTNEED);  // advice
+}
+
 }  // namespace hearth

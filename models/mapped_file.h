@@ -37,6 +37,10 @@ class MappedFile {
   // mapping works the same without them.
   void advise_hugepages() const;
   void advise_willneed() const;
+  // A shared map's whole pages inside [p, p + n) leave the process (the page cache keeps them):
+  // for bytes read once at load, where the weights are then read from elsewhere. Nothing for a
+  // HugePageCopy, whose pages hold the only copy.
+  void unmap_pages(const void* p, size_t n) const;
 
  private:
   void release() noexcept;

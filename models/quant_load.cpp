@@ -92,6 +92,9 @@ Tensor QuantBinder::bind(const std::string& name, int64_t rows, int64_t cols) {
       fail(swhere, ": scale ", i, " (row ", i / (cols / s.group), ", group ", i % (cols / s.group),
            ") is not finite; the file is corrupted");
   }
+  // Kept mapped, the scan's pages would count in the process until the weights' copies hand them
+  // back, and with a weight cache nothing does (they read none of the checkpoint).
+  ck_.unmap_pages(*sr);
 
   Tensor t;
   t.dtype = dtype_of_bits(s.bits);

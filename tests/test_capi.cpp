@@ -640,6 +640,41 @@ TEST_SUITE("capi") {
     CHECK(answers[0] == answers[1]);
   }
 
+  TEST_CASE("a weight cache folder: written by the first load, the same answer from the next") {
+    const fs::path dir =
+        fs::temp_directory_path() / ("hearth_capi_wc_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    std::string answers[3];
+    for (int i = 0; i < 3; ++i) {
+      hearth_model_params p = hearth_model_params_default();
+      p.n_threads = 1;
+      p.prefault = 0;
+      if (i) p.weight_cache_dir = dir.c_str();
+      hearth_model* m = nullptr;
+      REQUIRE_MESSAGE(hearth_model_load(kTiny.c_str(), &p, &m) == HEARTH_OK, hearth_last_error());
+      CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) == (i ? 1 : 0));
+      {
+        Session s(m);
+        const std::vector<int32_t> prompt = tokenize(m, "Once upon a time");
+        hearth_generate_params g = greedy(24);
+        char* out = nullptr;
+        REQUIRE(hearth_session_generate_tokens(s.s, prompt.data(), prompt.size(), &g, &out) ==
+                HEARTH_OK);
+        answers[i] = take(out);
+      }
+      hearth_model_free(m);
+    }
+    CHECK(!answers[0].empty());
+    CHECK(answers[1] == answers[0]);
+    CHECK(answers[2] == answers[0]);
+    hearth_model_params p = hearth_model_params_default();
+    p.weight_cache_dir = "/nonexistent/hearth-cache";
+    hearth_model* m = nullptr;
+    CHECK(hearth_model_load(kTiny.c_str(), &p, &m) == HEARTH_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(hearth_last_error()).find("weight_cache_dir") != std::string::npos);
+    fs::remove_all(dir);
+  }
+
   TEST_CASE("stop strings end the text just before them") {
     Model model(kTiny);
     const std::vector<int32_t> prompt = tokenize(model.m, "The quick brown fox");

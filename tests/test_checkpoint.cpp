@@ -13,6 +13,7 @@
 #include <initializer_list>
 #include <map>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -1050,6 +1051,123 @@ TEST_SUITE("checkpoint") {
     for (unsigned char r : resident) in_cache += r & 1;
     CHECK(in_cache == resident.size());
     CHECK(std::memcmp(f.data(), data.data(), bytes) == 0);  // and the mapping still reads right
+  }
+
+  TEST_CASE("a weight cache: written by one load, mapped by the next, written again when stale") {
+    TempDir d;
+    const size_t bytes = size_t(8) << 20;
+    {
+      std::vector<uint8_t> data(bytes);
+      for (size_t i = 0; i < bytes; ++i) data[i] = uint8_t(i * 2654435761u >> 24);
+      std::ofstream(d / "w.bin", std::ios::binary)
+          .write(reinterpret_cast<char*>(data.data()), std::streamsize(bytes));
+    }
+    MappedFile f(d / "w.bin", MapMode::Shared);
+    const std::vector<uint8_t> other(5000, 9);  // in no file mapping: never cached
+    const std::string cache = d / "m.weights";
+    struct Load {
+      int made = 0;
+      std::string note;
+    };
+    // Three copies: two of the mapping (a big one and one smaller than a page), one of `other`.
+    // Each is its source's bytes xor 0x5a, checked whether made or mapped.
+    auto load = [&](const std::string& path, const std::string& identity) {
+      Load l;
+      WeightStore s;
+      s.add_file_mapping(f.data(), f.size());
+      s.use_cache(path, identity);
+      auto copy = [&](const uint8_t* src, int layout, size_t n) {
+        const auto* c = static_cast<const uint8_t*>(s.get(src, layout, n, [&](void* dst) {
+          ++l.made;
+          for (size_t i = 0; i < n; ++i) static_cast<uint8_t*>(dst)[i] = src[i] ^ 0x5a;
+        }));
+        size_t wrong = 0;
+        for (size_t i = 0; i < n; ++i) wrong += c[i] != (src[i] ^ 0x5a);
+        REQUIRE(wrong == 0);
+      };
+      copy(f.data() + 4096, 1, size_t(3) << 20);
+      copy(f.data() + (size_t(5) << 20), 2, 1000);
+      copy(other.data(), 1, other.size());
+      l.note = s.commit_cache();
+      return l;
+    };
+    Load l = load(cache, "A");
+    CHECK(l.made == 3);
+    CHECK(l.note.find("wrote") == 0);
+    REQUIRE(fs::exists(cache));
+    l = load(cache, "A");
+    CHECK(l.made == 1);  // the two of the mapping come from the file
+    CHECK(l.note.empty());
+    l = load(cache, "B");  // another build or checkpoint
+    CHECK(l.made == 3);
+    CHECK(l.note.find("wrote") == 0);
+    CHECK(load(cache, "B").made == 1);
+
+    // A copy's bytes changed on disk: found by its checksum, made again, and the file goes.
+    {
+      const int fd = ::open(cache.c_str(), O_WRONLY);
+      REQUIRE(fd >= 0);
+      const uint8_t x = 0;
+      REQUIRE(::pwrite(fd, &x, 1, 12345) == 1);
+      ::close(fd);
+    }
+    l = load(cache, "B");
+    CHECK(l.made == 3);
+    CHECK(l.note.find("damaged") != std::string::npos);
+    CHECK(!fs::exists(cache));
+    CHECK(load(cache, "B").made == 3);  // written again
+    CHECK(load(cache, "B").made == 1);
+
+    // Cut short, or not a cache at all: written again.
+    fs::resize_file(cache, fs::file_size(cache) - 1);
+    CHECK(load(cache, "B").made == 3);
+    CHECK(load(cache, "B").made == 1);
+    std::ofstream(cache, std::ios::binary) << "not a weight cache";
+    CHECK(load(cache, "B").made == 3);
+    CHECK(load(cache, "B").made == 1);
+
+    // Nowhere to write: the copies are made in memory, and the note says why.
+    l = load(d / "missing/m.weights", "B");
+    CHECK(l.made == 3);
+    CHECK(l.note.find("cannot write a weight cache") == 0);
+    CHECK(!fs::exists(d / "missing"));
+  }
+
+  TEST_CASE("a checkpoint's weight cache is one file per folder, stale when a file changes") {
+    TempDir d;
+    fs::copy(kModels + "/tiny-tied-bf16", d / "m");
+    fs::create_directory(d / "cache");
+    auto load = [&]() {
+      Checkpoint c = Checkpoint::open(d / "m");
+      WeightStore s;
+      c.lend_mappings(s);
+      c.cache_weights(s, d / "cache");
+      int made = 0;
+      const TensorRef* t = c.all()[0];
+      s.get(t->data, 0, t->nbytes, [&](void* dst) {
+        ++made;
+        std::memcpy(dst, t->data, t->nbytes);
+      });
+      s.commit_cache();
+      return made;
+    };
+    CHECK(load() == 1);
+    CHECK(load() == 0);
+    int files = 0;
+    for (const auto& e : fs::directory_iterator(d / "cache")) {
+      ++files;
+      CHECK(e.path().filename().string().rfind("m-", 0) == 0);
+    }
+    CHECK(files == 1);
+    // config.json rewritten (same bytes, a new time): the cache is stale.
+    {
+      std::stringstream cfg;
+      cfg << std::ifstream(d / "m/config.json", std::ios::binary).rdbuf();
+      fs::remove(d / "m/config.json");
+      std::ofstream(d / "m/config.json", std::ios::binary) << cfg.str();
+    }
+    CHECK(load() == 1);
+    CHECK(load() == 0);
   }
 
   TEST_CASE("handing back a few bytes of a mapped checkpoint drops the 2 MiB around them") {

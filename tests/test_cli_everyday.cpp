@@ -309,6 +309,30 @@ TEST_SUITE("cli") {
     fs::remove_all(d);
   }
 
+  TEST_CASE("--weight-cache: the first load writes the copies, later ones map them") {
+    const fs::path d = temp_dir();
+    const std::string gen = "generate --model " + kTiny + " --ids 1,2,3 --max-new-tokens 4 ";
+    const Result plain = run(gen + "--no-weight-cache");
+    const Result first = run(gen + "--weight-cache " + (d / "c").string());
+    const Result again = run(gen + "--weight-cache " + (d / "c").string());
+    REQUIRE(plain.status == 0);
+    CHECK(first.status == 0);
+    CHECK(again.status == 0);
+    CHECK(first.out == plain.out);
+    CHECK(again.out == plain.out);
+    CHECK(first.err.find("note: wrote") != std::string::npos);
+    CHECK(again.err.find("wrote") == std::string::npos);
+    CHECK(std::distance(fs::directory_iterator(d / "c"), fs::directory_iterator()) == 1);
+    // By default only checkpoints of 256 MiB or more are cached: none of the tiny one.
+    ::setenv("XDG_CACHE_HOME", (d / "x").c_str(), 1);
+    CHECK(run(gen).status == 0);
+    ::unsetenv("XDG_CACHE_HOME");
+    CHECK(!fs::exists(d / "x"));
+    expect_error(gen + "--mmap --weight-cache " + (d / "c").string(), "--weight-cache");
+    expect_error(gen + "--no-weight-cache --weight-cache " + (d / "c").string(), "contradict");
+    fs::remove_all(d);
+  }
+
   TEST_CASE("a failed write is a failure") {
     for (const std::string& c : {"tokenize --model " + kTiny + " --text hi",
                                  "run --model " + kTiny + " hi --max-new-tokens 2 --json"}) {

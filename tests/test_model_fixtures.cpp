@@ -2,9 +2,11 @@
 // from ../shared/fixtures/models, run on every ISA this machine has, chunked and unchunked.
 #include <doctest/doctest.h>
 #include <simdjson.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -17,6 +19,7 @@
 
 using namespace hearth;
 using namespace hearth::test;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -74,6 +77,43 @@ TEST_SUITE("model_fixtures") {
         }
       }
     }
+  }
+
+  TEST_CASE("copies mapped from a weight cache give the logits of copies made in memory") {
+    const fs::path dir =
+        fs::temp_directory_path() / ("hearth_wcache_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    for (const char* fx : {kFixtures[0], kFixtures[1], kFixtures[2]}) {
+      CAPTURE(fx);
+      auto model = Qwen3Model::load(kModels + fx);
+      const Sequence s = load_sequences(kModels + fx)[0];
+      // The logits of s, from a store without a cache (note null) or with one (its note).
+      auto logits = [&](std::string* note) {
+        auto store = std::make_shared<WeightStore>();
+        if (note) {
+          model->checkpoint().lend_mappings(*store);
+          model->checkpoint().cache_weights(*store, dir.string());
+        }
+        BackendOptions o;
+        o.threads = 2;
+        o.cpu.weight_copies = store;
+        Runner r(create_backend("cpu", o), model->graph(), model->config().vocab_size, 64,
+                 RunnerOptions{});
+        r.prepare();
+        if (note) *note = store->commit_cache();
+        std::vector<float> got(s.ids.size() * size_t(model->config().vocab_size));
+        auto kv = r.new_kv(int(s.ids.size()));
+        r.forward(*kv, s.ids.data(), int(s.ids.size()), 0, got.data(), nullptr);
+        return got;
+      };
+      const std::vector<float> want = logits(nullptr);
+      std::string wrote, read;
+      CHECK(logits(&wrote) == want);
+      CHECK(logits(&read) == want);
+      CHECK(wrote.find("wrote") == 0);
+      CHECK(read.empty());  // mapped, not written again
+    }
+    fs::remove_all(dir);
   }
 
   TEST_CASE("prefill in small chunks equals one pass") {

@@ -521,6 +521,8 @@ int bench_parallel(const Args& args) {
   const SamplingParams sampling = bench_sampling(args, *model);
   const auto runner_ptr = parallel_runner(args, *model, bo, max_n, prompt + gen + 1);
   Runner& runner = *runner_ptr;
+  runner.prepare();
+  finish_weight_cache(bo);
   const int threads = runner.backend().threads();
   const double load_ms = seconds_since(t_load) * 1e3;
 
@@ -701,9 +703,10 @@ std::string plot_title(const Qwen3Model& model, Runner& runner, const SamplingPa
 
 std::vector<std::string> bench_options() {
   std::vector<std::string> o = {
-      "--model=",    "--threads=", "--isa=",    "--kv=",    "--gemm=",     "--prefill-chunk=",
-      "--prompt=",   "--gen=",     "--reps=",   "--json",   "--hugepages", "--mmap",
-      "--parallel=", "--backend=", "--device=", "--depth=", "--plot=",     "--kv-block="};
+      "--model=",         "--threads=", "--isa=",      "--kv=",           "--gemm=",
+      "--prefill-chunk=", "--prompt=",  "--gen=",      "--reps=",         "--json",
+      "--hugepages",      "--mmap",     "--parallel=", "--backend=",      "--device=",
+      "--depth=",         "--plot=",    "--kv-block=", "--weight-cache=", "--no-weight-cache"};
   for (const std::string& s : sampling_options())
     if (s != "--max-new-tokens=" && s != "--ignore-eos") o.push_back(s);
   return o;
@@ -862,6 +865,7 @@ int cmd_bench(int argc, char** argv) {
   Runner runner(create_backend(args.str("--backend", "cpu"), bo), model->graph(), cfg.vocab_size,
                 max_pos, ro);
   runner.prepare();
+  finish_weight_cache(bo);
   Engine engine(runner);
   const double load_ms = seconds_since(t_load) * 1e3;
 

@@ -9,18 +9,22 @@ namespace hearth::cli {
 namespace {
 
 // Shared blocks, pasted into the pages of the commands that take them.
-#define ENGINE_OPTIONS                                                                           \
-  "engine options:\n"                                                                            \
-  "  --threads N        compute threads (default: the physical cores; at most 4x the CPUs)\n"    \
-  "  --backend NAME     cpu (default), vulkan or cuda (hearth devices lists them)\n"             \
-  "  --device N         the GPU backend's device (default 0)\n"                                  \
-  "  --isa NAME         avx512, avx2, neon or scalar: force a lower ISA than the CPU's best\n"   \
-  "  --kv TYPE          KV cache type: f32 (default), f16, bf16 or int8\n"                       \
-  "  --prefill-chunk N  prompt tokens per prefill step (default 256)\n"                          \
-  "  --gemm NAME        prefill matmuls: auto (default), dnnl, dnnl-bf16, openblas, native\n"    \
-  "  --mmap             read the weights in place from the mapped checkpoint: less memory\n"     \
-  "                     (shared between processes), slower decode; the default keeps copies\n"   \
-  "                     in huge pages in the kernels' layouts (--hugepages, kept for scripts)\n" \
+#define ENGINE_OPTIONS                                                                            \
+  "engine options:\n"                                                                             \
+  "  --threads N        compute threads (default: the physical cores; at most 4x the CPUs)\n"     \
+  "  --backend NAME     cpu (default), vulkan or cuda (hearth devices lists them)\n"              \
+  "  --device N         the GPU backend's device (default 0)\n"                                   \
+  "  --isa NAME         avx512, avx2, neon or scalar: force a lower ISA than the CPU's best\n"    \
+  "  --kv TYPE          KV cache type: f32 (default), f16, bf16 or int8\n"                        \
+  "  --prefill-chunk N  prompt tokens per prefill step (default 256)\n"                           \
+  "  --gemm NAME        prefill matmuls: auto (default), dnnl, dnnl-bf16, openblas, native\n"     \
+  "  --mmap             read the weights in place from the mapped checkpoint: less memory\n"      \
+  "                     (shared between processes), slower decode; the default keeps copies\n"    \
+  "                     in huge pages in the kernels' layouts (--hugepages, kept for scripts)\n"  \
+  "  --weight-cache DIR keep those copies in a file in DIR too, which later loads map from the\n" \
+  "                     page cache (default: ~/.cache/hearth for checkpoints of 256 MiB or "      \
+  "more)\n"                                                                                       \
+  "  --no-weight-cache  make the copies at every load; write no file\n"                           \
   "  --kv-budget MiB    KV cache memory (default: the context once)\n"
 
 #define SAMPLING_OPTIONS                                                                       \
@@ -189,7 +193,8 @@ const char* kBenchPage =
     "  --depth N1,N2,..     positions in the context before prefill and decode, for each N\n"
     "                       (default 0; as llama-bench -d)\n"
     "  --plot FILE.svg      draw decode tokens/s against the bandwidth ceiling per depth\n"
-    "  --isa, --kv, --kv-block, --gemm, --mmap   as for every model command\n"
+    "  --isa, --kv, --kv-block, --gemm, --mmap, --weight-cache, --no-weight-cache\n"
+    "                       as for every model command\n"
     "  --greedy, --temperature, --top-k, ...   decode's sampling (default: the checkpoint's,\n"
     "                       as hearth run samples; seed 1234 unless --seed)\n"
     "  --backend NAME, --device N          cpu (default), vulkan or cuda, and its device\n"

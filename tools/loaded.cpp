@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -16,9 +17,10 @@
 namespace hearth::cli {
 
 const std::vector<std::string> kEngineOptions = {
-    "--model=",         "--threads=",   "--backend=",  "--isa=",   "--kv=",
-    "--prefill-chunk=", "--gemm=",      "--hugepages", "--mmap",   "--kv-budget=",
-    "--kv-block=",      "--max-batch=", "--ctx=",      "--device="};
+    "--model=", "--threads=",       "--backend=",      "--isa=",
+    "--kv=",    "--prefill-chunk=", "--gemm=",         "--hugepages",
+    "--mmap",   "--kv-budget=",     "--kv-block=",     "--max-batch=",
+    "--ctx=",   "--device=",        "--weight-cache=", "--no-weight-cache"};
 
 // The model maps the checkpoint; unless --mmap, the backend keeps private huge-page copies of the
 // matmul weights in the layouts its kernels read fastest (BackendOptions::weight_copies) and hands
@@ -44,7 +46,42 @@ int env_positive(const char* name) {
   return int(n);
 }
 
+// Where the weight copies are cached (WeightStore::use_cache): --weight-cache DIR; by default
+// $XDG_CACHE_HOME/hearth or ~/.cache/hearth for checkpoints of 256 MiB or more (smaller ones load
+// in well under a second anyway); none with --no-weight-cache or where no folder can be made.
+std::string weight_cache_dir(const Args& args, const Qwen3Model& model) {
+  if (args.has("--no-weight-cache")) {
+    if (args.has("--weight-cache")) fail("--weight-cache and --no-weight-cache contradict");
+    return "";
+  }
+  std::string dir = args.str("--weight-cache");
+  if (dir.empty()) {
+    if (model.checkpoint().total_bytes() < (size_t(256) << 20)) return "";
+    const std::string xdg = env_str("XDG_CACHE_HOME"), home = env_str("HOME");
+    if (!xdg.empty())
+      dir = xdg + "/hearth";
+    else if (!home.empty())
+      dir = home + "/.cache/hearth";
+    else
+      return "";
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    if (args.has("--weight-cache")) fail("--weight-cache: cannot make ", dir, ": ", ec.message());
+    std::fprintf(stderr, "note: no weight cache: cannot make %s: %s\n", dir.c_str(),
+                 ec.message().c_str());
+    return "";
+  }
+  return dir;
+}
+
 }  // namespace
+
+void finish_weight_cache(const BackendOptions& bo) {
+  const std::string note = bo.cpu.weight_copies ? bo.cpu.weight_copies->commit_cache() : "";
+  if (!note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
+}
 
 // Flags win; HEARTH_ISA, HEARTH_GEMM and HEARTH_GEMM_MIN_TOKENS stand in for them when absent, for
 // tests and comparisons that drive the CLI from scripts; HEARTH_CUDA_GRAPHS=0, HEARTH_CUDA_CUBLAS=0
@@ -78,7 +115,13 @@ BackendOptions backend_options(const Args& args, const Qwen3Model* model) {
   if (!args.has("--mmap")) {
     bo.cpu.weight_copies = std::make_shared<WeightStore>();
     bo.cpu.kv_huge_pages = true;
-    if (model) model->checkpoint().lend_mappings(*bo.cpu.weight_copies);
+    if (model) {
+      model->checkpoint().lend_mappings(*bo.cpu.weight_copies);
+      const std::string dir = weight_cache_dir(args, *model);
+      if (!dir.empty()) model->checkpoint().cache_weights(*bo.cpu.weight_copies, dir);
+    }
+  } else if (args.has("--weight-cache")) {
+    fail("--weight-cache caches the weight copies, which --mmap does without");
   }
   const std::string kv = args.str("--kv", "f32");
   if (kv == "f32")
@@ -150,6 +193,7 @@ Loaded load_engine(const Args& args, const RunnerOptions& ro, const SchedulerOpt
   const int ctx = context_length(args, *l.model, *backend);
   l.runner = std::make_unique<Runner>(std::move(backend), l.model->graph(), c.vocab_size, ctx, ro);
   l.runner->prepare();  // the weight copies, made now rather than in the first reply
+  finish_weight_cache(bo);
   l.engine = std::make_unique<Engine>(*l.runner, so);
   l.load_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -1,0 +1,82 @@
+// A file of one model's weight copies (WeightStore), kept so that the next load of the same
+// checkpoint by the same build maps them from the page cache instead of making them again. Making
+// them is fresh memory: on a VM whose balloon hands freed pages back to its host, ~3 s per GB after
+// a pause; mapping pages the page cache holds costs milliseconds, and they come in 2 MiB pages.
+//
+// File layout: the copies at 4 KiB-aligned offsets inside 2 MiB-aligned regions, then the index
+// (the identity it was made for, one Entry per copy) and a Footer as the file's last bytes.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace hearth {
+
+// What names a copy across loads, where its source's address does not: the checkpoint file its
+// source lies in (WeightStore::add_file_mapping's order), where in it, and the copy's layout.
+struct CopyKey {
+  uint32_t file = 0;
+  uint32_t layout = 0;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;  // the copy's
+  bool operator<(const CopyKey& o) const;
+};
+
+// This program's ELF build ID (hex), or "" where it has none: a copy's bytes are whatever the build
+// that made them wrote, so another build never reads them.
+std::string build_id();
+// A file's path, size, modification time, inode and device: it changes when the file is replaced
+// or written.
+std::string file_stamp(const std::string& path);
+
+class WeightCacheFile {
+ public:
+  // Opens `path` where it holds copies made for `identity`; otherwise (absent, another identity,
+  // damaged) starts a new unnamed file in its folder, written by room()/keep() and published under
+  // `path` by commit(). Never throws: where no file can be made the cache is off (message()).
+  WeightCacheFile(std::string path, std::string identity);
+  ~WeightCacheFile();
+  WeightCacheFile(const WeightCacheFile&) = delete;
+  WeightCacheFile& operator=(const WeightCacheFile&) = delete;
+
+  // The copy stored under `key`, once its checksum holds; nullptr where absent or damaged (a
+  // damaged file is removed, so the next load writes it again).
+  const void* find(const CopyKey& key);
+  // Writing: room for `bytes` at a 4 KiB boundary, or nullptr where the file cannot grow (a full
+  // disk); keep() then records what was written there under `key`.
+  void* room(size_t bytes);
+  void keep(const CopyKey& key, size_t bytes);
+  // Writes the index and publishes the file under its path. Returns what happened, for a note.
+  std::string commit();
+  bool writing() const { return fd_ >= 0; }
+  const std::string& message() const { return message_; }
+
+ private:
+  struct Entry {
+    CopyKey key;
+    uint64_t at = 0;     // file offset
+    uint64_t check = 0;  // checksum of the copy's bytes
+  };
+  struct Region {
+    uint8_t* data = nullptr;
+    size_t size = 0, used = 0;
+    uint64_t at = 0;  // file offset
+  };
+  bool open_existing();
+  void start_new();
+  void stop_writing(const std::string& why);
+
+  std::string path_, identity_, message_;
+  int fd_ = -1;  // the new file while it is written
+  uint64_t file_bytes_ = 0;
+  std::vector<Region> regions_;  // the new file's mapped regions
+  std::vector<Entry> written_;
+  // A published file, mapped whole, and its index.
+  uint8_t* map_ = nullptr;
+  size_t map_bytes_ = 0;
+  std::map<CopyKey, Entry> index_;
+};
+
+}  // namespace hearth
