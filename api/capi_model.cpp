@@ -264,7 +264,7 @@ hearth_status hearth_model_load(const char* path, const hearth_model_params* par
       core->model->checkpoint().lend_mappings(*core->backend_options.cpu.weight_copies);
       if (cache)
         core->model->checkpoint().cache_weights(*core->backend_options.cpu.weight_copies,
-                                                p.weight_cache_dir);
+                                                p.weight_cache_dir, p.isa ? p.isa : "");
       core->backend_options.cpu.kv_huge_pages = true;
     }
     // Resolving "automatic" here gives every session the same count, which is what lets sessions

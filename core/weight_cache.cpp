@@ -4,6 +4,7 @@
 #include <link.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -117,8 +118,8 @@ std::string file_stamp(const std::string& path) {
          std::to_string(st.st_dev);
 }
 
-WeightCacheFile::WeightCacheFile(std::string path, std::string identity)
-    : path_(std::move(path)), identity_(std::move(identity)) {
+WeightCacheFile::WeightCacheFile(std::string path, std::string identity, uint64_t expect_bytes)
+    : path_(std::move(path)), identity_(std::move(identity)), expect_bytes_(expect_bytes) {
   if (!open_existing()) start_new();
 }
 
@@ -173,8 +174,23 @@ bool WeightCacheFile::open_existing() {
 // An unnamed file in the cache's folder (O_TMPFILE): a load that dies before commit() leaves
 // nothing behind.
 void WeightCacheFile::start_new() {
-  const std::string dir = std::filesystem::path(path_).parent_path().string();
-  fd_ = ::open(dir.empty() ? "." : dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0644);
+  std::string dir = std::filesystem::path(path_).parent_path().string();
+  if (dir.empty()) dir = ".";
+  // A cache is a second copy of the weights on the disk: it leaves 2 GiB and 2% of the disk free.
+  struct statvfs v;
+  if (::statvfs(dir.c_str(), &v) == 0) {
+    const double free = double(v.f_bavail) * double(v.f_frsize);
+    const double total = double(v.f_blocks) * double(v.f_frsize);
+    if (free - double(expect_bytes_) < 0.02 * total + double(size_t(2) << 30)) {
+      char gb[64];
+      std::snprintf(gb, sizeof gb, "%.1f GB of %.1f GB", free / 1e9, total / 1e9);
+      message_ = "no weight cache written in " + dir + ": about " +
+                 std::to_string(expect_bytes_ >> 20) +
+                 " MiB would leave less than 2 GiB and 2% of " + "its disk free (" + gb + " free)";
+      return;
+    }
+  }
+  fd_ = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0644);
   if (fd_ < 0) message_ = "cannot write a weight cache in " + dir + ": " + errno_text();
 }
 
@@ -187,14 +203,37 @@ void WeightCacheFile::stop_writing(const std::string& why) {
 
 const void* WeightCacheFile::find(const CopyKey& key) {
   auto it = index_.find(key);
-  if (it == index_.end()) return nullptr;
-  const uint8_t* p = map_ + it->second.at;
-  if (checksum(p, key.bytes) == it->second.check) return p;
-  message_ =
-      path_ + ": damaged (a copy's checksum differs); removed, the next load writes it again";
-  index_.clear();
-  ::unlink(path_.c_str());
-  return nullptr;
+  const uint8_t* p = it == index_.end() ? nullptr : map_ + it->second.at;
+  if (p && checksum(p, key.bytes) != it->second.check) {
+    index_.erase(it);
+    p = nullptr;
+    rewrite("a copy in it was damaged");
+  }
+  if (!p) {
+    rewrite("it lacked a copy");
+    return nullptr;
+  }
+  if (fd_ < 0) {
+    found_.push_back(key);
+    return p;
+  }
+  void* dst = room(key.bytes);  // the new file gets it too
+  if (!dst) return p;
+  std::memcpy(dst, p, key.bytes);
+  keep(key, key.bytes);
+  return dst;
+}
+
+void WeightCacheFile::rewrite(const char* why) {
+  if (rewrite_why_ || !map_ || committed_) return;
+  rewrite_why_ = why;
+  start_new();
+  for (const CopyKey& k : found_) {
+    void* dst = room(k.bytes);
+    if (!dst) return;
+    std::memcpy(dst, map_ + index_.at(k).at, k.bytes);
+    keep(k, k.bytes);
+  }
 }
 
 void* WeightCacheFile::room(size_t bytes) {
@@ -227,7 +266,12 @@ void WeightCacheFile::keep(const CopyKey& key, size_t bytes) {
 }
 
 std::string WeightCacheFile::commit() {
+  committed_ = true;
   if (fd_ < 0) return message_;
+  if (written_.empty()) {  // a backend that keeps no copies (a GPU's)
+    stop_writing("");
+    return "";
+  }
   // The unused ends of the regions go back to the disk; the index follows the last copy.
   for (const Region& r : regions_)
     if (r.used < r.size && &r != &regions_.back())
@@ -263,7 +307,8 @@ std::string WeightCacheFile::commit() {
   ::unlink(tmp.c_str());  // where the rename failed
   char mb[32];
   std::snprintf(mb, sizeof mb, "%.0f MB", double(f.file_bytes) / 1e6);
-  stop_writing(ok ? "wrote " + std::string(mb) + " of prepared weights to " + path_ +
+  const std::string again = rewrite_why_ ? std::string(" (again: ") + rewrite_why_ + ")" : "";
+  stop_writing(ok ? "wrote " + std::string(mb) + " of prepared weights to " + path_ + again +
                         "; later loads map them"
                   : "cannot write the weight cache " + path_ + ": " + why);
   return message_;

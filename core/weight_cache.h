@@ -35,22 +35,28 @@ class WeightCacheFile {
  public:
   // Opens `path` where it holds copies made for `identity`; otherwise (absent, another identity,
   // damaged) starts a new unnamed file in its folder, written by room()/keep() and published under
-  // `path` by commit(). Never throws: where no file can be made the cache is off (message()).
-  WeightCacheFile(std::string path, std::string identity);
+  // `path` by commit(), unless `expect_bytes` of it would leave less than 2 GiB and 2% of the disk
+  // free.
+  // Never throws: where no file can be made the cache is off (message()).
+  WeightCacheFile(std::string path, std::string identity, uint64_t expect_bytes = 0);
   ~WeightCacheFile();
   WeightCacheFile(const WeightCacheFile&) = delete;
   WeightCacheFile& operator=(const WeightCacheFile&) = delete;
 
-  // The copy stored under `key`, once its checksum holds; nullptr where absent or damaged (a
-  // damaged file is removed, so the next load writes it again).
+  // The copy stored under `key`, once its checksum holds; nullptr where absent or damaged. A file
+  // that lacks a copy, or holds a damaged one, is written again whole: a new file gets the copies
+  // found so far and every later one (found ones are copied from the old file).
   const void* find(const CopyKey& key);
   // Writing: room for `bytes` at a 4 KiB boundary, or nullptr where the file cannot grow (a full
   // disk); keep() then records what was written there under `key`.
   void* room(size_t bytes);
   void keep(const CopyKey& key, size_t bytes);
   // Writes the index and publishes the file under its path. Returns what happened, for a note.
+  // Afterwards the file is only read: a copy it lacks is made in memory.
   std::string commit();
   bool writing() const { return fd_ >= 0; }
+  // Whether a published file was mapped and not replaced (nothing in it was missing or damaged).
+  bool mapped() const { return map_ && !rewrite_why_; }
   const std::string& message() const { return message_; }
 
  private:
@@ -66,9 +72,14 @@ class WeightCacheFile {
   };
   bool open_existing();
   void start_new();
+  // Switches from the published file to writing a new one, for `why`.
+  void rewrite(const char* why);
   void stop_writing(const std::string& why);
 
   std::string path_, identity_, message_;
+  uint64_t expect_bytes_ = 0;
+  const char* rewrite_why_ = nullptr;  // why a published file is written again
+  bool committed_ = false;
   int fd_ = -1;  // the new file while it is written
   uint64_t file_bytes_ = 0;
   std::vector<Region> regions_;  // the new file's mapped regions
@@ -77,6 +88,7 @@ class WeightCacheFile {
   uint8_t* map_ = nullptr;
   size_t map_bytes_ = 0;
   std::map<CopyKey, Entry> index_;
+  std::vector<CopyKey> found_;  // copies handed out from it, in order
 };
 
 }  // namespace hearth

@@ -64,9 +64,15 @@ bool WeightStore::cache_key(const void* src, int layout, size_t bytes, CopyKey* 
   return false;
 }
 
-void WeightStore::use_cache(const std::string& path, const std::string& identity) {
+void WeightStore::use_cache(const std::string& path, const std::string& identity,
+                            uint64_t expect_bytes) {
   std::lock_guard<std::mutex> lock(mu_);
-  cache_ = std::make_unique<WeightCacheFile>(path, identity);
+  cache_ = std::make_unique<WeightCacheFile>(path, identity, expect_bytes);
+}
+
+bool WeightStore::cache_mapped() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cache_ && cache_->mapped();
 }
 
 std::string WeightStore::commit_cache() {

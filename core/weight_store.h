@@ -49,9 +49,12 @@ class WeightStore {
   // in a weight cache file at `path` (weight_cache.h) made for `identity`: where it holds them they
   // are mapped from it, else they are written to a new one, which commit_cache() publishes once the
   // load has placed its weights. Copies asked for after that are made in memory as without a cache.
-  void use_cache(const std::string& path, const std::string& identity);
+  // `expect_bytes`: about how large the copies will be, for the disk space a new file needs.
+  void use_cache(const std::string& path, const std::string& identity, uint64_t expect_bytes = 0);
   // What the cache did, for a note: wrote a file, could not, or "" (it was read, or there is none).
   std::string commit_cache();
+  // Whether the copies came from a published weight cache file, which this load left as it was.
+  bool cache_mapped() const;
 
  private:
   // Copies are carved from arenas of at least kArenaBytes, so that small tensors (scales, norms)

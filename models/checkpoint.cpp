@@ -148,7 +148,8 @@ void Checkpoint::advise_hugepages() {
   for (auto& s : shards_) s->file().advise_hugepages();
 }
 
-void Checkpoint::cache_weights(WeightStore& store, const std::string& cache_dir) const {
+void Checkpoint::cache_weights(WeightStore& store, const std::string& cache_dir,
+                               const std::string& variant) const {
   const std::string build = build_id();
   if (build.empty()) return;
   std::error_code ec;
@@ -160,15 +161,17 @@ void Checkpoint::cache_weights(WeightStore& store, const std::string& cache_dir)
     if (ext == ".json" || ext == ".safetensors") stamps.push_back(file_stamp(e.path().string()));
   }
   std::sort(stamps.begin(), stamps.end());
-  std::string identity = "hearth weight cache\nbuild " + build + "\n";
+  std::string identity = "hearth weight cache\nbuild " + build + "\nvariant " + variant + "\n";
   for (const std::string& s : stamps) identity += s + "\n";
   // One file per folder, named for it: a changed checkpoint or a new build writes it again in
   // place rather than beside it.
   uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
-  for (unsigned char c : dir.string()) h = (h ^ c) * 0x100000001b3ull;
+  for (unsigned char c : dir.string() + '\n' + variant) h = (h ^ c) * 0x100000001b3ull;
   char name[32];
   std::snprintf(name, sizeof name, "-%016llx.weights", static_cast<unsigned long long>(h));
-  store.use_cache((fs::path(cache_dir) / (dir.filename().string() + name)).string(), identity);
+  // The copies of the tied Qwen3 models ran 1.1-1.3x the checkpoint (the LM head's screen).
+  store.use_cache((fs::path(cache_dir) / (dir.filename().string() + name)).string(), identity,
+                  total_bytes_ / 2 * 3);
 }
 
 void Checkpoint::unmap_pages(const TensorRef& t) const {

@@ -33,9 +33,11 @@ class Checkpoint {
   // t's whole pages leave the process's mapping (MappedFile::unmap_pages): after a scan at load.
   void unmap_pages(const TensorRef& t) const;
   // Has the store keep its copies in a weight cache file in folder `cache_dir` (WeightStore::
-  // use_cache), one per checkpoint folder, valid for this build and for the folder's safetensors
-  // and JSON files as they are now. After lend_mappings. Nothing where the build has no ID.
-  void cache_weights(WeightStore& store, const std::string& cache_dir) const;
+  // use_cache), one per checkpoint folder and `variant` (the options that choose the copies'
+  // layouts: a forced ISA), valid for this build and for the folder's safetensors and JSON files as
+  // they are now. After lend_mappings. Nothing where the build has no ID.
+  void cache_weights(WeightStore& store, const std::string& cache_dir,
+                     const std::string& variant) const;
   size_t total_bytes() const { return total_bytes_; }  // sum of tensor data bytes
 
  private:

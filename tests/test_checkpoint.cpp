@@ -1103,7 +1103,8 @@ TEST_SUITE("checkpoint") {
     CHECK(l.note.find("wrote") == 0);
     CHECK(load(cache, "B").made == 1);
 
-    // A copy's bytes changed on disk: found by its checksum, made again, and the file goes.
+    // A copy's bytes changed on disk: found by its checksum and made again, and the file is
+    // written again whole, the other copy taken from the old one.
     {
       const int fd = ::open(cache.c_str(), O_WRONLY);
       REQUIRE(fd >= 0);
@@ -1112,10 +1113,8 @@ TEST_SUITE("checkpoint") {
       ::close(fd);
     }
     l = load(cache, "B");
-    CHECK(l.made == 3);
+    CHECK(l.made == 2);
     CHECK(l.note.find("damaged") != std::string::npos);
-    CHECK(!fs::exists(cache));
-    CHECK(load(cache, "B").made == 3);  // written again
     CHECK(load(cache, "B").made == 1);
 
     // Cut short, or not a cache at all: written again.
@@ -1125,6 +1124,48 @@ TEST_SUITE("checkpoint") {
     std::ofstream(cache, std::ios::binary) << "not a weight cache";
     CHECK(load(cache, "B").made == 3);
     CHECK(load(cache, "B").made == 1);
+
+    // A load that asks for a copy the file lacks writes it again with every copy.
+    {
+      WeightStore s;
+      s.add_file_mapping(f.data(), f.size());
+      s.use_cache(cache, "B");
+      int made = 0;
+      auto count = [&](void* dst) { ++made, std::memset(dst, 1, 100); };
+      s.get(f.data() + 4096, 1, size_t(3) << 20, count);
+      s.get(f.data() + 4096, 3, 100, count);  // a layout the file lacks
+      s.get(f.data() + (size_t(5) << 20), 2, 1000, count);
+      CHECK(made == 1);
+      CHECK(s.commit_cache().find("lacked a copy") != std::string::npos);
+    }
+    CHECK(load(cache, "B").made == 1);  // and the old copies are still in it
+    {
+      // After the load's commit, a copy the file lacks is made in memory; the file stays.
+      WeightStore s;
+      s.add_file_mapping(f.data(), f.size());
+      s.use_cache(cache, "B");
+      int made = 0;
+      auto count = [&](void* dst) { ++made, std::memset(dst, 1, 100); };
+      s.get(f.data() + 4096, 1, size_t(3) << 20, count);
+      CHECK(s.cache_mapped());
+      CHECK(s.commit_cache().empty());
+      s.get(f.data() + 4096, 4, 100, count);
+      CHECK(made == 1);
+      CHECK(s.commit_cache().empty());
+    }
+    CHECK(load(cache, "B").made == 1);
+
+    // A file that would fill the disk is not written.
+    {
+      WeightStore s;
+      s.add_file_mapping(f.data(), f.size());
+      s.use_cache(d / "big.weights", "B", uint64_t(1) << 60);
+      int made = 0;
+      s.get(f.data(), 1, 100, [&](void* dst) { ++made, std::memset(dst, 1, 100); });
+      CHECK(made == 1);
+      CHECK(s.commit_cache().find("would leave less than 2 GiB") != std::string::npos);
+      CHECK(!fs::exists(d / "big.weights"));
+    }
 
     // Nowhere to write: the copies are made in memory, and the note says why.
     l = load(d / "missing/m.weights", "B");
@@ -1137,11 +1178,11 @@ TEST_SUITE("checkpoint") {
     TempDir d;
     fs::copy(kModels + "/tiny-tied-bf16", d / "m");
     fs::create_directory(d / "cache");
-    auto load = [&]() {
+    auto load = [&](const std::string& variant = "") {
       Checkpoint c = Checkpoint::open(d / "m");
       WeightStore s;
       c.lend_mappings(s);
-      c.cache_weights(s, d / "cache");
+      c.cache_weights(s, d / "cache", variant);
       int made = 0;
       const TensorRef* t = c.all()[0];
       s.get(t->data, 0, t->nbytes, [&](void* dst) {
@@ -1153,12 +1194,15 @@ TEST_SUITE("checkpoint") {
     };
     CHECK(load() == 1);
     CHECK(load() == 0);
+    CHECK(load("avx2") == 1);  // a forced ISA's copies get their own file
+    CHECK(load("avx2") == 0);
+    CHECK(load() == 0);
     int files = 0;
     for (const auto& e : fs::directory_iterator(d / "cache")) {
       ++files;
       CHECK(e.path().filename().string().rfind("m-", 0) == 0);
     }
-    CHECK(files == 1);
+    CHECK(files == 2);
     // config.json rewritten (same bytes, a new time): the cache is stale.
     {
       std::stringstream cfg;

@@ -92,7 +92,7 @@ TEST_SUITE("model_fixtures") {
         auto store = std::make_shared<WeightStore>();
         if (note) {
           model->checkpoint().lend_mappings(*store);
-          model->checkpoint().cache_weights(*store, dir.string());
+          model->checkpoint().cache_weights(*store, dir.string(), "");
         }
         BackendOptions o;
         o.threads = 2;

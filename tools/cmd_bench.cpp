@@ -65,6 +65,8 @@
 //   peak_rss_mb                this process's peak resident set, MiB (getrusage)
 //   weights_hugepage_mb        mapped memory backed by huge pages, MiB (/proc/self/smaps_rollup)
 //   load_ms                    model load and backend creation
+//   weight_cache               where the weight copies came from: "mapped" from a weight cache
+//                              file, "written" to one by this load, "none" (made in memory)
 //
 // --parallel N1,N2,... (batched decode, as llama-batched-bench -npp/-ntg/-npl): for each N, N
 // sequences, each with its own --prompt random tokens (default 128 in this mode) and --gen
@@ -522,7 +524,7 @@ int bench_parallel(const Args& args) {
   const auto runner_ptr = parallel_runner(args, *model, bo, max_n, prompt + gen + 1);
   Runner& runner = *runner_ptr;
   runner.prepare();
-  finish_weight_cache(bo);
+  const char* cache = finish_weight_cache(bo);
   const int threads = runner.backend().threads();
   const double load_ms = seconds_since(t_load) * 1e3;
 
@@ -561,7 +563,7 @@ int bench_parallel(const Args& args) {
   peaks_json(w, peaks);
   w.field("mem_bw_gbs", best_bw);
   w.key("mem_bw_runs").array(bw);
-  w.field("peak_rss_mb", peak_rss_mb()).field("load_ms", load_ms);
+  w.field("peak_rss_mb", peak_rss_mb()).field("load_ms", load_ms).field("weight_cache", cache);
   std::vector<ParallelRow> rows;
   w.key("parallel").begin_array();
   for (size_t k = 0; k < ns.size(); ++k) {
@@ -587,6 +589,7 @@ struct SingleResult {
   MachinePeaks peaks;  // the best of each compute probe
   double pf = 0, dc = 0, pf_gflops = 0, weight_bytes = 0, saved = 0, kv_bytes = 0, bytes = 0;
   double best_bw = 0, pf_share = 0, dc_share = 0, load_ms = 0;
+  const char* weight_cache = "none";
   PrefillBound bound;
   int depth = 0;
 };
@@ -616,7 +619,7 @@ void single_json(JsonWriter& w, const std::vector<SingleResult>& all, int reps) 
   w.field("decode_bw_fraction", r.best_bw > 0 ? r.bytes * r.dc / (r.best_bw * 1e9) : 0.0);
   w.field("peak_rss_mb", peak_rss_mb()).field("weights_hugepage_mb", hugepage_mb());
   w.field("prefill_cpu_share", r.pf_share).field("decode_cpu_share", r.dc_share);
-  w.field("load_ms", r.load_ms);
+  w.field("load_ms", r.load_ms).field("weight_cache", r.weight_cache);
   if (all.size() > 1) {
     w.key("depths").begin_array();
     for (const SingleResult& d : all) {
@@ -683,8 +686,9 @@ void single_text(const SingleResult& r, int threads, int prompt, int gen,
   else
     std::printf("\n");
   if (last)
-    std::printf("peak RSS %.0f MiB, %.0f MiB in huge pages, load %.0f ms\n", peak_rss_mb(),
-                hugepage_mb(), r.load_ms);
+    std::printf("peak RSS %.0f MiB, %.0f MiB in huge pages, load %.0f ms%s\n", peak_rss_mb(),
+                hugepage_mb(), r.load_ms,
+                std::string(r.weight_cache) == "mapped" ? " (weights from the weight cache)" : "");
 }
 
 std::vector<PlotPoint> plot_points(const std::vector<SingleResult>& all) {
@@ -865,7 +869,7 @@ int cmd_bench(int argc, char** argv) {
   Runner runner(create_backend(args.str("--backend", "cpu"), bo), model->graph(), cfg.vocab_size,
                 max_pos, ro);
   runner.prepare();
-  finish_weight_cache(bo);
+  const char* cache = finish_weight_cache(bo);
   Engine engine(runner);
   const double load_ms = seconds_since(t_load) * 1e3;
 
@@ -881,6 +885,7 @@ int cmd_bench(int argc, char** argv) {
   for (int d : depths) {
     results.push_back(measure_at(b, d, progress));
     results.back().load_ms = load_ms;
+    results.back().weight_cache = cache;
   }
 
   if (args.has("--plot"))

@@ -78,9 +78,12 @@ std::string weight_cache_dir(const Args& args, const Qwen3Model& model) {
 
 }  // namespace
 
-void finish_weight_cache(const BackendOptions& bo) {
-  const std::string note = bo.cpu.weight_copies ? bo.cpu.weight_copies->commit_cache() : "";
+const char* finish_weight_cache(const BackendOptions& bo) {
+  if (!bo.cpu.weight_copies) return "none";
+  const bool mapped = bo.cpu.weight_copies->cache_mapped();
+  const std::string note = bo.cpu.weight_copies->commit_cache();
   if (!note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
+  return mapped ? "mapped" : note.rfind("wrote", 0) == 0 ? "written" : "none";
 }
 
 // Flags win; HEARTH_ISA, HEARTH_GEMM and HEARTH_GEMM_MIN_TOKENS stand in for them when absent, for
@@ -118,7 +121,7 @@ BackendOptions backend_options(const Args& args, const Qwen3Model* model) {
     if (model) {
       model->checkpoint().lend_mappings(*bo.cpu.weight_copies);
       const std::string dir = weight_cache_dir(args, *model);
-      if (!dir.empty()) model->checkpoint().cache_weights(*bo.cpu.weight_copies, dir);
+      if (!dir.empty()) model->checkpoint().cache_weights(*bo.cpu.weight_copies, dir, bo.cpu.isa);
     }
   } else if (args.has("--weight-cache")) {
     fail("--weight-cache caches the weight copies, which --mmap does without");

@@ -39,8 +39,9 @@ std::unique_ptr<Qwen3Model> load_model(const Args& args);
 // With the model, the copies are cached on disk too (--weight-cache, Checkpoint::cache_weights).
 BackendOptions backend_options(const Args& args, const Qwen3Model* model = nullptr);
 // After the backend placed the weights: publishes a weight cache file the load wrote, with a note
-// on stderr saying so, or why none could be written.
-void finish_weight_cache(const BackendOptions& bo);
+// on stderr saying so, or why none could be written. Returns where the copies came from:
+// "mapped" (a weight cache file), "written" (to one) or "none".
+const char* finish_weight_cache(const BackendOptions& bo);
 // --ctx, else the model's max_position_embeddings or less where the backend's memory would not hold
 // its KV cache (fitting_positions).
 int context_length(const Args& args, const Qwen3Model& m, const Backend& backend);
