@@ -23,7 +23,8 @@ namespace {
 constexpr char kMagic[8] = {'h', 'e', 'a', 'r', 't', 'h', 'W', 'C'};
 constexpr uint32_t kVersion = 1;
 constexpr size_t kPage = 4096;
-// Regions grow the file as arenas grow the store: small copies (scales, norms) share one.
+// Regions grow the file as arenas grow the store: small copies (scales, norms) share one, of up to
+// the copies' expected size.
 constexpr size_t kRegionBytes = size_t(256) << 20;
 
 struct DiskEntry {
@@ -241,7 +242,9 @@ void* WeightCacheFile::room(size_t bytes) {
   const size_t need = round_up(bytes, kPage);
   if (regions_.empty() || regions_.back().size - regions_.back().used < need) {
     Region r;
-    r.size = round_up(std::max(need, kRegionBytes), kHugePageBytes);
+    // A load of unknown size (expect_bytes_ 0) grows it 2 MiB at a time at least.
+    const size_t region = size_t(std::min<uint64_t>(kRegionBytes, expect_bytes_));
+    r.size = round_up(std::max(need, region), kHugePageBytes);
     r.at = file_bytes_;
     // Space on the disk first: a write through a mapping that finds the disk full is a SIGBUS.
     if (::fallocate(fd_, 0, off_t(r.at), off_t(r.size)) != 0) {

@@ -93,6 +93,38 @@ def trimmed_tokenizer(tj, keep, merges_as_strings=False, renumber_added=False):
     return compact(t)
 
 
+def weight_cache(identity, copies):
+    """A weight cache file (core/weight_cache.h): copies [(file, layout, offset, bytes)] at 4 KiB
+    steps, their index and footer, with the reader's checksums."""
+    mul, mask = 0x9E3779B97F4A7C15, (1 << 64) - 1
+
+    def checksum(b):
+        a = [(0x243F6A8885A308D3 + j) & mask for j in range(8)]
+        i = 0
+        while i + 64 <= len(b):
+            for j in range(8):
+                a[j] = ((a[j] ^ int.from_bytes(b[i + 8 * j:i + 8 * j + 8], "little")) * mul) & mask
+            i += 64
+        h = len(b)
+        for c in b[i:]:
+            h = ((h ^ c) * mul) & mask
+        for j in range(8):
+            h = (((h ^ a[j]) * mul) & mask) ^ (h >> 29)
+        return h
+
+    data, entries = b"", b""
+    for f, layout, offset, n in copies:
+        body = bytes((7 * k + layout) & 255 for k in range(n))
+        entries += struct.pack("<IIQQQQ", f, layout, offset, n, len(data), checksum(body))
+        data += body + b"\0" * (-len(body) % 4096)
+    ident = identity.encode()
+    index = ident + b"\0" * (-len(ident) % 8) + entries
+    size = len(data) + len(index) + 48
+    footer = b"hearthWC" + struct.pack("<IIQQQQ", 1, len(copies), len(data), len(ident), size,
+                                       checksum(index))
+    return data + index + footer
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
@@ -258,6 +290,9 @@ def main():
            "weight_map": {"a.weight": "model-00001-of-00002.safetensors",
                           "b.weight": "model-00001-of-00002.safetensors",
                           "c.weight": "model-00002-of-00002.safetensors"}}
+    put("weight_cache", weight_cache("fuzz", [(0, k, 4096 * k, 100 + k) for k in range(4)]), "valid")
+    put("weight_cache", weight_cache("fuzz", [(0, 1, 4096, 101), (0, 9, 0, 5000)]), "other-copies")
+    put("weight_cache", weight_cache("other", [(0, 0, 0, 100)]), "other-identity")
     put("checkpoint_index", json.dumps(idx, indent=2), "valid")
     idx2 = json.loads(json.dumps(idx))
     idx2["weight_map"]["b.weight"] = "model-00002-of-00002.safetensors"
