@@ -177,17 +177,15 @@ bool WeightCacheFile::open_existing() {
 void WeightCacheFile::start_new() {
   std::string dir = std::filesystem::path(path_).parent_path().string();
   if (dir.empty()) dir = ".";
-  // A cache is a second copy of the weights on the disk: it leaves 2 GiB and 2% of the disk free.
+  // A cache is a second copy of the weights on the disk: it takes at most half of the free space.
   struct statvfs v;
   if (::statvfs(dir.c_str(), &v) == 0) {
     const double free = double(v.f_bavail) * double(v.f_frsize);
-    const double total = double(v.f_blocks) * double(v.f_frsize);
-    if (free - double(expect_bytes_) < 0.02 * total + double(size_t(2) << 30)) {
-      char gb[64];
-      std::snprintf(gb, sizeof gb, "%.1f GB of %.1f GB", free / 1e9, total / 1e9);
-      message_ = "no weight cache written in " + dir + ": about " +
-                 std::to_string(expect_bytes_ >> 20) +
-                 " MiB would leave less than 2 GiB and 2% of " + "its disk free (" + gb + " free)";
+    if (2 * double(expect_bytes_) > free) {
+      char mb[96];
+      std::snprintf(mb, sizeof mb, "about %.0f MB would take over half of its disk's %.0f MB free",
+                    double(expect_bytes_) / 1e6, free / 1e6);
+      message_ = "no weight cache written in " + dir + ": " + mb;
       return;
     }
   }

@@ -35,8 +35,7 @@ class WeightCacheFile {
  public:
   // Opens `path` where it holds copies made for `identity`; otherwise (absent, another identity,
   // damaged) starts a new unnamed file in its folder, written by room()/keep() and published under
-  // `path` by commit(), unless `expect_bytes` of it would leave less than 2 GiB and 2% of the disk
-  // free.
+  // `path` by commit(), unless `expect_bytes` of it would take over half of the disk's free space.
   // Never throws: where no file can be made the cache is off (message()).
   WeightCacheFile(std::string path, std::string identity, uint64_t expect_bytes = 0);
   ~WeightCacheFile();
