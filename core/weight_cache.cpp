@@ -312,7 +312,56 @@ std::string WeightCacheFile::commit() {
   stop_writing(ok ? "wrote " + std::string(mb) + " of prepared weights to " + path_ + again +
                         "; later loads map them"
                   : "cannot write the weight cache " + path_ + ": " + why);
+  if (ok) remove_orphans(std::filesystem::path(path_).parent_path().string());
   return message_;
+}
+
+namespace {
+
+// The identity a cache file was made for, or "" where it is not one (its footer's word only: the
+// file is not used, just judged).
+std::string identity_of(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  struct stat st;
+  Footer f;
+  std::string id;
+  if (::fstat(fd, &st) == 0 && size_t(st.st_size) >= sizeof f &&
+      ::pread(fd, &f, sizeof f, st.st_size - off_t(sizeof f)) == ssize_t(sizeof f) &&
+      !std::memcmp(f.magic, kMagic, 8) && f.identity_bytes <= (uint64_t(1) << 20) &&
+      f.index_at + f.identity_bytes <= uint64_t(st.st_size)) {
+    id.resize(size_t(f.identity_bytes));
+    if (::pread(fd, id.data(), id.size(), off_t(f.index_at)) != ssize_t(id.size())) id.clear();
+  }
+  ::close(fd);
+  return id;
+}
+
+// Whether the checkpoint an identity stamps is gone: its first stamped file (file_stamp's "PATH
+// SIZE MTIME INODE DEVICE") no longer exists.
+bool checkpoint_gone(const std::string& identity) {
+  size_t b = 0;
+  for (size_t e; (e = identity.find('\n', b)) != std::string::npos; b = e + 1) {
+    std::string path = identity.substr(b, e - b);
+    for (int k = 0; k < 4; ++k) {
+      const size_t space = path.rfind(' ');
+      path.resize(space == std::string::npos ? 0 : space);
+    }
+    struct stat st;
+    if (!path.empty() && path[0] == '/') return ::stat(path.c_str(), &st) != 0;
+  }
+  return false;
+}
+
+}  // namespace
+
+void remove_orphans(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.path().extension() != ".weights") continue;
+    const std::string id = identity_of(e.path().string());
+    if (!id.empty() && checkpoint_gone(id)) std::filesystem::remove(e.path(), ec);
+  }
 }
 
 }  // namespace hearth

@@ -31,6 +31,10 @@ std::string build_id();
 // or written.
 std::string file_stamp(const std::string& path);
 
+// Removes the weight cache files in `dir` whose checkpoint folder is gone (deleted or moved):
+// commit() does, after it wrote a file there.
+void remove_orphans(const std::string& dir);
+
 class WeightCacheFile {
  public:
   // Opens `path` where it holds copies made for `identity`; otherwise (absent, another identity,

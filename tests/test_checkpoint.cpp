@@ -1212,6 +1212,25 @@ TEST_SUITE("checkpoint") {
     }
     CHECK(load() == 1);
     CHECK(load() == 0);
+
+    // A moved or deleted checkpoint's file goes when another one is written there.
+    fs::copy(d / "m", d / "m2");
+    {
+      Checkpoint c = Checkpoint::open(d / "m2");
+      WeightStore s;
+      c.lend_mappings(s);
+      c.cache_weights(s, d / "cache", "");
+      s.get(c.all()[0]->data, 0, 64, [&](void* dst) { std::memset(dst, 0, 64); });
+      CHECK(s.commit_cache().find("wrote") == 0);
+    }
+    fs::rename(d / "m2", d / "m3");
+    auto count_files = [&] {
+      return std::distance(fs::directory_iterator(d / "cache"), fs::directory_iterator());
+    };
+    CHECK(count_files() == 3);
+    CHECK(load("scalar") == 1);  // writes a fourth; m2's goes, m's stay
+    CHECK(count_files() == 3);
+    CHECK(load() == 0);
   }
 
   TEST_CASE("handing back a few bytes of a mapped checkpoint drops the 2 MiB around them") {
