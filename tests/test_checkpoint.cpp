@@ -12,6 +12,7 @@
 #include <functional>
 #include <initializer_list>
 #include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -1125,45 +1126,45 @@ TEST_SUITE("checkpoint") {
     CHECK(load(cache, "B").made == 3);
     CHECK(load(cache, "B").made == 1);
 
+    // A store on the mapping with a cache made for "B", and a maker that counts its copies.
+    int made = 0;
+    auto store = [&](const std::string& path, uint64_t expect_bytes = 0) {
+      auto s = std::make_unique<WeightStore>();
+      s->add_file_mapping(f.data(), f.size());
+      s->use_cache(path, "B", expect_bytes);
+      made = 0;
+      return s;
+    };
+    auto count = [&](void* dst) { ++made, std::memset(dst, 1, 100); };
+
     // A load that asks for a copy the file lacks writes it again with every copy.
     {
-      WeightStore s;
-      s.add_file_mapping(f.data(), f.size());
-      s.use_cache(cache, "B");
-      int made = 0;
-      auto count = [&](void* dst) { ++made, std::memset(dst, 1, 100); };
-      s.get(f.data() + 4096, 1, size_t(3) << 20, count);
-      s.get(f.data() + 4096, 3, 100, count);  // a layout the file lacks
-      s.get(f.data() + (size_t(5) << 20), 2, 1000, count);
+      auto s = store(cache);
+      s->get(f.data() + 4096, 1, size_t(3) << 20, count);
+      s->get(f.data() + 4096, 3, 100, count);  // a layout the file lacks
+      s->get(f.data() + (size_t(5) << 20), 2, 1000, count);
       CHECK(made == 1);
-      CHECK(s.commit_cache().find("lacked a copy") != std::string::npos);
+      CHECK(s->commit_cache().find("lacked a copy") != std::string::npos);
     }
     CHECK(load(cache, "B").made == 1);  // and the old copies are still in it
     {
       // After the load's commit, a copy the file lacks is made in memory; the file stays.
-      WeightStore s;
-      s.add_file_mapping(f.data(), f.size());
-      s.use_cache(cache, "B");
-      int made = 0;
-      auto count = [&](void* dst) { ++made, std::memset(dst, 1, 100); };
-      s.get(f.data() + 4096, 1, size_t(3) << 20, count);
-      CHECK(s.cache_mapped());
-      CHECK(s.commit_cache().empty());
-      s.get(f.data() + 4096, 4, 100, count);
+      auto s = store(cache);
+      s->get(f.data() + 4096, 1, size_t(3) << 20, count);
+      CHECK(s->cache_mapped());
+      CHECK(s->commit_cache().empty());
+      s->get(f.data() + 4096, 4, 100, count);
       CHECK(made == 1);
-      CHECK(s.commit_cache().empty());
+      CHECK(s->commit_cache().empty());
     }
     CHECK(load(cache, "B").made == 1);
 
     // A file that would fill the disk is not written.
     {
-      WeightStore s;
-      s.add_file_mapping(f.data(), f.size());
-      s.use_cache(d / "big.weights", "B", uint64_t(1) << 60);
-      int made = 0;
-      s.get(f.data(), 1, 100, [&](void* dst) { ++made, std::memset(dst, 1, 100); });
+      auto s = store(d / "big.weights", uint64_t(1) << 60);
+      s->get(f.data(), 1, 100, count);
       CHECK(made == 1);
-      CHECK(s.commit_cache().find("would take over half of its disk") != std::string::npos);
+      CHECK(s->commit_cache().find("would take over half of its disk") != std::string::npos);
       CHECK(!fs::exists(d / "big.weights"));
     }
 
