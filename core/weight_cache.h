@@ -1,7 +1,8 @@
 // A file of one model's weight copies (WeightStore), kept so that the next load of the same
 // checkpoint by the same build maps them from the page cache instead of making them again. Making
-// them is fresh memory: on a VM whose balloon hands freed pages back to its host, ~3 s per GB after
-// a pause; mapping pages the page cache holds costs milliseconds, and they come in 2 MiB pages.
+// them takes fresh memory, which a VM whose balloon hands freed pages back to its host backs again
+// slowly (bench/RESULTS.md); pages the page cache holds map at once, in 2 MiB folios where the
+// kernel keeps the file in them.
 //
 // File layout: the copies at 4 KiB-aligned offsets inside 2 MiB-aligned regions, then the index
 // (the identity it was made for, one Entry per copy) and a Footer as the file's last bytes.
