@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <link.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <tuple>
@@ -127,7 +129,7 @@ WeightCacheFile::WeightCacheFile(std::string path, std::string identity, uint64_
 WeightCacheFile::~WeightCacheFile() {
   for (const Region& r : regions_) ::munmap(r.data, r.size);
   if (map_) ::munmap(map_, map_bytes_);
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ >= 0) stop_writing("");
 }
 
 // A file is used only when everything about it adds up: the footer, the index's checksum, the
@@ -173,7 +175,8 @@ bool WeightCacheFile::open_existing() {
 }
 
 // An unnamed file in the cache's folder (O_TMPFILE): a load that dies before commit() leaves
-// nothing behind.
+// nothing behind. Where the filesystem has none, PATH.partPID, which remove_orphans() clears once
+// its process is gone.
 void WeightCacheFile::start_new() {
   std::string dir = std::filesystem::path(path_).parent_path().string();
   if (dir.empty()) dir = ".";
@@ -190,11 +193,21 @@ void WeightCacheFile::start_new() {
     }
   }
   fd_ = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0644);
-  if (fd_ < 0) message_ = "cannot write a weight cache in " + dir + ": " + errno_text();
+  if (fd_ < 0) {
+    named_ = path_ + ".part" + std::to_string(::getpid());
+    ::unlink(named_.c_str());
+    fd_ = ::open(named_.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0644);
+  }
+  if (fd_ < 0) {
+    message_ = "cannot write a weight cache in " + dir + ": " + errno_text();
+    named_.clear();
+  }
 }
 
 void WeightCacheFile::stop_writing(const std::string& why) {
   message_ = why;
+  if (!named_.empty()) ::unlink(named_.c_str());  // a file abandoned before commit()
+  named_.clear();
   ::close(fd_);  // the copies already in its regions stay mapped, and the file with them
   fd_ = -1;
   written_.clear();
@@ -295,16 +308,19 @@ std::string WeightCacheFile::commit() {
   f.identity_bytes = identity_.size();
   f.file_bytes = index_at + index.size() + sizeof f;
   f.index_check = checksum(index.data(), index.size());
-  const std::string tmp = path_ + ".tmp" + std::to_string(::getpid());
+  // An unnamed file gets a name beside the path first: linkat cannot replace a file.
+  const std::string tmp = named_.empty() ? path_ + ".tmp" + std::to_string(::getpid()) : named_;
   const std::string self = "/proc/self/fd/" + std::to_string(fd_);
-  ::unlink(tmp.c_str());
+  if (named_.empty()) ::unlink(tmp.c_str());
   const bool ok =
       ::ftruncate(fd_, off_t(index_at)) == 0 &&
       ::pwrite(fd_, index.data(), index.size(), off_t(index_at)) == ssize_t(index.size()) &&
       ::pwrite(fd_, &f, sizeof f, off_t(index_at + index.size())) == ssize_t(sizeof f) &&
-      ::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, tmp.c_str(), AT_SYMLINK_FOLLOW) == 0 &&
+      (!named_.empty() ||
+       ::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, tmp.c_str(), AT_SYMLINK_FOLLOW) == 0) &&
       ::rename(tmp.c_str(), path_.c_str()) == 0;
   const std::string why = errno_text();
+  if (ok) named_.clear();
   ::unlink(tmp.c_str());  // where the rename failed
   char mb[32];
   std::snprintf(mb, sizeof mb, "%.0f MB", double(f.file_bytes) / 1e6);
@@ -358,7 +374,15 @@ bool checkpoint_gone(const std::string& identity) {
 void remove_orphans(const std::string& dir) {
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    if (e.path().extension() != ".weights") continue;
+    const std::string ext = e.path().extension().string();
+    if (ext.rfind(".part", 0) == 0 && e.path().stem().extension() == ".weights") {
+      // A file a load was writing (start_new's fallback): gone with its process.
+      const long pid = std::strtol(ext.c_str() + 5, nullptr, 10);
+      if (pid > 0 && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH)
+        std::filesystem::remove(e.path(), ec);
+      continue;
+    }
+    if (ext != ".weights") continue;
     const std::string id = identity_of(e.path().string());
     if (!id.empty() && checkpoint_gone(id)) std::filesystem::remove(e.path(), ec);
   }

@@ -32,8 +32,8 @@ std::string build_id();
 // or written.
 std::string file_stamp(const std::string& path);
 
-// Removes the weight cache files in `dir` whose checkpoint folder is gone (deleted or moved):
-// commit() does, after it wrote a file there.
+// Removes the weight cache files in `dir` whose checkpoint folder is gone (deleted or moved), and
+// files being written by processes that are gone: commit() does, after it wrote a file there.
 void remove_orphans(const std::string& dir);
 
 class WeightCacheFile {
@@ -84,7 +84,8 @@ class WeightCacheFile {
   uint64_t expect_bytes_ = 0;
   const char* rewrite_why_ = nullptr;  // why a published file is written again
   bool committed_ = false;
-  int fd_ = -1;  // the new file while it is written
+  int fd_ = -1;        // the new file while it is written
+  std::string named_;  // its name where it could not be an unnamed one
   uint64_t file_bytes_ = 0;
   std::vector<Region> regions_;  // the new file's mapped regions
   std::vector<Entry> written_;
