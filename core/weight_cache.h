@@ -41,7 +41,7 @@ class WeightCacheFile {
   // Opens `path` where it holds copies made for `identity`; otherwise (absent, another identity,
   // damaged) starts a new unnamed file in its folder, written by room()/keep() and published under
   // `path` by commit(), unless `expect_bytes` of it would take over half of the disk's free space.
-  // Never throws: where no file can be made the cache is off (message()).
+  // Never throws: where no file can be made the cache is off (commit() says why).
   WeightCacheFile(std::string path, std::string identity, uint64_t expect_bytes = 0);
   ~WeightCacheFile();
   WeightCacheFile(const WeightCacheFile&) = delete;
@@ -58,10 +58,8 @@ class WeightCacheFile {
   // Writes the index and publishes the file under its path. Returns what happened, for a note.
   // Afterwards the file is only read: a copy it lacks is made in memory.
   std::string commit();
-  bool writing() const { return fd_ >= 0; }
   // Whether a published file was mapped and not replaced (nothing in it was missing or damaged).
   bool mapped() const { return map_ && !rewrite_why_; }
-  const std::string& message() const { return message_; }
 
  private:
   struct Entry {

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/weight_cache.h"
+#include "models/qwen3_config.h"
 
 namespace fs = std::filesystem;
 
@@ -165,12 +166,10 @@ void Checkpoint::cache_weights(WeightStore& store, const std::string& cache_dir,
   for (const std::string& s : stamps) identity += s + "\n";
   // One file per folder, named for it: a changed checkpoint or a new build writes it again in
   // place rather than beside it.
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
-  for (unsigned char c : dir.string() + '\n' + variant) h = (h ^ c) * 0x100000001b3ull;
-  char name[32];
-  std::snprintf(name, sizeof name, "-%016llx.weights", static_cast<unsigned long long>(h));
+  const std::string key = dir.string() + '\n' + variant;
+  const std::string name = dir.filename().string() + "-" + fnv1a64_hex(key.data(), key.size());
   // The copies of the tied Qwen3 models ran 1.1-1.3x the checkpoint (the LM head's screen).
-  store.use_cache((fs::path(cache_dir) / (dir.filename().string() + name)).string(), identity,
+  store.use_cache((fs::path(cache_dir) / (name + ".weights")).string(), identity,
                   total_bytes_ / 2 * 3);
 }
 

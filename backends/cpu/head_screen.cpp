@@ -75,7 +75,6 @@ int pair_shift(int h, int p) {
   return 2 * (2 * h + p / 32);
 }
 
-// Rows [r0, r1) of a Q8 head's screen (head_screen.h's layout).
 // 16 codes or bytes a vector: positions 16t .. 16t + 15 of a half, so that lane m is byte m of a
 // bit plane (plane_bit) and of a pair byte (pair_shift). Per byte in a scalar loop, these were
 // most of an INT8 model's load.
@@ -88,6 +87,7 @@ I8x16 load16(const int8_t* p) {
   return v;
 }
 
+// Rows [r0, r1) of a Q8 head's screen (head_screen.h's layout).
 void build_hi(const Tensor& w, uint8_t* dst, int64_t r0, int64_t r1) {
   constexpr int B = kScreenQ8Bits;
   static_assert(B == 5 && kScreenQ8ChunkBytes == 16 * B, "a nibble and a bit per code");
