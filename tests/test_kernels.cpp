@@ -1146,7 +1146,8 @@ TEST_SUITE("kernels") {
           CHECK(same_codes);
           const std::vector<int32_t> ids{43, 0, 7, 43};
           std::vector<float> emb(ids.size() * size_t(K)), want(ids.size() * size_t(K));
-          embed_split_rows(t, hs, ids.data(), emb.data(), 0, int64_t(ids.size()));
+          embed_split_rows(KernelTable(), t, hs, ids.data(), emb.data(), 0, int64_t(ids.size()),
+                           nullptr);
           for (size_t i = 0; i < ids.size(); ++i)
             quant::dequantize_row(t, ids[i], &want[i * size_t(K)]);
           CHECK(emb == want);
@@ -1278,6 +1279,73 @@ TEST_SUITE("kernels") {
       CHECK(bad_codes == 0);
       CHECK(bad_scales == 0);
       CHECK(bad_bounds == 0);
+    }
+  }
+
+  TEST_CASE("BF16 head kept as its screen and deltas: its packed rows bit for bit") {
+    // Rows of a normal spread (few exceptions), of weights over 20 binades (most are exceptions),
+    // and of zeros of both signs, subnormals, infinities and NaNs. Every ISA's screen (with its
+    // deltas) rebuilt by the reference and by every SIMD kernel must give the packed copy's bytes,
+    // and the Embed rows the weights.
+    const int64_t N = 64, K = 512;
+    std::vector<uint16_t> w(size_t(N * K));
+    std::mt19937 rng(5);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::uniform_int_distribution<int> binade(-10, 10);
+    for (int64_t i = 0; i < N * K; ++i)
+      w[size_t(i)] = f32_to_bf16(nd(rng) * (i < 32 * K ? 0.02f : std::ldexp(1.f, binade(rng))));
+    const uint16_t odd[] = {0x0000, 0x8000, 0x0001, 0x8001, 0x007f, 0x7f80, 0xff80,
+                            0x7fc1, 0xffc0, 0x7f7f, 0xff7f, 0x3f80, 0xbf80};
+    for (int64_t i = 0; i < 13 * 40; ++i) w[size_t(40 * K + 7 * i)] = odd[i % 13];
+    for (int64_t i = 0; i < 64; ++i) w[size_t(50 * K + i)] = odd[i % 2];  // zero blocks
+    Tensor t;
+    t.dtype = DType::BF16;
+    t.ndim = 2;
+    t.shape = {N, K, 0, 0};
+    t.data = w.data();
+    t.nbytes = w.size() * 2;
+    std::vector<uint16_t> packed(w.size());
+    pack_rows(w.data(), N, 2 * K, kPackBf16, packed.data());
+    KernelTable ref;
+    ref.unsplit_bf16 = unsplit_bf16_scalar;
+    auto simds = tables_with(&KernelTable::unsplit_bf16, "BF16 head rebuild");
+    simds.insert(simds.begin(), {"reference", ref});
+    for (const QuantTable& qt : quant_tables()) {
+      CAPTURE(qt.name);
+      std::vector<uint8_t> mem(head_screen_bytes(t, true) + 64);
+      uint8_t* base = mem.data() + (64 - reinterpret_cast<uintptr_t>(mem.data()) % 64) % 64;
+      build_head_screen(t, ScreenLayout::kPanel, base, 0, 16, true, qt.kt.screen_row_bf16);
+      build_head_screen(t, ScreenLayout::kPanel, base, 16, N, true, qt.kt.screen_row_bf16);
+      HeadScreen hs = head_screen_view(t, ScreenLayout::kPanel, base, true);
+      REQUIRE(hs.exc_count != nullptr);
+      // Exceptions: under 2% of the normal rows' weights (the deltas are worth their byte).
+      CHECK(hs.exc_count[0] + hs.exc_count[1] < 32 * K / 50);
+      std::vector<uint8_t> exc(head_exceptions_bytes(t, hs));
+      build_head_exceptions(t, hs, exc.data(), 0, 1);
+      build_head_exceptions(t, hs, exc.data(), 1, N / 16);
+      head_exceptions_view(t, hs, exc.data());
+      for (const auto& [name, kt] : simds) {
+        CAPTURE(name);
+        std::vector<uint16_t> group(size_t(16 * K));
+        int bad = 0;
+        for (int64_t g = 0; g < N / 16; ++g) {
+          unsplit_bf16_group(kt, hs, K, g, group.data());
+          for (int64_t i = 0; i < 16 * K; ++i)
+            bad += group[size_t(i)] != packed[size_t(g * 16 * K + i)];
+        }
+        CHECK(bad == 0);
+        const std::vector<int32_t> ids{40, 0, 63, 40, 50};
+        std::vector<float> emb(ids.size() * size_t(K));
+        embed_split_rows(kt, t, hs, ids.data(), emb.data(), 0, int64_t(ids.size()), group.data());
+        int bad_rows = 0;
+        for (size_t j = 0; j < ids.size(); ++j)
+          for (int64_t c = 0; c < K; ++c) {
+            const float want = bf16_to_f32(w[size_t(ids[j] * K + c)]),
+                        got = emb[j * size_t(K) + size_t(c)];
+            bad_rows += std::memcmp(&want, &got, 4) != 0;
+          }
+        CHECK(bad_rows == 0);
+      }
     }
   }
 }

@@ -438,6 +438,61 @@ TEST_SUITE("quant") {
     }
   }
 
+  TEST_CASE("a tied BF16 head read from its screen and deltas gives the packed copy's logits") {
+    // Where a kernel rebuilds a BF16 head from its Q8 screen and deltas (head_screen.h), weight
+    // copies hold no packed copy of it until a step asks for several rows of logits; one-row steps
+    // (prefill's last row, decode, the tied table's rows) then give bit for bit the logits the
+    // packed copy gives to a batched step, and those of the model's mapping within rounding.
+    TempDir d;
+    write_standin(d.str("f"), small_spec(), "", 1);
+    auto m = Qwen3Model::load(d.str("f"));
+    const Tensor& head = m->weights().lm_head;
+    REQUIRE(head.dtype == DType::BF16);
+    REQUIRE(head.data == m->weights().embed.data);
+    const int V = m->config().vocab_size;
+    const std::vector<int32_t> ids = some_ids(24, V, 5);
+    for (const std::string& isa : isas_here()) {
+      CAPTURE(isa);
+      const bool split = cpu::make_kernel_table(cpu::parse_isa(isa)).unsplit_bf16 != nullptr;
+      auto run = [&](std::shared_ptr<WeightStore> store, bool batched) {
+        BackendOptions bo;
+        bo.cpu.isa = isa;
+        bo.threads = 2;
+        bo.cpu.weight_copies = store;
+        Runner r(create_backend("cpu", bo), m->graph(), V, 512, 32);
+        auto kv = r.new_kv(int(ids.size()));
+        std::vector<float> logits(static_cast<size_t>(V)), all;
+        if (batched) {
+          all.resize(ids.size() * size_t(V));
+          r.forward(*kv, ids.data(), int(ids.size()), 0, all.data(), nullptr);
+          return all;
+        }
+        r.forward(*kv, ids.data(), 16, 0, nullptr, logits.data());
+        all.insert(all.end(), logits.begin(), logits.end());
+        for (int i = 16; i < int(ids.size()); ++i) {
+          r.forward(*kv, ids.data() + i, 1, i, nullptr, logits.data());
+          all.insert(all.end(), logits.begin(), logits.end());
+        }
+        return all;
+      };
+      auto store = std::make_shared<WeightStore>();
+      const std::vector<float> plain = run(nullptr, false), copied = run(store, false);
+      const size_t before = store->bytes();
+      const std::vector<float> batched = run(store, true);
+      if (split) CHECK(store->bytes() - before == head.nbytes);  // the packed copy, only now
+      double worst = 0, top = 0;
+      int differ = 0;
+      for (size_t i = 0; i < plain.size(); ++i) top = std::max(top, std::fabs(double(plain[i])));
+      for (size_t i = 0; i < plain.size(); ++i) {
+        worst = std::max(worst, std::fabs(double(plain[i]) - copied[i]) / top);
+        differ += copied[i] != batched[15 * size_t(V) + i];
+      }
+      CAPTURE(worst);
+      CHECK(worst < 1e-5);
+      CHECK(differ == 0);
+    }
+  }
+
   TEST_CASE("a tied Q8 head read from its screen and low bits gives its codes' logits") {
     // Where a kernel reads a Q8 head as its screen and the low bits of its codes (head_screen.h),
     // weight copies hold no other copy of it until a step asks for several rows of logits; the

@@ -83,7 +83,8 @@ void run_node_step(const StepCtx& c, const Node& n) {
       const Tensor& table = c.cg.weight[size_t(n.in[0])];
       const void* il = c.cg.w_il[size_t(n.in[0])];
       if (reads_split(c.cg, table, il))
-        embed_split_rows(table, c.cg.screen, c.in.tokens, out, b, e);
+        embed_split_rows(c.kt, table, c.cg.screen, c.in.tokens, out, b, e,
+                         reinterpret_cast<uint16_t*>(c.scratch() + c.cg.off_unsplit));
       else
         embed_rows(table, il, reads_panel(c.kt, table), c.in.tokens, out, b, e);
       break;

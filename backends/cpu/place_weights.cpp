@@ -21,7 +21,9 @@ enum Layout : int {
   kScreenPanel = 3,
   kQ4Panel = 4,
   kQ8Panel = 5,
-  kScreenSplit = 6  // a Q8 head's screen and low bits (head_screen.h)
+  kScreenSplit = 6,   // a Q8 head's screen and low bits (head_screen.h)
+  kScreenDeltas = 7,  // a BF16 head's screen in panels, its deltas and exception counts
+  kScreenExceptions = 8
 };
 
 // A copy's source is handed back slice by slice as it is copied, so that a large tensor (an LM
@@ -90,8 +92,13 @@ void WeightPlacer::make_panel(const Tensor& w, void* dst) {
 // on a wide head reads it all: an 8B's 4096 columns ran ~1.3x the panels' time), and saves a
 // screen of 5/8 of the head's codes: 10-24% of the weights of the tied Qwen3 0.6B-4B, 7% of the
 // 8B's, 1% of the 30B-A3B's. So it is kept where the screen would be over 1/12 of the weights.
+// A BF16 head's (screen and deltas) saves the packed copy's second byte a weight, and the same
+// rule keeps it.
 bool WeightPlacer::keeps_split(const Tensor& w) const {
-  if (!store_ || !kt_.matmul_q8_split || !kt_.screen_q8 || w.dtype != DType::Q8 || !screenable(w))
+  if (!store_ || !screenable(w)) return false;
+  if (w.dtype == DType::Q8 && (!kt_.matmul_q8_split || !kt_.screen_q8)) return false;
+  if (w.dtype == DType::BF16 &&
+      (!kt_.unsplit_bf16 || !kt_.q8_panel || !q8_panel_fits(w.rows(), w.cols(), kScreenGroup)))
     return false;
   return head_screen_bytes(w) * 12 > g_.weight_bytes();
 }
@@ -102,9 +109,10 @@ void WeightPlacer::place(int id, bool logits, bool pack_ok) {
   const bool place = store_ != nullptr;
   const bool panel = reads_panel(kt_, w), q8 = w.dtype == DType::Q8;
   if (logits && keeps_split(w) && cg_.max_outputs == 1) {
-    // One row of logits a step: the head is read from its screen and low bits (place_screen),
-    // which hands the mapping's codes back; the screen reads the scales row-major.
-    w.scales = verbatim(w.scales, scale_bytes(w));
+    // One row of logits a step: the head is read from its screen and low bits or deltas
+    // (place_screen), which hands the mapping's codes back; the screen reads the scales
+    // row-major.
+    if (w.quantized()) w.scales = verbatim(w.scales, scale_bytes(w));
     cg_.weight[size_t(id)] = w;
     return;
   }
@@ -160,9 +168,12 @@ void WeightPlacer::place_screen(int id, ScreenPolicy::Rule rule, ScreenStats& st
                       });
     if (w.quantized()) store_->hand_back(w.scales, scale_bytes(w));
   };
-  const int layout = low ? kScreenSplit : pk == ScreenLayout::kRows ? kScreen : kScreenPanel;
+  const int layout = low                         ? (w.quantized() ? kScreenSplit : kScreenDeltas)
+                     : pk == ScreenLayout::kRows ? kScreen
+                                                 : kScreenPanel;
   const void* mem = store_->get(w.data, layout, head_screen_bytes(w, low), build, kSelfReleased);
   cg_.screen = head_screen_view(w, pk, mem, low);
+  if (low && !w.quantized()) place_exceptions(w);
   cg_.screen_w = id;
   cg_.screen_policy = ScreenPolicy(rule);
   // Room for every row of the longest range a thread screens (argmax_screened's split).
@@ -178,6 +189,20 @@ void WeightPlacer::place_screen(int id, ScreenPolicy::Rule rule, ScreenStats& st
   stats.row_bytes = stats.head_bytes / double(w.rows());
   // The screen's own activations after the head kernel's (argmax_screened).
   cg_.screen_scratch = quant_matmul_scratch_floats(w.cols(), 1);
+}
+
+// A BF16 head's exceptions (head_screen.h), found from the deltas' markers and read from the
+// model's mapping of the head, handed back slice by slice as the copies' sources are.
+void WeightPlacer::place_exceptions(const Tensor& w) {
+  HeadScreen& s = cg_.screen;
+  auto build = [&](void* dst) {
+    const int64_t group_bytes = int64_t(w.nbytes) / w.rows() * kQ4PanelRows;
+    copy_handing_back(w.data, w.rows() / kQ4PanelRows, group_bytes, 1,
+                      [&](int64_t b, int64_t e) { build_head_exceptions(w, s, dst, b, e); });
+  };
+  const void* mem =
+      store_->get(w.data, kScreenExceptions, head_exceptions_bytes(w, s), build, kSelfReleased);
+  head_exceptions_view(w, s, mem);
 }
 
 // A tied LM head is also the embedding table: the Embed step then reads the head's copy (one row

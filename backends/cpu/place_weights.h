@@ -35,8 +35,10 @@ class WeightPlacer {
   void place_embed_tables();
 
  private:
-  // Whether LM head w's screen keeps the low bits of its codes too (head_screen.h).
+  // Whether LM head w's screen keeps the low bits of its codes, or a BF16 head's deltas, too
+  // (head_screen.h).
   bool keeps_split(const Tensor& w) const;
+  void place_exceptions(const Tensor& w);  // cg_.screen's, where it keeps deltas
   // f(b, e) over [0, n) split among the pool's threads in multiples of align.
   void in_parallel(int64_t n, int64_t align, const std::function<void(int64_t, int64_t)>& f);
   // copy(b, e) over n units of unit_bytes at src, in parallel, handing each slice of the source

@@ -3,9 +3,11 @@
 // screen_q8_avx2.cpp 32, screen_q8_avx512.cpp 64): the row's Q8 g32 codes in element order and
 // F16 scales as the quantizer's round-to-nearest makes them (quant::quantize_row_rtn: d = amax /
 // 127 rounded to F16, q = round(w / d) to even), and its bounds {M, E, N}: the largest 32-block
-// norm of w and of w - d q, and |w|, rounded up. The sums of squares run in four double lanes in
-// element order at every width, so only FMA contraction can tell the ISAs' bounds apart, within
-// their 1e-9 margin. Include only from those files (anonymous namespace).
+// norm of w and of w - d q, and |w|, rounded up; where asked, each weight's delta from its code
+// (head_screen.h: its BF16 bits, w's high half, against q d rounded to BF16). The sums of squares
+// run in four double lanes in element order at every width, so only FMA contraction can tell the
+// ISAs' bounds apart, within their 1e-9 margin. Include only from those files (anonymous
+// namespace).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -34,14 +36,31 @@ struct ScreenVec;
     typedef float F __attribute__((vector_size(B)));      \
     typedef int32_t I __attribute__((vector_size(B)));    \
     typedef int8_t C __attribute__((vector_size(B / 4))); \
+    typedef uint32_t U __attribute__((vector_size(B)));   \
   };
 HEARTH_SCREEN_VEC(16)
 HEARTH_SCREEN_VEC(32)
 HEARTH_SCREEN_VEC(64)
 #undef HEARTH_SCREEN_VEC
 
+// The deltas of N weights wv (BF16 values as floats) from their codes c at scale d (head_screen.h):
+// the high halves of their bits less those of c d (exact), or -128 outside [-127, 127] or where d
+// is not finite.
 template <int B>
-void screen_row(const float* w, int64_t k, int8_t* q, uint16_t* scales, float* bounds) {
+typename ScreenVec<B>::C screen_deltas(typename ScreenVec<B>::F wv, typename ScreenVec<B>::C c,
+                                       float d) {
+  using F = typename ScreenVec<B>::F;
+  using I = typename ScreenVec<B>::I;
+  using U = typename ScreenVec<B>::U;
+  const F p = __builtin_convertvector(__builtin_convertvector(c, I), F) * d;
+  const I diff = I(U(wv) >> 16) - I(U(p) >> 16);
+  const I out = !std::isfinite(d) ? I{} - 128 : (diff < -127) | (diff > 127) ? I{} - 128 : diff;
+  return __builtin_convertvector(out, typename ScreenVec<B>::C);
+}
+
+template <int B>
+void screen_row(const float* w, int64_t k, int8_t* q, uint16_t* scales, float* bounds,
+                int8_t* delta) {
   constexpr int N = B / 4, G = int(kScreenGroup);  // floats a vector, weights a group
   using F = typename ScreenVec<B>::F;
   using I = typename ScreenVec<B>::I;
@@ -88,6 +107,10 @@ void screen_row(const float* w, int64_t k, int8_t* q, uint16_t* scales, float* b
         std::memcpy(qf + j * N, &v, sizeof v);
         const C c = __builtin_convertvector(__builtin_convertvector(v, I), C);
         std::memcpy(q + (b0 + b) * G + j * N, &c, sizeof c);
+        if (delta) {
+          const C dl = screen_deltas<B>(load(wg + j * N), c, d[b]);
+          std::memcpy(delta + (b0 + b) * G + j * N, &dl, sizeof dl);
+        }
       }
       D4 wp = {}, ep = {};
       for (int j = 0; j < G; j += 4) {
