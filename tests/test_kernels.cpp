@@ -1282,11 +1282,13 @@ TEST_SUITE("kernels") {
     }
   }
 
-  TEST_CASE("BF16 head kept as its screen and deltas: its packed rows bit for bit") {
+  TEST_CASE("BF16 head kept as its screen and deltas: its rows bit for bit, its logits") {
     // Rows of a normal spread (few exceptions), of weights over 20 binades (most are exceptions),
-    // and of zeros of both signs, subnormals, infinities and NaNs. Every ISA's screen (with its
-    // deltas) rebuilt by the reference and by every SIMD kernel must give the packed copy's bytes,
-    // and the Embed rows the weights.
+    // and of zeros of both signs, subnormals, NaNs and large values. Every ISA's screen (with its
+    // deltas) rebuilt by the reference and by every SIMD kernel must give the packed copy's bytes
+    // and the Embed rows the weights; each SIMD kernel's logits must be the reference's bit for bit
+    // (head_screen.h's sum) and the float64 dot's within rounding. A weight so large that its scale
+    // is not finite leaves the head unusable so.
     const int64_t N = 64, K = 512;
     std::vector<uint16_t> w(size_t(N * K));
     std::mt19937 rng(5);
@@ -1294,8 +1296,8 @@ TEST_SUITE("kernels") {
     std::uniform_int_distribution<int> binade(-10, 10);
     for (int64_t i = 0; i < N * K; ++i)
       w[size_t(i)] = f32_to_bf16(nd(rng) * (i < 32 * K ? 0.02f : std::ldexp(1.f, binade(rng))));
-    const uint16_t odd[] = {0x0000, 0x8000, 0x0001, 0x8001, 0x007f, 0x7f80, 0xff80,
-                            0x7fc1, 0xffc0, 0x7f7f, 0xff7f, 0x3f80, 0xbf80};
+    const uint16_t odd[] = {0x0000, 0x8000, 0x0001, 0x8001, 0x007f, 0x4780, 0xc780,
+                            0x7fc1, 0xffc0, 0x0080, 0x8080, 0x3f80, 0xbf80};
     for (int64_t i = 0; i < 13 * 40; ++i) w[size_t(40 * K + 7 * i)] = odd[i % 13];
     for (int64_t i = 0; i < 64; ++i) w[size_t(50 * K + i)] = odd[i % 2];  // zero blocks
     Tensor t;
@@ -1306,24 +1308,56 @@ TEST_SUITE("kernels") {
     t.nbytes = w.size() * 2;
     std::vector<uint16_t> packed(w.size());
     pack_rows(w.data(), N, 2 * K, kPackBf16, packed.data());
+    const auto x = randn(size_t(K), 17);
     KernelTable ref;
     ref.unsplit_bf16 = unsplit_bf16_scalar;
-    auto simds = tables_with(&KernelTable::unsplit_bf16, "BF16 head rebuild");
+    ref.matmul_bf16_split = matmul_bf16_split_scalar;
+    ref.pack_bf16 = make_kernel_table(Isa::Scalar).pack_bf16;
+    auto simds = tables_with(&KernelTable::matmul_bf16_split, "split BF16 head");
     simds.insert(simds.begin(), {"reference", ref});
+    auto aligned = [](std::vector<uint8_t>& v) {
+      return v.data() + (64 - reinterpret_cast<uintptr_t>(v.data()) % 64) % 64;
+    };
     for (const QuantTable& qt : quant_tables()) {
       CAPTURE(qt.name);
       std::vector<uint8_t> mem(head_screen_bytes(t, true) + 64);
-      uint8_t* base = mem.data() + (64 - reinterpret_cast<uintptr_t>(mem.data()) % 64) % 64;
+      uint8_t* base = aligned(mem);
       build_head_screen(t, ScreenLayout::kPanel, base, 0, 16, true, qt.kt.screen_row_bf16);
       build_head_screen(t, ScreenLayout::kPanel, base, 16, N, true, qt.kt.screen_row_bf16);
       HeadScreen hs = head_screen_view(t, ScreenLayout::kPanel, base, true);
       REQUIRE(hs.exc_count != nullptr);
+      REQUIRE(split_usable(t, hs));
       // Exceptions: under 2% of the normal rows' weights (the deltas are worth their byte).
       CHECK(hs.exc_count[0] + hs.exc_count[1] < 32 * K / 50);
-      std::vector<uint8_t> exc(head_exceptions_bytes(t, hs));
-      build_head_exceptions(t, hs, exc.data(), 0, 1);
-      build_head_exceptions(t, hs, exc.data(), 1, N / 16);
-      head_exceptions_view(t, hs, exc.data());
+      std::vector<uint8_t> exc(head_exceptions_bytes(t, hs) + 64);
+      build_head_exceptions(qt.kt, t, hs, aligned(exc), 0, 1);
+      build_head_exceptions(qt.kt, t, hs, aligned(exc), 1, N / 16);
+      head_exceptions_view(t, hs, aligned(exc));
+      std::vector<float> want(static_cast<size_t>(N));
+      SplitBf16Args a{static_cast<const uint8_t*>(hs.w_il),
+                      reinterpret_cast<const int8_t*>(hs.lo),
+                      hs.exc_off,
+                      hs.exc_pos,
+                      hs.exc_fix,
+                      x.data(),
+                      K,
+                      0,
+                      N,
+                      want.data()};
+      matmul_bf16_split_scalar(a);
+      int far = 0;
+      for (int64_t r = 0; r < N; ++r) {
+        double dot = 0, mag = 0;
+        for (int64_t c = 0; c < K; ++c) {
+          dot += double(bf16_to_f32(w[size_t(r * K + c)])) * x[size_t(c)];
+          mag += std::fabs(double(bf16_to_f32(w[size_t(r * K + c)])) * x[size_t(c)]);
+        }
+        if (std::isnan(dot))
+          far += !std::isnan(want[size_t(r)]);
+        else
+          far += !(std::fabs(want[size_t(r)] - dot) <= 1e-5 * mag);
+      }
+      CHECK(far == 0);
       for (const auto& [name, kt] : simds) {
         CAPTURE(name);
         std::vector<uint16_t> group(size_t(16 * K));
@@ -1340,13 +1374,23 @@ TEST_SUITE("kernels") {
         int bad_rows = 0;
         for (size_t j = 0; j < ids.size(); ++j)
           for (int64_t c = 0; c < K; ++c) {
-            const float want = bf16_to_f32(w[size_t(ids[j] * K + c)]),
-                        got = emb[j * size_t(K) + size_t(c)];
-            bad_rows += std::memcmp(&want, &got, 4) != 0;
+            const float wv = bf16_to_f32(w[size_t(ids[j] * K + c)]);
+            bad_rows += std::memcmp(&wv, &emb[j * size_t(K) + size_t(c)], 4) != 0;
           }
         CHECK(bad_rows == 0);
+        for (const auto& [r0, r1] : {std::pair<int64_t, int64_t>{0, N}, {16, 48}}) {
+          std::vector<float> y(size_t(r1 - r0), NAN);
+          a.r0 = r0, a.r1 = r1, a.y = y.data();
+          kt.matmul_bf16_split(a);
+          CHECK(std::memcmp(y.data(), want.data() + r0, y.size() * 4) == 0);
+        }
       }
     }
+    // A weight of 2^127: its block's scale overflows F16.
+    w[size_t(3 * K + 5)] = 0x7f00;
+    std::vector<uint8_t> mem(head_screen_bytes(t, true) + 64);
+    build_head_screen(t, ScreenLayout::kPanel, aligned(mem), 0, N, true);
+    CHECK_FALSE(split_usable(t, head_screen_view(t, ScreenLayout::kPanel, aligned(mem), true)));
   }
 }
 

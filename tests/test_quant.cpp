@@ -438,11 +438,11 @@ TEST_SUITE("quant") {
     }
   }
 
-  TEST_CASE("a tied BF16 head read from its screen and deltas gives the packed copy's logits") {
-    // Where a kernel rebuilds a BF16 head from its Q8 screen and deltas (head_screen.h), weight
-    // copies hold no packed copy of it until a step asks for several rows of logits; one-row steps
-    // (prefill's last row, decode, the tied table's rows) then give bit for bit the logits the
-    // packed copy gives to a batched step, and those of the model's mapping within rounding.
+  TEST_CASE("a tied BF16 head read from its screen and deltas gives the head's logits") {
+    // Where a kernel reads a BF16 head as its Q8 screen and deltas (head_screen.h), weight copies
+    // hold no packed copy of it until a step asks for several rows of logits; one-row steps
+    // (prefill's last row, decode, through the tied table's rows too) give the logits of the
+    // model's mapping and of a batched step (from the packed copy then) within rounding.
     TempDir d;
     write_standin(d.str("f"), small_spec(), "", 1);
     auto m = Qwen3Model::load(d.str("f"));
@@ -480,16 +480,18 @@ TEST_SUITE("quant") {
       const size_t before = store->bytes();
       const std::vector<float> batched = run(store, true);
       if (split) CHECK(store->bytes() - before == head.nbytes);  // the packed copy, only now
-      double worst = 0, top = 0;
-      int differ = 0;
+      // Rows 15 .. 23 of the batched step are the one-row steps' rows.
+      double worst = 0, worst_batched = 0, top = 0;
       for (size_t i = 0; i < plain.size(); ++i) top = std::max(top, std::fabs(double(plain[i])));
       for (size_t i = 0; i < plain.size(); ++i) {
         worst = std::max(worst, std::fabs(double(plain[i]) - copied[i]) / top);
-        differ += copied[i] != batched[15 * size_t(V) + i];
+        worst_batched = std::max(worst_batched,
+                                 std::fabs(double(copied[i]) - batched[15 * size_t(V) + i]) / top);
       }
       CAPTURE(worst);
+      CAPTURE(worst_batched);
       CHECK(worst < 1e-5);
-      CHECK(differ == 0);
+      CHECK(worst_batched < 1e-5);
     }
   }
 

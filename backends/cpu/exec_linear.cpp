@@ -15,15 +15,20 @@ namespace hearth::cpu {
 
 namespace {
 
-// A BF16 head kept as its screen and deltas (head_screen.h): 16-row groups rebuilt in this
-// thread's scratch as the packed copy holds them, and multiplied there by the packed kernel, two
-// at a time where there are two (its two accumulator chains: one left a decode's whole head
-// waiting on FMA latency).
+// A BF16 head kept as its screen and deltas (head_screen.h): one token by its kernel; several
+// (never in the graphs that keep the head so, which ask for one row of logits a step) on 16-row
+// groups rebuilt in this thread's scratch as the packed copy holds them, two at a time where
+// there are two (the packed kernel's two accumulator chains).
 void matmul_bf16_split(const StepCtx& c, const Tensor& w, const float* x, int64_t T, int64_t r0,
                        int64_t r1, float* y, int64_t ldy) {
   const int64_t k = w.cols(), n = kPackBf16.rows;
   if (r0 % n || r1 % n)
     fail("internal: a split BF16 head's rows ", r0, "..", r1, " are not groups");
+  const HeadScreen& s = c.cg.screen;
+  if (T == 1)
+    return c.kt.matmul_bf16_split({static_cast<const uint8_t*>(s.w_il),
+                                   reinterpret_cast<const int8_t*>(s.lo), s.exc_off, s.exc_pos,
+                                   s.exc_fix, x, k, r0, r1, y});
   auto* groups = reinterpret_cast<uint16_t*>(c.scratch() + c.cg.off_unsplit);
   for (int64_t g0 = r0; g0 < r1;) {
     const int64_t rows = g0 + 2 * n <= r1 ? 2 * n : n;

@@ -31,7 +31,7 @@ void prefetch_group(const Tensor& w, const void* w_il, const HeadScreen* split, 
     for (int64_t i = 0; i < kQ4PanelRows * k; i += 64) prefetch_line(deltas + i);
     prefetch_line(split->exc_off + g);
     prefetch_line(split->exc_pos + split->exc_off[g]);
-    prefetch_line(split->exc_bits + split->exc_off[g]);
+    prefetch_line(split->exc_fix + split->exc_off[g]);
     return;
   }
   if (split) {  // its high and low bits' 4-row group (head_screen.h), and its scales below

@@ -144,9 +144,9 @@ void build_lo(const Tensor& w, uint8_t* dst, int64_t r0, int64_t r1) {
 
 }  // namespace
 
-void screen_row_bf16_baseline(const float* w, int64_t k, int8_t* q, uint16_t* scales, float* bounds,
-                              int8_t* delta) {
-  screen_row<16>(w, k, q, scales, bounds, delta);
+int64_t screen_row_bf16_baseline(const float* w, int64_t k, int8_t* q, uint16_t* scales,
+                                 float* bounds, int8_t* delta) {
+  return screen_row<16>(w, k, q, scales, bounds, delta);
 }
 
 namespace {
@@ -164,16 +164,14 @@ int64_t packed_at(int64_t i, int64_t c) {
   return (c / 2 * kQ4PanelRows + i) * 2 + c % 2;
 }
 
-// Group g's deltas (element order, 16 rows of k) into their order at dst; returns how many are
-// exceptions.
-uint32_t place_deltas(const int8_t* rows, int64_t k, int8_t* dst) {
-  uint32_t n = 0;
+// Group g's deltas (element order, 16 rows of k) into their order at dst.
+void place_deltas(const int8_t* rows, int64_t k, int8_t* dst) {
   for (int64_t i = 0; i < kQ4PanelRows; ++i)
-    for (int64_t c = 0; c < k; ++c) {
-      dst[delta_at(i, c)] = rows[i * k + c];
-      n += rows[i * k + c] == -128;
-    }
-  return n;
+    for (int64_t c = 0; c < k; ++c) dst[delta_at(i, c)] = rows[i * k + c];
+}
+
+bool finite_f16(uint16_t h) {
+  return (h & 0x7c00) != 0x7c00;
 }
 
 }  // namespace
@@ -206,23 +204,43 @@ void build_head_screen(const Tensor& w, ScreenLayout layout, void* dst, int64_t 
   std::vector<int8_t> dl(deltas ? size_t(k * step) : 0);
   for (int64_t g = r0 / step * step; g < r1; g += step) {
     to_f32(w.dtype, static_cast<const uint16_t*>(w.data) + g * k, row.data(), size_t(k * step));
+    uint32_t exceptions = 0;
     for (int64_t i = 0; i < step; ++i) {
       uint16_t* sr = panel ? group_scales.data() + i * ng : scales + (g + i) * ng;
-      row_fn(row.data() + i * k, k, q.data() + i * k, sr, bounds + (g + i) * kScreenBounds,
-             deltas ? dl.data() + i * k : nullptr);
+      exceptions +=
+          uint32_t(row_fn(row.data() + i * k, k, q.data() + i * k, sr,
+                          bounds + (g + i) * kScreenBounds, deltas ? dl.data() + i * k : nullptr));
       if (!panel) quant::pack_row(8, q.data() + i * k, k, base + (g + i) * k);
     }
     if (panel)
       pack_q8_panel_elements(reinterpret_cast<const uint8_t*>(q.data()), group_scales.data(), k,
                              kGroup, base + g / step * q8_panel_group_bytes(k, kGroup));
-    if (deltas) counts[g / step] = place_deltas(dl.data(), k, deltas + g * k);
+    if (!deltas) continue;
+    place_deltas(dl.data(), k, deltas + g * k);
+    const bool finite = std::all_of(group_scales.begin(), group_scales.end(), finite_f16);
+    counts[g / step] = exceptions | (finite ? 0 : kExceptionsUnusable);
   }
 }
 
-size_t head_exceptions_bytes(const Tensor& w, const HeadScreen& s) {
+bool split_usable(const Tensor& w, const HeadScreen& s) {
+  for (int64_t g = 0; g < groups(w); ++g)
+    if (s.exc_count[g] & kExceptionsUnusable) return false;
+  return true;
+}
+
+namespace {
+
+size_t exceptions(const Tensor& w, const HeadScreen& s) {
   size_t n = 0;
-  for (int64_t g = 0; g < groups(w); ++g) n += s.exc_count[g];
-  return align64(size_t(groups(w) + 1) * 4) + align64(n * 4) + align64(n * 2);
+  for (int64_t g = 0; g < groups(w); ++g) n += s.exc_count[g] & ~kExceptionsUnusable;
+  return n;
+}
+
+}  // namespace
+
+size_t head_exceptions_bytes(const Tensor& w, const HeadScreen& s) {
+  const size_t n = exceptions(w, s);
+  return align64(size_t(groups(w) + 1) * 4) + 2 * align64(n * 4) + align64(n * 2);
 }
 
 namespace {
@@ -230,36 +248,43 @@ namespace {
 struct ExceptionsAt {
   uint32_t* off;
   uint32_t* pos;
+  float* fix;
   uint16_t* bits;
 };
 ExceptionsAt exceptions_at(const Tensor& w, const HeadScreen& s, const void* mem) {
-  size_t n = 0;
-  for (int64_t g = 0; g < groups(w); ++g) n += s.exc_count[g];
+  const size_t n = exceptions(w, s);
   auto* base = static_cast<uint8_t*>(const_cast<void*>(mem));
   auto* pos = base + align64(size_t(groups(w) + 1) * 4);
   return {reinterpret_cast<uint32_t*>(base), reinterpret_cast<uint32_t*>(pos),
-          reinterpret_cast<uint16_t*>(pos + align64(n * 4))};
+          reinterpret_cast<float*>(pos + align64(n * 4)),
+          reinterpret_cast<uint16_t*>(pos + 2 * align64(n * 4))};
 }
 
 }  // namespace
 
-void build_head_exceptions(const Tensor& w, const HeadScreen& s, void* dst, int64_t g0,
-                           int64_t g1) {
+void build_head_exceptions(const KernelTable& kt, const Tensor& w, const HeadScreen& s, void* dst,
+                           int64_t g0, int64_t g1) {
   const ExceptionsAt at = exceptions_at(w, s, dst);
-  const int64_t k = w.cols();
+  const int64_t k = w.cols(), n = kQ4PanelRows * k;
+  const UnsplitBf16Fn unsplit = kt.unsplit_bf16 ? kt.unsplit_bf16 : unsplit_bf16_scalar;
   uint32_t start = 0;
   for (int64_t g = 0; g < g0; ++g) start += s.exc_count[g];
-  const auto* head = static_cast<const uint16_t*>(w.data);
-  const auto* deltas = reinterpret_cast<const int8_t*>(s.lo);
+  // Each group rebuilt without its exceptions beside the head's own rows packed: where the two
+  // differ are the exceptions.
+  std::vector<uint16_t> rebuilt(static_cast<size_t>(n)), packed(static_cast<size_t>(n));
   for (int64_t g = g0; g < g1; ++g) {
     at.off[g] = start;
-    const int8_t* d = deltas + g * kQ4PanelRows * k;
-    for (int64_t i = 0; i < kQ4PanelRows; ++i)
-      for (int64_t c = 0; c < k; ++c)
-        if (d[delta_at(i, c)] == -128) {
-          at.pos[start] = uint32_t(packed_at(i, c));
-          at.bits[start++] = head[(g * kQ4PanelRows + i) * k + c];
-        }
+    unsplit(static_cast<const uint8_t*>(s.w_il) + g * q8_panel_group_bytes(k, kGroup),
+            reinterpret_cast<const int8_t*>(s.lo) + g * n, k, rebuilt.data());
+    kt.pack_bf16(static_cast<const uint16_t*>(w.data) + g * n, kQ4PanelRows, k, packed.data());
+    for (int64_t i = 0; i < n; ++i) {
+      if (rebuilt[size_t(i)] == packed[size_t(i)]) continue;
+      if (start == at.off[g] + s.exc_count[g])
+        fail("head screen: its exception counts are damaged");
+      at.pos[start] = uint32_t(i);
+      at.fix[start] = bf16_to_f32(packed[size_t(i)]) - bf16_to_f32(rebuilt[size_t(i)]);
+      at.bits[start++] = packed[size_t(i)];
+    }
     if (start != at.off[g] + s.exc_count[g]) fail("head screen: its exception counts are damaged");
   }
   if (g1 == groups(w)) at.off[g1] = start;
@@ -269,6 +294,7 @@ void head_exceptions_view(const Tensor& w, HeadScreen& s, const void* mem) {
   const ExceptionsAt at = exceptions_at(w, s, mem);
   s.exc_off = at.off;
   s.exc_pos = at.pos;
+  s.exc_fix = at.fix;
   s.exc_bits = at.bits;
 }
 
@@ -284,6 +310,38 @@ void unsplit_bf16_scalar(const uint8_t* panel, const int8_t* delta, int64_t k, u
       std::memcpy(&b, &p, 4);
       out[packed_at(i, c)] = uint16_t((b >> 16) + uint32_t(delta[delta_at(i, c)]));
     }
+}
+
+void matmul_bf16_split_scalar(const SplitBf16Args& a) {
+  const int64_t k = a.k, chunk = q8_panel_chunk_bytes(kGroup);
+  for (int64_t g0 = a.r0; g0 < a.r1; g0 += kQ4PanelRows) {
+    const uint8_t* panel = a.panel + g0 / kQ4PanelRows * q8_panel_group_bytes(k, kGroup);
+    const int8_t* delta = a.delta + g0 * k;
+    float* y = a.y + (g0 - a.r0);
+    for (int64_t i = 0; i < kQ4PanelRows; ++i) {
+      float acc = 0.f;
+      for (int64_t c = 0; c < k; ++c) {
+        const uint8_t* ch = panel + c / 128 * chunk;
+        uint16_t scale;
+        std::memcpy(&scale, ch + panel_scale_byte(kQ8PanelCodeBytes, i, int(c % 128 / kGroup)), 2);
+        const float d = f16_to_f32(scale);
+        const float p = std::fma(float(ch[code_at(i, c) % kQ8PanelCodeBytes]), d, -128.f * d);
+        uint32_t b;
+        std::memcpy(&b, &p, 4);
+        b = (b + (uint32_t(int32_t(delta[delta_at(i, c)])) << 16)) & 0xffff0000u;
+        float v;
+        std::memcpy(&v, &b, 4);
+        acc = std::fma(v, a.x[c], acc);
+      }
+      y[i] = acc;
+    }
+    const int64_t g = g0 / kQ4PanelRows;
+    for (uint32_t e = a.exc_off[g]; e < a.exc_off[g + 1]; ++e) {
+      const uint32_t pos = a.exc_pos[e];
+      y[pos / 2 % kQ4PanelRows] =
+          std::fma(a.x[pos / 32 * 2 + pos % 2], a.exc_fix[e], y[pos / 2 % kQ4PanelRows]);
+    }
+  }
 }
 
 void unsplit_bf16_group(const KernelTable& kt, const HeadScreen& s, int64_t k, int64_t g,

@@ -44,22 +44,24 @@
 // m, then 16 bytes holding l >> 2 at bit 4 h + q of byte m for slot 16 q + m of half h, as the
 // screen's high bits. So 8 u + l = q + 128, the unsigned code vpdpbusd takes.
 //
-// Where a kernel rebuilds it (KernelTable::unsplit_bf16) and the screen would be a large part of
-// the weights (WeightPlacer::keeps_split), a BF16 head whose screen is in panels is kept as that
-// screen and one byte per weight, its delta, not as a packed copy as well: the two hold the head's
-// bits exactly. A weight's delta is the high 16 bits of its f32 value (its BF16 bits) less those of
-// q d (exact in f32), as integers: once the two have the same sign their bits differ by their
-// distance in units of the last place. It is in [-127, 127] unless the weight is below ~1/127 of
-// its block's largest (0.74% of the random stand-ins' weights) or its scale is not finite: then it
-// is -128 and the weight's bits are kept in its 16-row group's exceptions. So q d plus the delta
-// shifted up 16 (one integer add on f32 lanes, whose high halves are the weights) rebuilds the
-// head. Deltas lie as the panel's codes do but by column within each 4-column group
-// ([chunk][4-column group][column][row], 2048 bytes per chunk of a group), the screen's copy then
-// holds each group's count of exceptions (uint32), and a second copy (head_exceptions_bytes) their
-// per-group offsets, positions in the group's packed rows (kPackBf16: ((c / 2) 16 + i) 2 + c % 2
-// for row i, column c) and bits. A step rebuilds each 16-row group it reads into the packed copy's
-// layout and runs the packed kernel there, so every logit is the one the packed copy gives, bit
-// for bit.
+// Where a kernel multiplies it (KernelTable::matmul_bf16_split) and the screen would be a large
+// part of the weights (WeightPlacer::keeps_split), a BF16 head whose screen is in panels is kept as
+// that screen and one byte per weight, its delta, not as a packed copy as well: the two hold the
+// head's bits. A weight's delta is the high 16 bits of its f32 value (its BF16 bits) less those of
+// q d (exact in f32), as integers: where the two have the same sign their bits differ by their
+// distance in units of the last place. So q d plus the delta shifted up 16 bits (an integer add on
+// f32 lanes), its low half cleared, is the weight. The delta is in [-128, 127] unless the weight is
+// below ~1/127 of its block's largest (0.74% of the random stand-ins' weights): then it is 0 and
+// the weight is one of its 16-row group's exceptions, kept with the difference between it and that
+// rebuilt value. A head with a scale that is not finite is not kept so (split_usable).
+// Deltas lie as the panel's codes do but by column within each 4-column group ([chunk][4-column
+// group][column][row], 2048 bytes per chunk of a group); the screen's copy then holds each group's
+// count of exceptions (uint32, kExceptionsUnusable set where a scale is not finite), and a second
+// copy (head_exceptions_bytes) their per-group offsets, positions in the group's packed rows
+// (kPackBf16: ((c / 2) 16 + i) 2 + c % 2 for row i, column c), differences (f32) and bits. A
+// logit is the dot of x with the rebuilt row, in column order as the packed kernel sums it, plus
+// x times each exception's difference in order: the same in screened and whole steps. Steps of
+// several tokens rebuild 16-row groups (unsplit_bf16_group) for the packed kernel.
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -81,12 +83,14 @@ struct HeadScreen {
   const uint8_t* hi = nullptr;
   const uint8_t* lo = nullptr;  // a BF16 head's deltas where it is kept as its screen and them
   // A BF16 head's exceptions (with lo): per group their count (in the screen's copy), and their
-  // offsets [groups + 1], positions and bits (head_exceptions_view).
+  // offsets [groups + 1], positions, differences and bits (head_exceptions_view).
   const uint32_t* exc_count = nullptr;
   const uint32_t* exc_off = nullptr;
   const uint32_t* exc_pos = nullptr;
+  const float* exc_fix = nullptr;
   const uint16_t* exc_bits = nullptr;
 };
+constexpr uint32_t kExceptionsUnusable = 0x80000000u;
 constexpr int kScreenBounds = 3;
 constexpr int kScreenQ8Bits = 5;                          // the layout above holds 4 + 1 bits
 constexpr int64_t kScreenQ8ChunkBytes = 80;               // per row and 128-element chunk
@@ -172,10 +176,13 @@ void build_head_screen(const Tensor& w, ScreenLayout layout, void* dst, int64_t 
 // The screen build_head_screen wrote at dst.
 HeadScreen head_screen_view(const Tensor& w, ScreenLayout layout, const void* dst,
                             bool with_low = false);
-// A BF16 head kept as its screen and deltas: the bytes of its exceptions' copy, that copy's groups
-// [g0, g1) written from the deltas' markers and the head's own bits (w.data), and its view.
+// A BF16 head kept as its screen and deltas: whether every scale is finite (else the head keeps a
+// packed copy), the bytes of its exceptions' copy, that copy's groups [g0, g1) written from the
+// head's own rows (w.data) against the rebuilt ones (kt.unsplit_bf16 and pack_bf16), and its view.
+bool split_usable(const Tensor& w, const HeadScreen& s);
 size_t head_exceptions_bytes(const Tensor& w, const HeadScreen& s);
-void build_head_exceptions(const Tensor& w, const HeadScreen& s, void* dst, int64_t g0, int64_t g1);
+void build_head_exceptions(const KernelTable& kt, const Tensor& w, const HeadScreen& s, void* dst,
+                           int64_t g0, int64_t g1);
 void head_exceptions_view(const Tensor& w, HeadScreen& s, const void* mem);
 // 16-row group g of such a head rebuilt as its kPackBf16 copy holds it (16 k values at out).
 void unsplit_bf16_group(const KernelTable& kt, const HeadScreen& s, int64_t k, int64_t g,

@@ -83,7 +83,7 @@ KernelTable make_kernel_table(Isa isa, const CpuFeatures& f) {
     fill_matmul_q4cb_avx512(k);
     fill_screen_q8_avx512(k);
     fill_matmul_q8_split_avx512(k);
-    fill_unsplit_bf16_avx512(k);
+    fill_matmul_bf16_split_avx512(k);
     if (f.amx_bf16) fill_peak_amx(k);
   }
 #endif

@@ -220,17 +220,34 @@ using ScreenSelectFn = int64_t (*)(const float* est, const float* hw, int64_t n,
                                    float* lower, ScreenCandidate* out);
 // One row of a BF16 LM head's screen (screen_row.h): k floats w to Q8 g32 codes q in element
 // order, k / 32 F16 scales and kScreenBounds bounds, and where delta is not null each weight's
-// delta from its code (head_screen.h) in element order. The baseline ISA's fills every table.
-using ScreenRowFn = void (*)(const float* w, int64_t k, int8_t* q, uint16_t* scales, float* bounds,
-                             int8_t* delta);
-void screen_row_bf16_baseline(const float* w, int64_t k, int8_t* q, uint16_t* scales, float* bounds,
-                              int8_t* delta);
+// delta from its code (head_screen.h) in element order, returning how many are exceptions (0
+// without delta). The baseline ISA's fills every table.
+using ScreenRowFn = int64_t (*)(const float* w, int64_t k, int8_t* q, uint16_t* scales,
+                                float* bounds, int8_t* delta);
+int64_t screen_row_bf16_baseline(const float* w, int64_t k, int8_t* q, uint16_t* scales,
+                                 float* bounds, int8_t* delta);
 // One 16-row group of a BF16 head kept as its screen and deltas (head_screen.h) back to its
 // kPackBf16 layout, but for its exceptions: the screen's panel group (q8_panel.h, group 32) and
 // the group's deltas into 16 k values at out. The portable reference the SIMD one is checked
 // against.
 using UnsplitBf16Fn = void (*)(const uint8_t* panel, const int8_t* delta, int64_t k, uint16_t* out);
 void unsplit_bf16_scalar(const uint8_t* panel, const int8_t* delta, int64_t k, uint16_t* out);
+// One token's logits of rows [r0, r1) (multiples of 16) of such a head, y[r - r0]: the screen's
+// panels and the deltas from their starts, the exceptions' offsets per group, positions in the
+// group's packed rows and differences (head_screen.h's sum). The portable reference the SIMD one is
+// checked against, bit for bit.
+struct SplitBf16Args {
+  const uint8_t* panel;
+  const int8_t* delta;
+  const uint32_t* exc_off;
+  const uint32_t* exc_pos;
+  const float* exc_fix;
+  const float* x;
+  int64_t k, r0, r1;
+  float* y;
+};
+using SplitBf16Fn = void (*)(const SplitBf16Args& a);
+void matmul_bf16_split_scalar(const SplitBf16Args& a);
 // The portable reference the SIMD screen is checked against (too slow to pay for itself).
 void screen_q8_scalar(const ScreenQ8Args& a);
 // A QuantMatmulFn for a Q8 head kept as its screen and low bits (head_screen.h): w is the high
@@ -284,8 +301,10 @@ struct KernelTable {
   // A Q8 head from its screen and low bits (matmul_q8_split_scalar's contract), where a SIMD
   // kernel reads them at the speed of its codes; null elsewhere (the head keeps a copy of them).
   QuantMatmulFn matmul_q8_split = nullptr;
-  // A BF16 head's 16-row group from its screen and deltas, where a SIMD kernel rebuilds it fast
-  // enough for a whole head's step; null elsewhere (the head keeps its packed copy).
+  // A BF16 head from its screen and deltas: one token's logits, and 16-row groups rebuilt for
+  // steps of several tokens, where SIMD kernels read them near the speed of the packed copy; null
+  // elsewhere (the head keeps its packed copy).
+  SplitBf16Fn matmul_bf16_split = nullptr;
   UnsplitBf16Fn unsplit_bf16 = nullptr;
   // n rows of k BF16 columns into their kPackBf16 copy, and rows [r0, r0 + n) of it back to
   // row-major: pack_rows and unpack_rows, by transposes where an ISA has them (AVX-512, AVX2).
@@ -352,7 +371,7 @@ void fill_matmul_q4_avx512(KernelTable& k);
 void fill_matmul_q4cb_avx512(KernelTable& k);
 void fill_screen_q8_avx512(KernelTable& k);
 void fill_matmul_q8_split_avx512(KernelTable& k);
-void fill_unsplit_bf16_avx512(KernelTable& k);
+void fill_matmul_bf16_split_avx512(KernelTable& k);
 #endif
 void fill_peak_amx(KernelTable& k);  // with f.amx_bf16: sets dot_bf16_tile_loop if tiles work
 #if defined(__aarch64__)

@@ -72,6 +72,17 @@ const void* WeightPlacer::verbatim(const void* src, size_t bytes) {
       src, kVerbatim, bytes, [&](void* dst) { copy_verbatim(dst, src, bytes); }, kSelfReleased);
 }
 
+const void* WeightPlacer::packed_copy(const Tensor& w) {
+  const int64_t row_bytes = int64_t(w.nbytes) / w.rows();
+  auto pack = [&](void* dst) {
+    copy_handing_back(w.data, w.rows(), row_bytes, kPackBf16.rows, [&](int64_t b, int64_t e) {
+      kt_.pack_bf16(static_cast<const uint8_t*>(w.data) + b * row_bytes, e - b, w.cols(),
+                    static_cast<uint8_t*>(dst) + b * row_bytes);
+    });
+  };
+  return store_->get(w.data, kPacked, w.nbytes, pack, kSelfReleased);
+}
+
 // Panels hold a matrix's codes and scales both, so both sources go back.
 void WeightPlacer::make_panel(const Tensor& w, void* dst) {
   const int64_t k = w.cols(), ng = k / w.group_size, row_bytes = int64_t(w.nbytes) / w.rows();
@@ -97,8 +108,8 @@ void WeightPlacer::make_panel(const Tensor& w, void* dst) {
 bool WeightPlacer::keeps_split(const Tensor& w) const {
   if (!store_ || !screenable(w)) return false;
   if (w.dtype == DType::Q8 && (!kt_.matmul_q8_split || !kt_.screen_q8)) return false;
-  if (w.dtype == DType::BF16 &&
-      (!kt_.unsplit_bf16 || !kt_.q8_panel || !q8_panel_fits(w.rows(), w.cols(), kScreenGroup)))
+  if (w.dtype == DType::BF16 && (!kt_.matmul_bf16_split || !kt_.unsplit_bf16 || !kt_.q8_panel ||
+                                 !q8_panel_fits(w.rows(), w.cols(), kScreenGroup)))
     return false;
   return head_screen_bytes(w) * 12 > g_.weight_bytes();
 }
@@ -131,13 +142,7 @@ void WeightPlacer::place(int id, bool logits, bool pack_ok) {
     const bool packed = pack_ok && (kt_.isa == Isa::Avx512 || kt_.isa == Isa::Avx2) &&
                         w.dtype == DType::BF16 && pack_fits(kPackBf16, w.rows(), row_bytes);
     if (packed) {
-      auto pack = [&](void* dst) {
-        copy_handing_back(w.data, w.rows(), row_bytes, kPackBf16.rows, [&](int64_t b, int64_t e) {
-          kt_.pack_bf16(static_cast<const uint8_t*>(w.data) + b * row_bytes, e - b, w.cols(),
-                        static_cast<uint8_t*>(dst) + b * row_bytes);
-        });
-      };
-      cg_.w_il[size_t(id)] = store_->get(w.data, kPacked, w.nbytes, pack, kSelfReleased);
+      cg_.w_il[size_t(id)] = packed_copy(w);
     } else {
       w.data = verbatim(w.data, w.nbytes);
     }
@@ -173,7 +178,7 @@ void WeightPlacer::place_screen(int id, ScreenPolicy::Rule rule, ScreenStats& st
                                                  : kScreenPanel;
   const void* mem = store_->get(w.data, layout, head_screen_bytes(w, low), build, kSelfReleased);
   cg_.screen = head_screen_view(w, pk, mem, low);
-  if (low && !w.quantized()) place_exceptions(w);
+  if (low && !w.quantized()) place_exceptions(id, mem);
   cg_.screen_w = id;
   cg_.screen_policy = ScreenPolicy(rule);
   // Room for every row of the longest range a thread screens (argmax_screened's split).
@@ -191,18 +196,25 @@ void WeightPlacer::place_screen(int id, ScreenPolicy::Rule rule, ScreenStats& st
   cg_.screen_scratch = quant_matmul_scratch_floats(w.cols(), 1);
 }
 
-// A BF16 head's exceptions (head_screen.h), found from the deltas' markers and read from the
-// model's mapping of the head, handed back slice by slice as the copies' sources are.
-void WeightPlacer::place_exceptions(const Tensor& w) {
+// A BF16 head's exceptions (head_screen.h), found by rebuilding its groups beside the model's
+// mapping of the head, handed back slice by slice as the copies' sources are. Where a scale is not
+// finite the head gets its packed copy instead and a plain screen (the same bytes at mem).
+void WeightPlacer::place_exceptions(int id, const void* mem) {
+  const Tensor& w = g_.tensors()[size_t(id)].weight;
   HeadScreen& s = cg_.screen;
+  if (!split_usable(w, s)) {
+    cg_.screen = head_screen_view(w, ScreenLayout::kPanel, mem, false);
+    if (!cg_.w_il[size_t(id)]) cg_.w_il[size_t(id)] = packed_copy(w);
+    return;
+  }
   auto build = [&](void* dst) {
     const int64_t group_bytes = int64_t(w.nbytes) / w.rows() * kQ4PanelRows;
     copy_handing_back(w.data, w.rows() / kQ4PanelRows, group_bytes, 1,
-                      [&](int64_t b, int64_t e) { build_head_exceptions(w, s, dst, b, e); });
+                      [&](int64_t b, int64_t e) { build_head_exceptions(kt_, w, s, dst, b, e); });
   };
-  const void* mem =
+  const void* exc =
       store_->get(w.data, kScreenExceptions, head_exceptions_bytes(w, s), build, kSelfReleased);
-  head_exceptions_view(w, s, mem);
+  head_exceptions_view(w, s, exc);
 }
 
 // A tied LM head is also the embedding table: the Embed step then reads the head's copy (one row

@@ -38,7 +38,10 @@ class WeightPlacer {
   // Whether LM head w's screen keeps the low bits of its codes, or a BF16 head's deltas, too
   // (head_screen.h).
   bool keeps_split(const Tensor& w) const;
-  void place_exceptions(const Tensor& w);  // cg_.screen's, where it keeps deltas
+  // cg_.screen's exceptions where it keeps deltas (mem: the screen's copy), or the head's packed
+  // copy where they cannot serve.
+  void place_exceptions(int id, const void* mem);
+  const void* packed_copy(const Tensor& w);  // BF16 rows packed (kPackBf16)
   // f(b, e) over [0, n) split among the pool's threads in multiples of align.
   void in_parallel(int64_t n, int64_t align, const std::function<void(int64_t, int64_t)>& f);
   // copy(b, e) over n units of unit_bytes at src, in parallel, handing each slice of the source
