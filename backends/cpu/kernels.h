@@ -356,6 +356,7 @@ void fill_matmul_q8_avx2(KernelTable& k);
 void fill_matmul_q4_avx2(KernelTable& k);
 void fill_matmul_q4cb_avx2(KernelTable& k);
 void fill_screen_q8_avx2(KernelTable& k);
+void fill_matmul_bf16_split_avx2(KernelTable& k);
 void fill_matmul_q8_avxvnni(KernelTable& k);  // AVX2 with f.avxvnni
 void fill_matmul_q4_avxvnni(KernelTable& k);
 void fill_matmul_q4cb_avxvnni(KernelTable& k);

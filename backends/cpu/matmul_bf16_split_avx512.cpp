@@ -1,10 +1,9 @@
 // A BF16 LM head kept as its Q8 screen and deltas (head_screen.h): one token's logits, and a
-// 16-row group rebuilt as its kPackBf16 rows. Per 16-row group, the screen's panel
-// ([chunk][4-column group][row][4 codes + 128], then the chunk's F16 scales [block][row]:
-// q8_panel.h) and the deltas
-// ([chunk][4-column group][column][row]); a 64-byte line of codes (16 rows x 4 columns) gives, per
-// column, 16 rows' q d in f32 lanes, and the deltas added 16 bits up make their high halves the
-// weights: multiplied there, or two columns' high halves stored as one packed line.
+// 16-row group rebuilt as its kPackBf16 rows. Per 16-row group, the screen's panel ([chunk]
+// [4-column group][row][4 codes + 128], then the chunk's F16 scales [block][row]: q8_panel.h) and
+// the deltas ([chunk][4-column group][column][row]); a 64-byte line of codes (16 rows x 4 columns)
+// gives, per column, 16 rows' q d in f32 lanes, and the deltas added 16 bits up make their high
+// halves the weights: multiplied there, or two columns' high halves stored as one packed line.
 #include <immintrin.h>
 
 #include <cmath>
