@@ -197,6 +197,17 @@ std::vector<QuantTable> quant_tables() {
   return v;
 }
 
+// An N x K BF16 matrix over w's values.
+Tensor bf16_matrix(const std::vector<uint16_t>& w, int64_t N, int64_t K) {
+  Tensor t;
+  t.dtype = DType::BF16;
+  t.ndim = 2;
+  t.shape = {N, K, 0, 0};
+  t.data = w.data();
+  t.nbytes = w.size() * 2;
+  return t;
+}
+
 // The quant tables holding a kernel (a KernelTable member), by name; says which, or that none does.
 template <class Fn>
 std::vector<std::pair<std::string, KernelTable>> tables_with(Fn KernelTable::*kernel,
@@ -1218,12 +1229,7 @@ TEST_SUITE("kernels") {
     std::uniform_int_distribution<int> binade(-10, 10);
     for (auto& v : w) v = f32_to_bf16(nd(rng) * std::ldexp(1.f, binade(rng)));
     for (int64_t i = 0; i < 32; ++i) w[size_t(5 * K + 64 + i)] = 0;
-    Tensor t;
-    t.dtype = DType::BF16;
-    t.ndim = 2;
-    t.shape = {N, K, 0, 0};
-    t.data = w.data();
-    t.nbytes = w.size() * 2;
+    const Tensor t = bf16_matrix(w, N, K);
     for (const QuantTable& qt : quant_tables()) {
       CAPTURE(qt.name);
       const ScreenRowFn fn = qt.kt.screen_row_bf16;
@@ -1300,12 +1306,7 @@ TEST_SUITE("kernels") {
                             0x7fc1, 0xffc0, 0x0080, 0x8080, 0x3f80, 0xbf80};
     for (int64_t i = 0; i < 13 * 40; ++i) w[size_t(40 * K + 7 * i)] = odd[i % 13];
     for (int64_t i = 0; i < 64; ++i) w[size_t(50 * K + i)] = odd[i % 2];  // zero blocks
-    Tensor t;
-    t.dtype = DType::BF16;
-    t.ndim = 2;
-    t.shape = {N, K, 0, 0};
-    t.data = w.data();
-    t.nbytes = w.size() * 2;
+    const Tensor t = bf16_matrix(w, N, K);
     std::vector<uint16_t> packed(w.size());
     pack_rows(w.data(), N, 2 * K, kPackBf16, packed.data());
     const auto x = randn(size_t(K), 17);

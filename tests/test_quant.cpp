@@ -243,6 +243,59 @@ quant::QuantizeOptions qopts(int bits, int threads = 1) {
   return o;
 }
 
+// A tied LM head kept as its screen and more (head_screen.h) where an ISA has the kernel that
+// reads it (split): the logits of one-row steps (prefill's last row, then decode, through the tied
+// table's rows too) are those of the model's mapping, and those of a batched step (every row, from
+// the copy it then makes, `later` bytes) agree with them, within 1e-5 of the largest logit.
+template <class Fn>
+void check_tied_head(const Qwen3Model& m, Fn cpu::KernelTable::*split_kernel, size_t later) {
+  REQUIRE(m.weights().lm_head.data == m.weights().embed.data);
+  const int V = m.config().vocab_size;
+  const std::vector<int32_t> ids = some_ids(24, V, 5);
+  for (const std::string& isa : isas_here()) {
+    CAPTURE(isa);
+    const bool split = cpu::make_kernel_table(cpu::parse_isa(isa)).*split_kernel != nullptr;
+    auto run = [&](std::shared_ptr<WeightStore> store, bool batched) {
+      BackendOptions bo;
+      bo.cpu.isa = isa;
+      bo.threads = 2;
+      bo.cpu.weight_copies = store;
+      Runner r(create_backend("cpu", bo), m.graph(), V, 512, 32);
+      auto kv = r.new_kv(int(ids.size()));
+      std::vector<float> logits(static_cast<size_t>(V)), all;
+      if (batched) {
+        all.resize(ids.size() * size_t(V));
+        r.forward(*kv, ids.data(), int(ids.size()), 0, all.data(), nullptr);
+        return all;
+      }
+      r.forward(*kv, ids.data(), 16, 0, nullptr, logits.data());
+      all.insert(all.end(), logits.begin(), logits.end());
+      for (int i = 16; i < int(ids.size()); ++i) {
+        r.forward(*kv, ids.data() + i, 1, i, nullptr, logits.data());
+        all.insert(all.end(), logits.begin(), logits.end());
+      }
+      return all;
+    };
+    auto store = std::make_shared<WeightStore>();
+    const std::vector<float> plain = run(nullptr, false), copied = run(store, false);
+    const size_t before = store->bytes();
+    const std::vector<float> batched = run(store, true);
+    if (split) CHECK(store->bytes() - before == later);  // no other copy of the head until then
+    // Rows 15 .. 23 of the batched step are the one-row steps' rows.
+    double worst = 0, worst_batched = 0, top = 0;
+    for (size_t i = 0; i < plain.size(); ++i) top = std::max(top, std::fabs(double(plain[i])));
+    for (size_t i = 0; i < plain.size(); ++i) {
+      worst = std::max(worst, std::fabs(double(plain[i]) - copied[i]) / top);
+      worst_batched =
+          std::max(worst_batched, std::fabs(double(copied[i]) - batched[15 * size_t(V) + i]) / top);
+    }
+    CAPTURE(worst);
+    CAPTURE(worst_batched);
+    CHECK(worst < 1e-5);
+    CHECK(worst_batched < 1e-5);
+  }
+}
+
 }  // namespace
 
 TEST_SUITE("quant") {
@@ -440,119 +493,26 @@ TEST_SUITE("quant") {
 
   TEST_CASE("a tied BF16 head read from its screen and deltas gives the head's logits") {
     // Where a kernel reads a BF16 head as its Q8 screen and deltas (head_screen.h), weight copies
-    // hold no packed copy of it until a step asks for several rows of logits; one-row steps
-    // (prefill's last row, decode, through the tied table's rows too) give the logits of the
-    // model's mapping and of a batched step (from the packed copy then) within rounding.
+    // hold no packed copy of it until a step asks for several rows of logits.
     TempDir d;
     write_standin(d.str("f"), small_spec(), "", 1);
     auto m = Qwen3Model::load(d.str("f"));
-    const Tensor& head = m->weights().lm_head;
-    REQUIRE(head.dtype == DType::BF16);
-    REQUIRE(head.data == m->weights().embed.data);
-    const int V = m->config().vocab_size;
-    const std::vector<int32_t> ids = some_ids(24, V, 5);
-    for (const std::string& isa : isas_here()) {
-      CAPTURE(isa);
-      const bool split = cpu::make_kernel_table(cpu::parse_isa(isa)).unsplit_bf16 != nullptr;
-      auto run = [&](std::shared_ptr<WeightStore> store, bool batched) {
-        BackendOptions bo;
-        bo.cpu.isa = isa;
-        bo.threads = 2;
-        bo.cpu.weight_copies = store;
-        Runner r(create_backend("cpu", bo), m->graph(), V, 512, 32);
-        auto kv = r.new_kv(int(ids.size()));
-        std::vector<float> logits(static_cast<size_t>(V)), all;
-        if (batched) {
-          all.resize(ids.size() * size_t(V));
-          r.forward(*kv, ids.data(), int(ids.size()), 0, all.data(), nullptr);
-          return all;
-        }
-        r.forward(*kv, ids.data(), 16, 0, nullptr, logits.data());
-        all.insert(all.end(), logits.begin(), logits.end());
-        for (int i = 16; i < int(ids.size()); ++i) {
-          r.forward(*kv, ids.data() + i, 1, i, nullptr, logits.data());
-          all.insert(all.end(), logits.begin(), logits.end());
-        }
-        return all;
-      };
-      auto store = std::make_shared<WeightStore>();
-      const std::vector<float> plain = run(nullptr, false), copied = run(store, false);
-      const size_t before = store->bytes();
-      const std::vector<float> batched = run(store, true);
-      if (split) CHECK(store->bytes() - before == head.nbytes);  // the packed copy, only now
-      // Rows 15 .. 23 of the batched step are the one-row steps' rows.
-      double worst = 0, worst_batched = 0, top = 0;
-      for (size_t i = 0; i < plain.size(); ++i) top = std::max(top, std::fabs(double(plain[i])));
-      for (size_t i = 0; i < plain.size(); ++i) {
-        worst = std::max(worst, std::fabs(double(plain[i]) - copied[i]) / top);
-        worst_batched = std::max(worst_batched,
-                                 std::fabs(double(copied[i]) - batched[15 * size_t(V) + i]) / top);
-      }
-      CAPTURE(worst);
-      CAPTURE(worst_batched);
-      CHECK(worst < 1e-5);
-      CHECK(worst_batched < 1e-5);
-    }
+    REQUIRE(m->weights().lm_head.dtype == DType::BF16);
+    check_tied_head(*m, &cpu::KernelTable::matmul_bf16_split, m->weights().lm_head.nbytes);
   }
 
   TEST_CASE("a tied Q8 head read from its screen and low bits gives its codes' logits") {
     // Where a kernel reads a Q8 head as its screen and the low bits of its codes (head_screen.h),
-    // weight copies hold no other copy of it until a step asks for several rows of logits; the
-    // logits of one-row steps (prefill's last row, decode, through the tied table's rows too) are
-    // those of the model's own codes, and a batched step's (from panels then) agree with them.
+    // weight copies hold no other copy of it until a step asks for several rows of logits (its
+    // panels then).
     TempDir d;
     write_standin(d.str("f"), small_spec(), "", 1);
     quant::quantize_checkpoint(d.str("f"), d.str("q"), qopts(4));
     auto m = Qwen3Model::load(d.str("q"));
     const Tensor& head = m->weights().lm_head;
     REQUIRE(head.dtype == DType::Q8);
-    REQUIRE(head.data == m->weights().embed.data);
-    const int V = m->config().vocab_size;
-    const std::vector<int32_t> ids = some_ids(24, V, 5);
-    for (const std::string& isa : isas_here()) {
-      CAPTURE(isa);
-      const bool split = cpu::make_kernel_table(cpu::parse_isa(isa)).matmul_q8_split != nullptr;
-      auto run = [&](std::shared_ptr<WeightStore> store, bool batched) {
-        BackendOptions bo;
-        bo.cpu.isa = isa;
-        bo.threads = 2;
-        bo.cpu.weight_copies = store;
-        Runner r(create_backend("cpu", bo), m->graph(), V, 512, 32);
-        auto kv = r.new_kv(int(ids.size()));
-        std::vector<float> logits(static_cast<size_t>(V)), all;
-        if (batched) {  // every row's logits: the panels
-          all.resize(ids.size() * size_t(V));
-          r.forward(*kv, ids.data(), int(ids.size()), 0, all.data(), nullptr);
-          return all;
-        }
-        r.forward(*kv, ids.data(), 16, 0, nullptr, logits.data());
-        all.insert(all.end(), logits.begin(), logits.end());
-        for (int i = 16; i < int(ids.size()); ++i) {
-          r.forward(*kv, ids.data() + i, 1, i, nullptr, logits.data());
-          all.insert(all.end(), logits.begin(), logits.end());
-        }
-        return all;
-      };
-      auto store = std::make_shared<WeightStore>();
-      const std::vector<float> plain = run(nullptr, false), copied = run(store, false);
-      const size_t before = store->bytes();
-      const std::vector<float> batched = run(store, true);
-      const size_t panel = size_t(cpu::q8_panel_bytes(head.rows(), head.cols(), head.group_size));
-      // One copy of the head's bytes until then: the screen with its low bits, and the scales.
-      if (split) CHECK(store->bytes() - before == panel);
-      // Rows 15 .. 23 of the batched step are the one-row steps' rows.
-      double worst = 0, worst_batched = 0, top = 0;
-      for (size_t i = 0; i < plain.size(); ++i) top = std::max(top, std::fabs(double(plain[i])));
-      for (size_t i = 0; i < plain.size(); ++i) {
-        worst = std::max(worst, std::fabs(double(plain[i]) - copied[i]) / top);
-        worst_batched = std::max(worst_batched,
-                                 std::fabs(double(copied[i]) - batched[15 * size_t(V) + i]) / top);
-      }
-      CAPTURE(worst);
-      CAPTURE(worst_batched);
-      CHECK(worst < 1e-5);
-      CHECK(worst_batched < 1e-5);
-    }
+    check_tied_head(*m, &cpu::KernelTable::matmul_q8_split,
+                    size_t(cpu::q8_panel_bytes(head.rows(), head.cols(), head.group_size)));
   }
 
   TEST_CASE("head schemes and untied heads: int4, bf16, int8") {
