@@ -335,12 +335,7 @@ void matmul_bf16_split_scalar(const SplitBf16Args& a) {
       }
       y[i] = acc;
     }
-    const int64_t g = g0 / kQ4PanelRows;
-    for (uint32_t e = a.exc_off[g]; e < a.exc_off[g + 1]; ++e) {
-      const uint32_t pos = a.exc_pos[e];
-      y[pos / 2 % kQ4PanelRows] =
-          std::fma(a.x[pos / 32 * 2 + pos % 2], a.exc_fix[e], y[pos / 2 % kQ4PanelRows]);
-    }
+    add_split_exceptions(a, g0 / kQ4PanelRows, y);
   }
 }
 

@@ -2,6 +2,7 @@
 // ISA chosen by detection. Scalar kernels fill every slot; each ISA level overrides what it speeds
 // up. Kernels never allocate and never synchronise: the backend splits work and places barriers.
 #pragma once
+#include <cmath>
 #include <cstdint>
 
 #include "backends/cpu/cpu_features.h"
@@ -248,6 +249,14 @@ struct SplitBf16Args {
 };
 using SplitBf16Fn = void (*)(const SplitBf16Args& a);
 void matmul_bf16_split_scalar(const SplitBf16Args& a);
+// The last term of such a logit, every kernel's: x times each exception's difference, in order,
+// added to the 16 rows of group g at y.
+inline void add_split_exceptions(const SplitBf16Args& a, int64_t g, float* y) {
+  for (uint32_t e = a.exc_off[g]; e < a.exc_off[g + 1]; ++e) {
+    const uint32_t pos = a.exc_pos[e];  // ((c / 2) 16 + i) 2 + c % 2
+    y[pos / 2 % 16] = std::fma(a.x[pos / 32 * 2 + pos % 2], a.exc_fix[e], y[pos / 2 % 16]);
+  }
+}
 // The portable reference the SIMD screen is checked against (too slow to pay for itself).
 void screen_q8_scalar(const ScreenQ8Args& a);
 // A QuantMatmulFn for a Q8 head kept as its screen and low bits (head_screen.h): w is the high

@@ -71,11 +71,7 @@ void matmul_bf16_split_avx2(const SplitBf16Args& a) {
     float* y = a.y + (g0 - a.r0);
     _mm256_storeu_ps(y, acc[0]);
     _mm256_storeu_ps(y + 8, acc[1]);
-    const int64_t gi = g0 / 16;
-    for (uint32_t e = a.exc_off[gi]; e < a.exc_off[gi + 1]; ++e) {
-      const uint32_t pos = a.exc_pos[e];
-      y[pos / 2 % 16] = std::fma(a.x[pos / 32 * 2 + pos % 2], a.exc_fix[e], y[pos / 2 % 16]);
-    }
+    add_split_exceptions(a, g0 / 16, y);
   }
 }
 

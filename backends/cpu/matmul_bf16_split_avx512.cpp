@@ -62,11 +62,7 @@ void matmul_bf16_split_avx512(const SplitBf16Args& a) {
     }
     float* y = a.y + (g0 - a.r0);
     _mm512_storeu_ps(y, acc);
-    const int64_t gi = g0 / 16;
-    for (uint32_t e = a.exc_off[gi]; e < a.exc_off[gi + 1]; ++e) {
-      const uint32_t pos = a.exc_pos[e];
-      y[pos / 2 % 16] = std::fma(a.x[pos / 32 * 2 + pos % 2], a.exc_fix[e], y[pos / 2 % 16]);
-    }
+    add_split_exceptions(a, g0 / 16, y);
   }
 }
 
@@ -77,7 +73,8 @@ void unsplit_bf16_avx512(const uint8_t* panel, const int8_t* delta, int64_t k, u
     const uint8_t* pc = panel + j * chunk;
     const int8_t* dc = delta + j * kQ8PanelCodeBytes;
     for (int g = 0; g < 32; ++g) {
-      // Both streams a chunk ahead (into the next group's at the end: a whole head's next call).
+      // Both streams kAheadChunks ahead (into the next group's at the end: a whole head's next
+      // call).
       _mm_prefetch(reinterpret_cast<const char*>(pc + chunk * kAheadChunks + 64 * g), _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(dc + kQ8PanelCodeBytes * kAheadChunks + 64 * g),
                    _MM_HINT_T0);
