@@ -104,13 +104,20 @@ struct CpuCompiled : CompiledGraph {
   Buffer screen_cand;  // [threads][screen_cap]
   int64_t screen_cap = 0;
   int64_t screen_scratch = 0;  // where the screen's part of the off_mm scratch starts
-  // The largest head logit any thread has computed this step: no row whose upper bound is below
-  // it can be the argmax, whichever thread's range it is in.
+  // A floor any thread has proven this step, whichever thread's range a row is in: greedy, the
+  // largest head logit computed (no row whose upper bound is below it can be the argmax); top-k,
+  // the highest k-th largest of one range's lower bounds or exact logits.
   std::atomic<float> screen_best{-INFINITY};
   ScreenPolicy screen_policy;
   size_t head_step = SIZE_MAX;  // the index of the screened head's step
   bool screen_on = false;       // this step's one-token head goes through the screen
   std::chrono::steady_clock::time_point head_t0;  // when thread 0 began the head's step
+  // Top-k: the k largest exact logits each thread computed first ([threads][kTopkShared]), for the
+  // others to merge into the floor, and the step they belong to (run_no when published).
+  static constexpr int kTopkShared = 64;
+  Buffer topk_shared;
+  std::unique_ptr<std::atomic<uint64_t>[]> topk_ready;
+  uint64_t run_no = 0;
   // What the screened functions did this step: head rows computed exactly, whether they ran.
   std::atomic<int64_t> screen_rows{0};
   std::atomic<bool> screen_ran{false};

@@ -614,8 +614,9 @@ void CpuBackend::run(CompiledGraph& base, const StepInputs& in) {
   if (argmax) {
     std::fill(cg.best_val.begin(), cg.best_val.end(), -INFINITY);
     std::fill(cg.best_idx.begin(), cg.best_idx.end(), -1);
-    cg.screen_best.store(-INFINITY, std::memory_order_relaxed);
   }
+  cg.screen_best.store(-INFINITY, std::memory_order_relaxed);
+  ++cg.run_no;
 
   // A one-token head step the screen can take: greedy (mode 0) or top-k (mode 1).
   const int screen_mode = cg.screen_w < 0 || in.n_out != 1 ? -1

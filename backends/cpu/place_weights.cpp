@@ -189,6 +189,9 @@ void WeightPlacer::place_screen(int id, ScreenPolicy::Rule rule, ScreenStats& st
   }
   cg_.screen_cand.alloc(size_t(pool_.size()) * size_t(cg_.screen_cap) * sizeof(ScreenCandidate),
                         "LM head screen candidates");
+  cg_.topk_shared.alloc(size_t(pool_.size()) * CpuCompiled::kTopkShared * sizeof(float),
+                        "LM head top-k exchange");
+  cg_.topk_ready = std::make_unique<std::atomic<uint64_t>[]>(size_t(pool_.size()));
   stats.head_bytes = double(w.nbytes) + double(scale_bytes(w));
   stats.screen_bytes = double(head_screen_read_bytes(w));
   stats.row_bytes = stats.head_bytes / double(w.rows());
