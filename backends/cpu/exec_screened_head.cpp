@@ -247,12 +247,11 @@ class TopkExchange {
     std::copy(v.begin(), v.end(), slot);
     for (float x : v) merged_.offer(x);
     cg_.topk_ready[size_t(tid_)].store(cg_.run_no, std::memory_order_release);
-    published_ = true;
     poll();
   }
-  // Merges every thread's values that arrived since, raising the floor.
+  // After publish: merges every thread's values that arrived since, raising the floor.
   void poll() {
-    if (!published_ || pending_ == 0) return;
+    if (pending_ == 0) return;
     for (size_t t = 0; t < seen_.size(); ++t) {
       if (int(t) == tid_ || seen_[t] ||
           cg_.topk_ready[t].load(std::memory_order_acquire) != cg_.run_no)
@@ -268,7 +267,7 @@ class TopkExchange {
  private:
   CpuCompiled& cg_;
   int tid_;
-  bool on_, published_ = false;
+  bool on_;
   KthLargest merged_;
   int pending_;
   std::vector<uint8_t> seen_;
