@@ -1218,6 +1218,70 @@ TEST_SUITE("kernels") {
         }
   }
 
+  TEST_CASE("Q8 head screen refined by its low bits: within refined_bound of the head's logit") {
+    // Row 6's low bits are all ones where its scale times x is positive and 0 elsewhere, so its
+    // screen estimate is off by nearly its whole bound; refined, every row must be within the
+    // rounding bound of the split kernel's logit (a low bit read from the wrong place moves a
+    // logit by a fair part of the screen's bound, thousands of times the refined one).
+    const auto simds = tables_with(&KernelTable::refine_q8_split, "refined Q8 head screen");
+    for (const int64_t K : {128, 1024})
+      for (const int group : {32, 128})
+        for (const DType st : {DType::F16, DType::BF16}) {
+          CAPTURE(K);
+          CAPTURE(group);
+          CAPTURE(int(st));
+          const int64_t N = 44;
+          QWeights w = make_qweights(8, group, st, N, K, uint32_t(5 * K + group));
+          const auto x = randn(size_t(K), 13);
+          for (int64_t i = 0; i < K; ++i) {
+            bool high;
+            auto& c = w.codes[size_t(6 * K + test::q_place(8, i, K, &high))];
+            const uint16_t sc = w.scales[size_t((6 * K + i) / group)];
+            const float s = st == DType::BF16 ? bf16_to_f32(sc) : f16_to_f32(sc);
+            const int low = (1 << (8 - kScreenQ8Bits)) - 1;
+            c = uint8_t((int8_t(c) & ~low) | (s * x[size_t(i)] > 0 ? low : 0));
+          }
+          const Tensor t = w.view();
+          std::vector<uint8_t> mem(head_screen_bytes(t, true) + 64);
+          uint8_t* base = mem.data() + (64 - reinterpret_cast<uintptr_t>(mem.data()) % 64) % 64;
+          build_head_screen(t, ScreenLayout::kRows, base, 0, N, true);
+          const HeadScreen hs = head_screen_view(t, ScreenLayout::kRows, base, true);
+          REQUIRE(hs.lo != nullptr);
+          std::vector<float> scratch(size_t(quant_matmul_scratch_floats(K, 1)));
+          std::vector<float> mm_scratch(scratch.size());
+          for (const auto& [name, kt] : simds) {
+            CAPTURE(name);
+            std::vector<float> exact(size_t(N), NAN), est(size_t(N), NAN), hw(size_t(N), NAN);
+            QuantMatmulArgs m =
+                test::quant_args({hs.hi, w.scales.data(), st, group, nullptr, K}, x.data(), K, 1,
+                                 exact.data(), N, 0, N, mm_scratch.data());
+            m.w_il = hs.lo;
+            kt.matmul_q8_split(m);
+            ScreenQ8Args a{hs.hi, w.scales.data(), st,        group,          x.data(), K, 0,
+                           N,     est.data(),      hw.data(), scratch.data(), false};
+            kt.screen_q8(a);
+            bool within = true, tight = true;
+            double worst = 0;
+            for (int64_t g = 0; g < N; g += 4) {
+              float corr[4];
+              kt.refine_q8_split({hs.lo, w.scales.data(), st, group, K, g, scratch.data(), corr});
+              for (int64_t r = g; r < g + 4; ++r) {
+                const size_t i = size_t(r);
+                const float bound = refined_bound(hw[i], K / 128);
+                const double err = std::fabs(double(exact[i]) - double(est[i] + corr[r - g]));
+                within &= err <= bound;
+                tight &= bound < 1e-3f * hw[i];
+                worst = std::max(worst, err / bound);
+              }
+            }
+            CAPTURE(worst);
+            CHECK(within);
+            CHECK(tight);
+            CHECK(std::fabs(exact[6] - est[6]) >= 0.99f * hw[6]);  // the screen alone was far off
+          }
+        }
+  }
+
   TEST_CASE("BF16 head screen: the quantizer's codes and scales in rows and panels, bounds") {
     // Each ISA's screen_row_bf16 against the quantizer (quant::quantize_row_rtn, quant::pack_row)
     // row by row, and its bounds against long double; its panels unpack to the same rows; a zero

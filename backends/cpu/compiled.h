@@ -118,8 +118,12 @@ struct CpuCompiled : CompiledGraph {
   Buffer topk_shared;
   std::unique_ptr<std::atomic<uint64_t>[]> topk_ready;
   uint64_t run_no = 0;
-  // What the screened functions did this step: head rows computed exactly, whether they ran.
-  std::atomic<int64_t> screen_rows{0};
+  // A split Q8 head's screen estimates and bounds of every row of a thread's range, for top-k's
+  // refinement by the low bits ([threads][2][screen_cap]), where KernelTable::refine_q8_split is.
+  Buffer screen_est;
+  // What the screened functions did this step: head rows computed exactly, rows refined by their
+  // low bits, whether they ran.
+  std::atomic<int64_t> screen_rows{0}, screen_low_rows{0};
   std::atomic<bool> screen_ran{false};
 
   MoeBuffers moe;

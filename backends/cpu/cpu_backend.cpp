@@ -530,7 +530,8 @@ double CpuBackend::argmax_bytes_saved() const {
   const ScreenStats& s = screen_stats_;
   const int64_t steps = s.steps.load(), all = steps + s.whole_steps.load();
   if (all == 0) return 0;
-  return (double(steps) * (s.head_bytes - s.screen_bytes) - double(s.exact_rows) * s.row_bytes) /
+  return (double(steps) * (s.head_bytes - s.screen_bytes) - double(s.exact_rows) * s.row_bytes -
+          double(s.low_rows) * s.low_row_bytes) /
          double(all);
 }
 
@@ -575,6 +576,7 @@ void record_screened_head(CpuCompiled& cg, int mode, ScreenStats& stats) {
   if (cg.screen_ran) {
     ++stats.steps;
     stats.exact_rows += cg.screen_rows;
+    stats.low_rows += cg.screen_low_rows;
   } else {
     ++stats.whole_steps;
   }
@@ -625,6 +627,7 @@ void CpuBackend::run(CompiledGraph& base, const StepInputs& in) {
                                                            : -1;
   cg.screen_on = screen_mode >= 0 && cg.screen_policy.use(screen_mode);
   cg.screen_rows.store(0, std::memory_order_relaxed);
+  cg.screen_low_rows.store(0, std::memory_order_relaxed);
   cg.screen_ran.store(false, std::memory_order_relaxed);
 
   SpinBarrier barrier(pool_.size());

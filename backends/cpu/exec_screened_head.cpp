@@ -79,15 +79,25 @@ struct ScreenedHead {
   }
   // Rows [r, r1) of the screen: estimates into tmp, bounds on their error into hw. reuse: the
   // screen's previous call had the same x and nothing sharing its scratch ran since.
-  void screen(int64_t r, int64_t r1, bool reuse) const {
+  void screen(int64_t r, int64_t r1, bool reuse) const { screen(r, r1, reuse, tmp, hw); }
+  // The same into est and bound.
+  void screen(int64_t r, int64_t r1, bool reuse, float* est, float* bound) const {
     if (hs.hi) {
-      ScreenQ8Args a{hs.hi, w.scales, w.scale_dtype,  w.group_size, x, K, r, r1,
-                     tmp,   hw,       screen_scratch, reuse};
+      ScreenQ8Args a{hs.hi, w.scales, w.scale_dtype, w.group_size,   x,    K, r,
+                     r1,    est,      bound,         screen_scratch, reuse};
       c.kt.screen_q8(a);
     } else {
-      matmul_rows(c, hs.q8, hs.w_il, x, 1, r, r1, tmp, epilogue_rows(1), e, reuse);
-      for (int64_t i = 0; i < r1 - r; ++i) hw[i] = screen_bound(in, hs, r + i);
+      matmul_rows(c, hs.q8, hs.w_il, x, 1, r, r1, est, epilogue_rows(1), e, reuse);
+      for (int64_t i = 0; i < r1 - r; ++i) bound[i] = screen_bound(in, hs, r + i);
     }
+  }
+  // Whether estimates can be refined by the low bits alone (a split Q8 head, refine_q8_split).
+  bool refines() const { return split && hs.hi && c.cg.screen_est.p && c.kt.refine_q8_split; }
+  // The 4-row group at g0 (its rows' screen estimates since the screen's call on this token):
+  // what to add to them (KernelTable::refine_q8_split), next the group refined after it or -1.
+  void refine(int64_t g0, int64_t next, float* corr) const {
+    c.kt.refine_q8_split(
+        {hs.lo, w.scales, w.scale_dtype, w.group_size, K, g0, screen_scratch, corr, next});
   }
 
   // The head's own logits of the group holding row r (clipped to the range) into y[g0 - r0...]
@@ -207,7 +217,15 @@ class KthLargest {
  public:
   explicit KthLargest(int k) : k_(size_t(k)) { heap_.reserve(k_ + 1); }
   void offer(float v) {
-    if (!(v > bar_)) return;
+    if (v > bar_) insert(v);
+  }
+  float bar() const { return bar_; }
+  const std::vector<float>& values() const { return heap_; }
+
+ private:
+  // Out of line: a screen's loop over every row of the head offers each, and keeps little in
+  // registers with the heap's code inlined in it.
+  __attribute__((noinline)) void insert(float v) {
     heap_.push_back(v);
     std::push_heap(heap_.begin(), heap_.end(), std::greater<float>());
     if (heap_.size() > k_) {
@@ -216,19 +234,17 @@ class KthLargest {
     }
     if (heap_.size() == k_) bar_ = heap_.front();
   }
-  float bar() const { return bar_; }
-  const std::vector<float>& values() const { return heap_; }
 
- private:
   size_t k_;
   std::vector<float> heap_;
   float bar_ = -INFINITY;
 };
 
-// The threads' exchange of their first exact logits (CpuCompiled::topk_shared): a thread's own
-// floor reaches at most its range's k-th largest, the whole head's is the k-th largest of all the
-// ranges' values, and with each at its own range's two threads computed 44% more head rows than
-// one (0.6B INT4 stand-in, top-k 20). Nothing waits: a thread merges what others have published.
+// The threads' exchange of the k largest of their first exact logits or refined lower bounds
+// (CpuCompiled::topk_shared): a thread's own floor reaches at most its range's k-th largest, the
+// whole head's is the k-th largest of all the ranges' values, and with each at its own range's two
+// threads computed 44% more head rows than one (0.6B INT4 stand-in, top-k 20). Nothing waits: a
+// thread merges what others have published, before its own too.
 class TopkExchange {
  public:
   TopkExchange(const StepCtx& c, int k)
@@ -275,74 +291,168 @@ class TopkExchange {
 
 }  // namespace
 
-// Top-k sampling's LM head of one token (StepInputs::top_k): rows get their exact logits where
-// they can be among the k largest of the whole head, -inf elsewhere, so the k largest and
-// everything tied with the k-th are exact. Two bars, each the k-th largest of k distinct rows'
-// values and so a proof that any row whose upper bound is below it has k rows above it: first
-// the screen's lower bounds (estimate - bound) of a thread's range, then the exact logits it
-// computed so far. Each is a floor under the whole head's k-th largest, so every thread prunes
-// against the highest any thread has reached (screen_best, TopkExchange). Candidates are the
-// head's own groups (ScreenedHead::exact), so each logit is the one the whole head gives.
-void topk_screened(const StepCtx& c, const LinearStep& s, const float* x, int k, float* out) {
-  CpuCompiled& cg = c.cg;
-  const ScreenedHead h(c, s, x);
+namespace {
+
+// A thread's top-k candidates: the 4-row groups of its range (the head's groups where they are
+// larger) whose screen upper bound reaches the k-th largest of its rows' screen lower bounds, that
+// bar, and where the estimates and bounds of every row are kept (refining heads) or null.
+struct TopkCandidates {
+  int64_t n = 0;
+  float bar = -INFINITY;
+  const float* est = nullptr;
+  const float* hw = nullptr;
+};
+
+TopkCandidates screen_topk(const ScreenedHead& h, int k) {
   const int64_t b = h.b, e = h.e, br = epilogue_rows(1);
-  float* tmp = h.tmp;
-  ScreenCandidate* cand = h.cand;
-  std::fill(out + b, out + e, -INFINITY);
+  TopkCandidates tc;
+  float* est = nullptr;  // every row's, or each block's in turn
+  if (h.refines()) {
+    est = h.c.cg.screen_est.f() + size_t(h.c.tid) * 2 * size_t(h.c.cg.screen_cap);
+    tc.est = est, tc.hw = est + h.c.cg.screen_cap;
+  }
   KthLargest screened(k);
-  int64_t m = 0;
   for (int64_t r = b; r < e; r += br) {
     const int64_t r1 = std::min(e, r + br);
-    h.screen(r, r1, r > b);
+    float* v = est ? est + (r - b) : h.tmp;
+    float* w = est ? est + h.c.cg.screen_cap + (r - b) : h.hw;
+    h.screen(r, r1, r > b, v, w);
     // (Not screen_select: it raises the bar to the best lower bound, the argmax's.)
-    for (int64_t g = 0; g < r1 - r; g += h.group) {
+    const int64_t n = r1 - r;
+    float bar = screened.bar();
+    for (int64_t g = 0; g < n; g += h.group) {
+      const int64_t g1 = std::min(n, g + h.group);
       float up = -INFINITY;
-      for (int64_t i = g; i < std::min(r1 - r, g + h.group); ++i) {
-        screened.offer(tmp[i] - h.hw[i]);
-        up = std::max(up, tmp[i] + h.hw[i]);  // NaN: keeps up
+      for (int64_t i = g; i < g1; ++i) {
+        const float low = v[i] - w[i], high = v[i] + w[i];
+        if (low > bar) screened.offer(low), bar = screened.bar();
+        up = high > up ? high : up;  // NaN: keeps up
       }
-      if (up >= screened.bar()) cand[m++] = {int32_t(r + g), up};
+      if (up >= bar) h.cand[tc.n++] = {int32_t(r + g), up};
     }
   }
-  const float bar = raise_floor(cg.screen_best, screened.bar());
+  tc.bar = raise_floor(h.c.cg.screen_best, screened.bar());
   int64_t kept = 0;
-  for (int64_t i = 0; i < m; ++i)
-    if (cand[i].upper >= bar) cand[kept++] = cand[i];
-  // First k groups of the highest upper bounds, rows enough for k several times over, so that
-  // the exact bar starts near the k-th logit (a selection: sorting thousands of candidates cost
-  // 5% of a 0.6B INT4 decode); then, in any order, every other one that still reaches it.
-  const int64_t first = std::min<int64_t>(kept, k);
+  for (int64_t i = 0; i < tc.n; ++i)
+    if (h.cand[i].upper >= tc.bar) h.cand[kept++] = h.cand[i];
+  tc.n = kept;
+  return tc;
+}
+
+// Moves the k candidates of the highest upper bounds first, rows enough for k several times over,
+// so that the next bar starts near the k-th logit (a selection: sorting thousands of candidates
+// cost 5% of a 0.6B INT4 decode), and returns how many that is.
+int64_t select_first(const ScreenedHead& h, const TopkCandidates& tc, int k) {
+  const int64_t first = std::min<int64_t>(tc.n, k);
   std::nth_element(
-      cand, cand + first, cand + kept,
+      h.cand, h.cand + first, h.cand + tc.n,
       [](const ScreenCandidate& a, const ScreenCandidate& z) { return a.upper > z.upper; });
+  return first;
+}
+
+// Visits candidates [first, n), each that still reaches the floor (the highest of `bar` and what
+// every thread proved) when its turn comes, prefetching the next meanwhile: visit(i, j) with j the
+// next to visit (n if none); poll() runs before each look at the floor.
+template <class Poll, class Prefetch, class Visit>
+void each_reaching_floor(const ScreenedHead& h, int64_t first, int64_t n, float bar, Poll&& poll,
+                         Prefetch&& prefetch, Visit&& visit) {
+  auto next = [&](int64_t from) {
+    poll();
+    const float floor = std::max(bar, h.c.cg.screen_best.load(std::memory_order_relaxed));
+    while (from < n && !(h.cand[from].upper >= floor)) ++from;
+    return from;
+  };
+  for (int64_t i = next(first), j; i < n; i = j) {
+    j = next(i + 1);
+    if (j < n) prefetch(h.cand[j].row);
+    visit(i, j);
+  }
+}
+
+// The candidates' exact logits: first the k of the highest upper bounds, whose k-th largest logit
+// is the next bar, then in any order every other that still reaches it.
+int64_t topk_exact(const StepCtx& c, const ScreenedHead& h, const TopkCandidates& tc, int k,
+                   float* out) {
   KthLargest exact(k);
   int64_t rows = 0;
-  auto compute = [&](int64_t row) {  // row starts a group
+  auto compute = [&](int64_t i, int64_t) {
+    const int64_t row = h.cand[i].row;  // starts a group
     const auto [g0, g1] = h.exact(row, out + row, rows > 0);
     for (int64_t r = g0; r < g1; ++r) exact.offer(out[r]);
     rows += g1 - g0;
-    raise_floor(cg.screen_best, exact.bar());
+    raise_floor(c.cg.screen_best, exact.bar());
   };
-  for (int64_t i = 0; i < first; ++i) {
-    if (i + 1 < first) h.prefetch(cand[i + 1].row);
-    if (cand[i].upper >= cg.screen_best.load(std::memory_order_relaxed)) compute(cand[i].row);
-  }
+  const int64_t first = select_first(h, tc, k);
   TopkExchange shared(c, k);
+  auto poll = [&] { shared.poll(); };
+  auto prefetch = [&](int64_t row) { h.prefetch(row); };
+  each_reaching_floor(h, 0, first, tc.bar, poll, prefetch, compute);
   shared.publish(exact);
-  auto next = [&](int64_t from) {
-    shared.poll();
-    const float b = std::max(bar, cg.screen_best.load(std::memory_order_relaxed));
-    while (from < kept && !(cand[from].upper >= b)) ++from;
-    return from;
+  each_reaching_floor(h, first, tc.n, tc.bar, poll, prefetch, compute);
+  return rows;
+}
+
+// A split Q8 head's candidates refined by their low bits alone (refine_q8_split: within the
+// rounding of the logit), in topk_exact's order, the k-th largest refined lower bound the next
+// bar; then the exact logits of only the groups whose refined upper bound reaches the final floor
+// (the k largest and their near ties). Returns the rows computed exactly.
+int64_t topk_refined(const StepCtx& c, const ScreenedHead& h, const TopkCandidates& tc, int k,
+                     float* out) {
+  const int64_t nc = h.K / 128;
+  KthLargest lower(k);
+  int64_t refined = 0;
+  // The group's upper bound becomes its refined one; the kernel prefetches the next group's.
+  auto refine = [&](int64_t i, int64_t next) {
+    const int64_t g0 = h.cand[i].row, g1 = std::min(g0 + 4, h.e);
+    float corr[4];
+    h.refine(g0, next < tc.n ? h.cand[next].row : -1, corr);
+    float up = -INFINITY;
+    for (int64_t r = g0; r < g1; ++r) {
+      const float v = tc.est[r - h.b] + corr[r - g0], d = refined_bound(tc.hw[r - h.b], nc);
+      lower.offer(v - d);
+      up = std::max(up, v + d);  // NaN: keeps up
+    }
+    h.cand[i].upper = up;
+    refined += g1 - g0;
+    raise_floor(c.cg.screen_best, lower.bar());
   };
-  for (int64_t i = next(first), j; i < kept; i = j) {
-    j = next(i + 1);
-    if (j < kept) h.prefetch(cand[j].row);
-    compute(cand[i].row);
-  }
-  cg.screen_rows += rows;
-  if (c.tid == 0) cg.screen_ran = true;
+  const int64_t first = select_first(h, tc, k);
+  TopkExchange shared(c, k);
+  auto poll = [&] { shared.poll(); };
+  auto in_kernel = [](int64_t) {};
+  each_reaching_floor(h, 0, first, tc.bar, poll, in_kernel, refine);
+  shared.publish(lower);
+  each_reaching_floor(h, first, tc.n, tc.bar, poll, in_kernel, refine);
+  c.cg.screen_low_rows += refined;
+  // Groups passed over kept their screen bound, below the floor then and so now.
+  int64_t rows = 0;
+  auto compute = [&](int64_t i, int64_t) {
+    const int64_t row = h.cand[i].row;
+    const auto [g0, g1] = h.exact(row, out + row, rows > 0);
+    rows += g1 - g0;
+  };
+  auto prefetch = [&](int64_t row) { h.prefetch(row); };
+  each_reaching_floor(h, 0, tc.n, tc.bar, poll, prefetch, compute);
+  return rows;
+}
+
+}  // namespace
+
+// Top-k sampling's LM head of one token (StepInputs::top_k): rows get their exact logits where
+// they can be among the k largest of the whole head, -inf elsewhere, so the k largest and
+// everything tied with the k-th are exact. Bars, each the k-th largest of k distinct rows' lower
+// bounds or values and so a proof that any row whose upper bound is below it has k rows above it:
+// first the screen's lower bounds of a thread's range, then the exact logits it computed so far,
+// or, for a split Q8 head, its estimates refined by the low bits. Each is a floor under the whole
+// head's k-th largest, so every thread prunes against the highest any thread has reached
+// (screen_best, TopkExchange). Candidates are the head's own groups (ScreenedHead::exact), so
+// each logit is the one the whole head gives.
+void topk_screened(const StepCtx& c, const LinearStep& s, const float* x, int k, float* out) {
+  const ScreenedHead h(c, s, x);
+  std::fill(out + h.b, out + h.e, -INFINITY);
+  const TopkCandidates tc = screen_topk(h, k);
+  c.cg.screen_rows += tc.est ? topk_refined(c, h, tc, k, out) : topk_exact(c, h, tc, k, out);
+  if (c.tid == 0) c.cg.screen_ran = true;
 }
 
 }  // namespace hearth::cpu

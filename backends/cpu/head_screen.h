@@ -34,6 +34,17 @@
 // broadcast: a shift by a per-lane amount puts them at bit 4 of each byte, so every ISA reads the
 // screen with masks, shifts and ors.
 //
+// A row's low bits alone then refine its estimate (KernelTable::refine_q8_split): per lane, the
+// kernel adds f (x' . l - kScreenMid sum x') to the screen's f (kStep x' . h + kScreenMid sum x'),
+// with the same lane scale f, which in exact arithmetic is the Q8 kernel's f x' . q. What remains
+// is f32 rounding: of the screen's sums, the kernel's and the refinement's, each at most (chunks +
+// 6) 2^-24 of the sum of its terms' magnitudes (128 S, 128 S and 3.5 S, S = sum |f| sum |x'|), and
+// of the final addition: at most 260 (chunks + 8) 2^-24 S, about half of the (chunks + 8) 2^-15 S
+// that refined_bound allows with S < hw / 3.5. Top-k sampling with a screen of 5 bits leaves every
+// row near the k-th largest logit (~10% of a random 0.6B's rows) to compute; refined, only those
+// within the rounding of it, so most of those rows are read as 48 bytes of low bits a chunk
+// instead of 128 of codes.
+//
 // Where a kernel multiplies it (KernelTable::matmul_q8_split) and the screen would be a large part
 // of the weights (WeightPlacer::keeps_split), a Q8 head is kept as its screen and
 // the low 3 bits of its codes beside it, not as a copy of the codes as well: the two hold exactly
@@ -116,12 +127,19 @@ inline ScreenToken screen_token(const int8_t* q, const float* d, float* rest, in
   return {q, d, reinterpret_cast<int32_t*>(rest), rest + lanes * chunks, rest + 2 * lanes * chunks};
 }
 
+// The most a Q8 kernel's logit can differ from a screen estimate refined by its low bits, given the
+// screen's bound hw on the estimate alone (see above).
+inline float refined_bound(float hw, int64_t chunks) {
+  return hw * (float(chunks + 8) / (32768.f * kScreenMid));
+}
+
 // What screening saved, for the bench's bytes per token: the head's bytes against the screen's,
 // the head rows computed exactly over the screened steps, and the steps that could have been
 // screened but read the whole head (ScreenPolicy).
 struct ScreenStats {
   std::atomic<int64_t> steps{0}, exact_rows{0}, whole_steps{0};
-  double head_bytes = 0, screen_bytes = 0, row_bytes = 0;
+  std::atomic<int64_t> low_rows{0};  // rows refined by their low bits (refine_q8_split)
+  double head_bytes = 0, screen_bytes = 0, row_bytes = 0, low_row_bytes = 0;
 };
 
 // Whether the next one-token head step of a mode (0 greedy, 1 top-k) goes through the screen. How

@@ -208,6 +208,23 @@ struct ScreenQ8Args {
   bool reuse_x = false;  // as QuantMatmulArgs::reuse_x, between calls of this kernel
 };
 using ScreenQ8Fn = void (*)(const ScreenQ8Args&);
+// A Q8 head kept as its screen and low bits (head_screen.h), after the screen's call on the same
+// token and scratch: corr[i] is row `row` + i's logit less the screen's estimate of it, from the
+// low bits alone, for the 4-row group at `row`; est + corr is then the Q8 kernels' logit within
+// refined_bound(hw).
+struct RefineQ8Args {
+  const uint8_t* lo;  // HeadScreen::lo
+  const void* scales;
+  DType scale_dtype;
+  int group;
+  int64_t k;
+  int64_t row;     // a multiple of 4
+  float* scratch;  // ScreenQ8Args::scratch, as the screen left it
+  float* corr;     // 4 floats
+  // The group refined next (its low bits and scales prefetched a chunk at a time), or -1.
+  int64_t next_row = -1;
+};
+using RefineQ8Fn = void (*)(const RefineQ8Args&);
 // A screened head's candidates (exec_linear.cpp): given n rows' estimates and bounds (row0 a
 // multiple of 4), raises *lower to the largest est - hw if larger, then writes {g0, upper} for
 // every 4-row group (the last may be short) whose largest upper bound est + hw reaches *lower, g0
@@ -310,6 +327,7 @@ struct KernelTable {
   // A Q8 head from its screen and low bits (matmul_q8_split_scalar's contract), where a SIMD
   // kernel reads them at the speed of its codes; null elsewhere (the head keeps a copy of them).
   QuantMatmulFn matmul_q8_split = nullptr;
+  RefineQ8Fn refine_q8_split = nullptr;  // with matmul_q8_split and screen_q8
   // A BF16 head from its screen and deltas: one token's logits, and 16-row groups rebuilt for
   // steps of several tokens, where SIMD kernels read them near the speed of the packed copy; null
   // elsewhere (the head keeps its packed copy).

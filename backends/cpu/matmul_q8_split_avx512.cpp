@@ -3,6 +3,7 @@
 // bytes of nibbles, 16 of fifth bits) and low bits (32 bytes of pairs, 16 of third bits) are
 // rebuilt into the codes as vpdpbusd's unsigned operand, 8 u + l = q + 128, and multiplied by the
 // int8 activations exactly as the Q8 kernel's; the offset lanes take 128 x their sum back out.
+// Also the screen's refinement by the low bits alone (KernelTable::refine_q8_split).
 #include "backends/cpu/head_screen.h"
 #include "backends/cpu/matmul_quant_avx512.h"
 
@@ -30,24 +31,29 @@ struct SplitDecoder {
   const __m512i pair0 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
   const __m512i pair1 = _mm512_add_epi16(pair0, _mm512_set1_epi16(4));
 
-  void codes(const uint8_t* c, const uint8_t* l, __m512i* b0, __m512i* b1) const {
-    const __m512i nib = _mm512_loadu_si512(c);
-    const __m512i high =
-        _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + 64)));
+  // Both halves' low bits l in bits 0-2 of their bytes, garbage above.
+  void low(const uint8_t* l, __m512i* l0, __m512i* l1) const {
     const __m512i pairs =
         _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(l)));
     const __m512i third =
         _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(l + 32)));
+    // Pair bits 0-1 and third bit 2 (0xE4: c ? a : b).
+    *l0 = _mm512_ternarylogic_epi32(_mm512_srlv_epi16(pairs, pair0), _mm512_rolv_epi32(third, rot0),
+                                    three, 0xE4);
+    *l1 = _mm512_ternarylogic_epi32(_mm512_srlv_epi16(pairs, pair1), _mm512_rolv_epi32(third, rot1),
+                                    three, 0xE4);
+  }
+  void codes(const uint8_t* c, const uint8_t* l, __m512i* b0, __m512i* b1) const {
+    const __m512i nib = _mm512_loadu_si512(c);
+    const __m512i high =
+        _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + 64)));
     // u = nibble | (fifth bit at bit 4) (0xF8: a | (b & c)); u < 32, so u << 3 stays in its byte.
     const __m512i u0 = _mm512_ternarylogic_epi32(_mm512_and_si512(nib, m4),
                                                  _mm512_sllv_epi32(high, left), sixteen, 0xF8);
     const __m512i u1 = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(nib, 4), m4),
                                                  _mm512_srlv_epi32(high, right), sixteen, 0xF8);
-    // l = pair bits 0-1 and third bit 2 (0xE4: c ? a : b), garbage above bit 2 masked below.
-    const __m512i l0 = _mm512_ternarylogic_epi32(_mm512_srlv_epi16(pairs, pair0),
-                                                 _mm512_rolv_epi32(third, rot0), three, 0xE4);
-    const __m512i l1 = _mm512_ternarylogic_epi32(_mm512_srlv_epi16(pairs, pair1),
-                                                 _mm512_rolv_epi32(third, rot1), three, 0xE4);
+    __m512i l0, l1;
+    low(l, &l0, &l1);
     *b0 = _mm512_ternarylogic_epi32(_mm512_slli_epi16(u0, 3), l0, seven, 0xF8);
     *b1 = _mm512_ternarylogic_epi32(_mm512_slli_epi16(u1, 3), l1, seven, 0xF8);
   }
@@ -114,6 +120,63 @@ void split_st(const QuantMatmulArgs& a) {
   }
 }
 
+// The low bits' part of one token's logits for the 4-row group at a.row, less what the screen took
+// them as (head_screen.h): per lane f (x' . l - kScreenMid sum x'), on the int8 activations and
+// lane sums the AVX-512 screen left in its scratch (screen_q8_avx512.cpp).
+template <int G, DType ST>
+void refine_st(const RefineQ8Args& a) {
+  const int64_t k = a.k, nc = k / kChunk, ng = k / G;
+  ActTile at;
+  float* rest = carve_act_tile(a.scratch, k, &at);
+  const ScreenToken t = screen_token(at.q, at.d, rest, nc, 16);
+  const auto* sw = static_cast<const uint16_t*>(a.scales) + a.row * ng;
+  const uint8_t* lo = a.lo + a.row * nc * kScreenLowChunkBytes;
+  const SplitDecoder dec;
+  // The next group's bytes a chunk at a time, spread over this one's work rather than all at its
+  // start: 4 x 48 bytes of low bits a chunk, and a line of its 4 rows' scales (at most a chunk's).
+  const char* next_lo = nullptr;
+  const char* next_sw = nullptr;
+  if (a.next_row >= 0) {
+    next_lo = reinterpret_cast<const char*>(a.lo + a.next_row * nc * kScreenLowChunkBytes);
+    next_sw = static_cast<const char*>(a.scales) + a.next_row * ng * 2;
+  }
+  __m512 acc[4];
+  for (int r = 0; r < 4; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < nc; ++j) {
+    if (next_lo) {
+      for (int64_t i = 0; i < 4 * kScreenLowChunkBytes; i += 64)
+        prefetch(next_lo + 4 * j * kScreenLowChunkBytes + i);
+      if (64 * j < 4 * ng * 2) prefetch(next_sw + 64 * j);
+    }
+    const __m512i xa = _mm512_loadu_si512(t.q + j * kChunk);
+    const __m512i xb = _mm512_loadu_si512(t.q + j * kChunk + 64);
+    const __m512 mid = _mm512_loadu_ps(t.mid + 16 * j);
+    const __m512 dx = _mm512_broadcast_f32x4(_mm_loadu_ps(t.d + 4 * j));
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+      __m512i l0, l1;
+      dec.low(lo + (4 * j + r) * kScreenLowChunkBytes, &l0, &l1);
+      l0 = _mm512_and_si512(l0, dec.seven);
+      l1 = _mm512_and_si512(l1, dec.seven);
+      const __m512i d =
+          _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), l0, xa), l1, xb);
+      const __m512 f = _mm512_mul_ps(chunk_scales<G, ST>(sw + r * ng, j), dx);
+      acc[r] = _mm512_fmadd_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(d), mid), f, acc[r]);
+    }
+  }
+  _mm_storeu_ps(a.corr, hsum4(acc[0], acc[1], acc[2], acc[3]));
+}
+
+void refine_q8_split_avx512(const RefineQ8Args& a) {
+  with_group(a.group, [&](auto g) {
+    constexpr int G = decltype(g)::value;
+    if (a.scale_dtype == DType::BF16)
+      refine_st<G, DType::BF16>(a);
+    else
+      refine_st<G, DType::F16>(a);
+  });
+}
+
 void matmul_q8_split_avx512(const QuantMatmulArgs& a) {
   with_group(a.group, [&](auto g) {
     constexpr int G = decltype(g)::value;
@@ -128,6 +191,7 @@ void matmul_q8_split_avx512(const QuantMatmulArgs& a) {
 
 void fill_matmul_q8_split_avx512(KernelTable& k) {
   k.matmul_q8_split = matmul_q8_split_avx512;
+  k.refine_q8_split = refine_q8_split_avx512;
 }
 
 }  // namespace hearth::cpu

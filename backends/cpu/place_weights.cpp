@@ -189,12 +189,17 @@ void WeightPlacer::place_screen(int id, ScreenPolicy::Rule rule, ScreenStats& st
   }
   cg_.screen_cand.alloc(size_t(pool_.size()) * size_t(cg_.screen_cap) * sizeof(ScreenCandidate),
                         "LM head screen candidates");
+  if (cg_.screen.lo && w.quantized() && kt_.refine_q8_split)
+    cg_.screen_est.alloc(size_t(pool_.size()) * 2 * size_t(cg_.screen_cap) * sizeof(float),
+                         "LM head screen estimates");
   cg_.topk_shared.alloc(size_t(pool_.size()) * CpuCompiled::kTopkShared * sizeof(float),
                         "LM head top-k exchange");
   cg_.topk_ready = std::make_unique<std::atomic<uint64_t>[]>(size_t(pool_.size()));
   stats.head_bytes = double(w.nbytes) + double(scale_bytes(w));
   stats.screen_bytes = double(head_screen_read_bytes(w));
   stats.row_bytes = stats.head_bytes / double(w.rows());
+  stats.low_row_bytes = double(w.cols() / 128 * kScreenLowChunkBytes) +
+                        (w.quantized() ? double(scale_bytes(w)) / double(w.rows()) : 0);
   // The screen's own activations after the head kernel's (argmax_screened).
   cg_.screen_scratch = quant_matmul_scratch_floats(w.cols(), 1);
 }
