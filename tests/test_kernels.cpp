@@ -147,6 +147,20 @@ QWeights make_qweights(int bits, int group, DType st, int64_t rows, int64_t cols
   return w;
 }
 
+// Sets a Q8 row's low bits (those a Q8 head's screen drops) to all ones where its scale times x is
+// positive and to 0 elsewhere, so that the screen's estimate of the row is off by all but the
+// rounding margin of its bound (w.deq is left as it was).
+void set_worst_low_bits(QWeights& w, int64_t row, const std::vector<float>& x) {
+  const int low = (1 << (8 - kScreenQ8Bits)) - 1;
+  for (int64_t i = 0; i < w.cols; ++i) {
+    bool high;
+    auto& c = w.codes[size_t(row * w.cols + test::q_place(8, i, w.cols, &high))];
+    const uint16_t sc = w.scales[size_t((row * w.cols + i) / w.group)];
+    const float s = w.st == DType::BF16 ? bf16_to_f32(sc) : f16_to_f32(sc);
+    c = uint8_t((int8_t(c) & ~low) | (s * x[size_t(i)] > 0 ? low : 0));
+  }
+}
+
 // The int8 activation rounding of the quantized kernels (scale amax / 127, codes x * (127 / amax)
 // rounded to nearest even), in element order.
 void quantize_act_ref(const float* x, int64_t k, std::vector<int>& q, std::vector<float>& d) {
@@ -1067,14 +1081,7 @@ TEST_SUITE("kernels") {
           const int64_t N = 44;
           QWeights w = make_qweights(8, group, st, N, K, uint32_t(K + group));
           const auto x = randn(size_t(K), 7);
-          for (int64_t i = 0; i < K; ++i) {
-            bool high;
-            auto& c = w.codes[size_t(6 * K + test::q_place(8, i, K, &high))];
-            const uint16_t sc = w.scales[size_t((6 * K + i) / group)];
-            const float s = st == DType::BF16 ? bf16_to_f32(sc) : f16_to_f32(sc);
-            const int low = (1 << (8 - kScreenQ8Bits)) - 1;
-            c = uint8_t((int8_t(c) & ~low) | (s * x[size_t(i)] > 0 ? low : 0));
-          }
+          set_worst_low_bits(w, 6, x);
           const Tensor t = w.view();
           std::vector<uint8_t> screen(head_screen_bytes(t));
           build_head_screen(t, ScreenLayout::kRows, screen.data(), 0, N);
@@ -1233,14 +1240,7 @@ TEST_SUITE("kernels") {
           const int64_t N = 44;
           QWeights w = make_qweights(8, group, st, N, K, uint32_t(5 * K + group));
           const auto x = randn(size_t(K), 13);
-          for (int64_t i = 0; i < K; ++i) {
-            bool high;
-            auto& c = w.codes[size_t(6 * K + test::q_place(8, i, K, &high))];
-            const uint16_t sc = w.scales[size_t((6 * K + i) / group)];
-            const float s = st == DType::BF16 ? bf16_to_f32(sc) : f16_to_f32(sc);
-            const int low = (1 << (8 - kScreenQ8Bits)) - 1;
-            c = uint8_t((int8_t(c) & ~low) | (s * x[size_t(i)] > 0 ? low : 0));
-          }
+          set_worst_low_bits(w, 6, x);
           const Tensor t = w.view();
           std::vector<uint8_t> mem(head_screen_bytes(t, true) + 64);
           uint8_t* base = mem.data() + (64 - reinterpret_cast<uintptr_t>(mem.data()) % 64) % 64;
