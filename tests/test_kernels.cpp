@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <random>
 #include <string>
@@ -159,6 +160,25 @@ void set_worst_low_bits(QWeights& w, int64_t row, const std::vector<float>& x) {
     const float s = w.st == DType::BF16 ? bf16_to_f32(sc) : f16_to_f32(sc);
     c = uint8_t((int8_t(c) & ~low) | (s * x[size_t(i)] > 0 ? low : 0));
   }
+}
+
+// Row ranges of the Q8 head tests' 44-row heads: the whole head, an even and an odd number of
+// 4-row groups, and a range after another on the same activations (reuse_x).
+constexpr std::tuple<int64_t, int64_t, bool> kHeadRanges[] = {
+    {0, 44, false}, {4, 40, false}, {8, 20, false}, {24, 44, true}};
+
+// fn(K, group, st) for each width K in ks, groups of 32 and 128, F16 and BF16 scales: the Q8 head
+// tests' cases, each captured.
+template <class Fn>
+void each_q8_head_case(std::initializer_list<int64_t> ks, Fn&& fn) {
+  for (const int64_t K : ks)
+    for (const int group : {32, 128})
+      for (const DType st : {DType::F16, DType::BF16}) {
+        CAPTURE(K);
+        CAPTURE(group);
+        CAPTURE(int(st));
+        fn(K, group, st);
+      }
 }
 
 // The int8 activation rounding of the quantized kernels (scale amax / 127, codes x * (127 / amax)
@@ -1072,65 +1092,55 @@ TEST_SUITE("kernels") {
     // Every SIMD screen this CPU runs (AVX2 with and without AVX-VNNI, AVX-512), each against
     // the Q8 kernel of its own ISA.
     const auto simds = tables_with(&KernelTable::screen_q8, "Q8 head screen");
-    for (const int64_t K : {256, 1024})
-      for (const int group : {32, 128})
-        for (const DType st : {DType::F16, DType::BF16}) {
-          CAPTURE(K);
-          CAPTURE(group);
-          CAPTURE(int(st));
-          const int64_t N = 44;
-          QWeights w = make_qweights(8, group, st, N, K, uint32_t(K + group));
-          const auto x = randn(size_t(K), 7);
-          set_worst_low_bits(w, 6, x);
-          const Tensor t = w.view();
-          std::vector<uint8_t> screen(head_screen_bytes(t));
-          build_head_screen(t, ScreenLayout::kRows, screen.data(), 0, N);
-          std::vector<float> scratch(size_t(quant_matmul_scratch_floats(K, 1)));
-          auto screen_run = [&](ScreenQ8Fn fn, int64_t r0, int64_t r1, bool reuse,
-                                std::vector<float>& est, std::vector<float>& hw) {
-            est.assign(size_t(N), NAN);
-            hw.assign(size_t(N), NAN);
-            ScreenQ8Args a{
-                screen.data(),  w.scales.data(), st,   group, x.data(), K, r0, r1, est.data() + r0,
-                hw.data() + r0, scratch.data(),  reuse};
-            fn(a);
-          };
-          std::vector<float> ref_est, ref_hw, est, hw;
-          screen_run(screen_q8_scalar, 0, N, false, ref_est, ref_hw);
-          for (const auto& [simd_name, simd] : simds) {
-            CAPTURE(simd_name);
-            // A 44-row head has no panel copy (q8_panel.h): the kernel reads it as it is.
-            std::vector<float> exact(static_cast<size_t>(N));
-            QuantMatmulArgs a =
-                test::quant_args({w.codes.data(), w.scales.data(), st, group, nullptr, K}, x.data(),
-                                 K, 1, exact.data(), N, 0, N, scratch.data());
-            simd.matmul_q8(a);
-            // Row ranges: the whole head, an even and an odd number of 4-row groups, and a range
-            // after another on the same activations (reuse_x).
-            for (auto [r0, r1, reuse] : {std::tuple<int64_t, int64_t, bool>{0, N, false},
-                                         {4, 40, false},
-                                         {8, 20, false},
-                                         {24, 44, true}}) {
-              CAPTURE(r0);
-              CAPTURE(reuse);
-              screen_run(simd.screen_q8, r0, r1, reuse, est, hw);
-              bool within = true, agree = true;
-              double slack = 0;
-              for (int64_t r = r0; r < r1; ++r) {
-                const size_t i = size_t(r);
-                within &= std::fabs(exact[i] - est[i]) <= hw[i];
-                within &= std::fabs(exact[i] - ref_est[i]) <= ref_hw[i];
-                agree &= std::fabs(est[i] - ref_est[i]) <= 1e-3f * hw[i];
-                agree &= std::fabs(hw[i] - ref_hw[i]) <= 1e-5f * hw[i];
-                if (r != 6) slack += std::fabs(exact[i] - est[i]) / hw[i] / double(r1 - r0);
-              }
-              CHECK(within);
-              CHECK(agree);
-              CHECK(slack < 0.25);  // a bound of some use
-              if (r0 <= 6 && 6 < r1) CHECK(std::fabs(exact[6] - est[6]) >= 0.999f * hw[6]);
-            }
+    each_q8_head_case({256, 1024}, [&](int64_t K, int group, DType st) {
+      const int64_t N = 44;
+      QWeights w = make_qweights(8, group, st, N, K, uint32_t(K + group));
+      const auto x = randn(size_t(K), 7);
+      set_worst_low_bits(w, 6, x);
+      const Tensor t = w.view();
+      std::vector<uint8_t> screen(head_screen_bytes(t));
+      build_head_screen(t, ScreenLayout::kRows, screen.data(), 0, N);
+      std::vector<float> scratch(size_t(quant_matmul_scratch_floats(K, 1)));
+      auto screen_run = [&](ScreenQ8Fn fn, int64_t r0, int64_t r1, bool reuse,
+                            std::vector<float>& est, std::vector<float>& hw) {
+        est.assign(size_t(N), NAN);
+        hw.assign(size_t(N), NAN);
+        ScreenQ8Args a{
+            screen.data(),  w.scales.data(), st,   group, x.data(), K, r0, r1, est.data() + r0,
+            hw.data() + r0, scratch.data(),  reuse};
+        fn(a);
+      };
+      std::vector<float> ref_est, ref_hw, est, hw;
+      screen_run(screen_q8_scalar, 0, N, false, ref_est, ref_hw);
+      for (const auto& [simd_name, simd] : simds) {
+        CAPTURE(simd_name);
+        // A 44-row head has no panel copy (q8_panel.h): the kernel reads it as it is.
+        std::vector<float> exact(static_cast<size_t>(N));
+        QuantMatmulArgs a =
+            test::quant_args({w.codes.data(), w.scales.data(), st, group, nullptr, K}, x.data(), K,
+                             1, exact.data(), N, 0, N, scratch.data());
+        simd.matmul_q8(a);
+        for (auto [r0, r1, reuse] : kHeadRanges) {
+          CAPTURE(r0);
+          CAPTURE(reuse);
+          screen_run(simd.screen_q8, r0, r1, reuse, est, hw);
+          bool within = true, agree = true;
+          double slack = 0;
+          for (int64_t r = r0; r < r1; ++r) {
+            const size_t i = size_t(r);
+            within &= std::fabs(exact[i] - est[i]) <= hw[i];
+            within &= std::fabs(exact[i] - ref_est[i]) <= ref_hw[i];
+            agree &= std::fabs(est[i] - ref_est[i]) <= 1e-3f * hw[i];
+            agree &= std::fabs(hw[i] - ref_hw[i]) <= 1e-5f * hw[i];
+            if (r != 6) slack += std::fabs(exact[i] - est[i]) / hw[i] / double(r1 - r0);
           }
+          CHECK(within);
+          CHECK(agree);
+          CHECK(slack < 0.25);  // a bound of some use
+          if (r0 <= 6 && 6 < r1) CHECK(std::fabs(exact[6] - est[6]) >= 0.999f * hw[6]);
         }
+      }
+    });
   }
 
   TEST_CASE("Q8 head kept as its screen and low bits: the same codes, rows and logits") {
@@ -1139,90 +1149,80 @@ TEST_SUITE("kernels") {
     // dots summed in another order, so each SIMD kernel is checked against the double reference and
     // against its own ISA's Q8 kernel on the row-major codes.
     const auto simds = tables_with(&KernelTable::matmul_q8_split, "split Q8 head");
-    for (const int64_t K : {128, 1024})
-      for (const int group : {32, 128})
-        for (const DType st : {DType::F16, DType::BF16}) {
-          CAPTURE(K);
-          CAPTURE(group);
-          CAPTURE(int(st));
-          const int64_t N = 44;
-          const QWeights w = make_qweights(8, group, st, N, K, uint32_t(3 * K + group));
-          const Tensor t = w.view();
-          std::vector<uint8_t> mem(head_screen_bytes(t, true) + 64);
-          uint8_t* base = mem.data() + (64 - reinterpret_cast<uintptr_t>(mem.data()) % 64) % 64;
-          // In two ranges, as threads build it.
-          build_head_screen(t, ScreenLayout::kRows, base, 0, 16, true);
-          build_head_screen(t, ScreenLayout::kRows, base, 16, N, true);
-          const HeadScreen hs = head_screen_view(t, ScreenLayout::kRows, base, true);
-          REQUIRE(hs.lo != nullptr);
-          std::vector<int8_t> row(static_cast<size_t>(K));
-          bool same_codes = true;
-          for (int64_t r = 0; r < N; ++r) {
-            split_row_codes(hs, K, r, row.data());
-            same_codes &= std::memcmp(row.data(), w.codes.data() + r * K, size_t(K)) == 0;
-          }
-          CHECK(same_codes);
-          const std::vector<int32_t> ids{43, 0, 7, 43};
-          std::vector<float> emb(ids.size() * size_t(K)), want(ids.size() * size_t(K));
-          embed_split_rows(KernelTable(), t, hs, ids.data(), emb.data(), 0, int64_t(ids.size()),
-                           nullptr);
-          for (size_t i = 0; i < ids.size(); ++i)
-            quant::dequantize_row(t, ids[i], &want[i * size_t(K)]);
-          CHECK(emb == want);
+    each_q8_head_case({128, 1024}, [&](int64_t K, int group, DType st) {
+      const int64_t N = 44;
+      const QWeights w = make_qweights(8, group, st, N, K, uint32_t(3 * K + group));
+      const Tensor t = w.view();
+      std::vector<uint8_t> mem(head_screen_bytes(t, true) + 64);
+      uint8_t* base = mem.data() + (64 - reinterpret_cast<uintptr_t>(mem.data()) % 64) % 64;
+      // In two ranges, as threads build it.
+      build_head_screen(t, ScreenLayout::kRows, base, 0, 16, true);
+      build_head_screen(t, ScreenLayout::kRows, base, 16, N, true);
+      const HeadScreen hs = head_screen_view(t, ScreenLayout::kRows, base, true);
+      REQUIRE(hs.lo != nullptr);
+      std::vector<int8_t> row(static_cast<size_t>(K));
+      bool same_codes = true;
+      for (int64_t r = 0; r < N; ++r) {
+        split_row_codes(hs, K, r, row.data());
+        same_codes &= std::memcmp(row.data(), w.codes.data() + r * K, size_t(K)) == 0;
+      }
+      CHECK(same_codes);
+      const std::vector<int32_t> ids{43, 0, 7, 43};
+      std::vector<float> emb(ids.size() * size_t(K)), want(ids.size() * size_t(K));
+      embed_split_rows(KernelTable(), t, hs, ids.data(), emb.data(), 0, int64_t(ids.size()),
+                       nullptr);
+      for (size_t i = 0; i < ids.size(); ++i)
+        quant::dequantize_row(t, ids[i], &want[i * size_t(K)]);
+      CHECK(emb == want);
 
-          const int T = 3;
-          const auto x = randn(size_t(T * K), 11);
-          std::vector<float> scratch(size_t(quant_matmul_scratch_floats(K, T)));
-          auto run = [&](QuantMatmulFn fn, bool split, int64_t r0, int64_t r1, bool reuse) {
-            std::vector<float> y(size_t(T * N), NAN);
-            QuantMatmulArgs a = test::quant_args(
-                {split ? hs.hi : w.codes.data(), w.scales.data(), st, group, nullptr, K}, x.data(),
-                K, T, y.data() + r0, N, r0, r1, scratch.data());
-            if (split) a.w_il = hs.lo;
-            a.reuse_x = reuse;
-            fn(a);
-            return y;
-          };
-          const std::vector<float> ref = run(matmul_q8_split_scalar, true, 0, N, false);
-          // The largest difference from the reference, relative to the token's largest logit (a
-          // logit that cancels to near zero has the rounding of its large terms).
-          auto close = [&](const std::vector<float>& y, int64_t r0, int64_t r1) {
-            double worst = 0;
-            for (int tk = 0; tk < T; ++tk) {
-              double top = 0;
-              for (int64_t r = 0; r < N; ++r)
-                top = std::max(top, std::fabs(double(ref[size_t(tk * N + r)])));
-              for (int64_t r = r0; r < r1; ++r)
-                worst = std::max(worst,
-                                 std::fabs(ref[size_t(tk * N + r)] - y[size_t(tk * N + r)]) / top);
-            }
-            return worst;
-          };
-          for (const auto& [name, kt] : simds) {
-            CAPTURE(name);
-            const std::vector<float> plain = run(kt.matmul_q8, false, 0, N, false);
-            CHECK(close(plain, 0, N) < 1e-5);  // the reference is the Q8 kernel's product
-            // The whole head, an even and an odd number of 4-row groups, and a range after another
-            // on the same activations (reuse_x).
-            for (auto [r0, r1, reuse] : {std::tuple<int64_t, int64_t, bool>{0, N, false},
-                                         {4, 40, false},
-                                         {8, 20, false},
-                                         {24, 44, true}}) {
-              CAPTURE(r0);
-              CAPTURE(reuse);
-              const std::vector<float> y = run(kt.matmul_q8_split, true, r0, r1, reuse);
-              CHECK(close(y, r0, r1) < 1e-5);
-              // A row's logit does not depend on the range it is computed in (the screened head
-              // computes scattered groups, the whole head every row).
-              const std::vector<float> whole = run(kt.matmul_q8_split, true, 0, N, false);
-              bool same = true;
-              for (int tk = 0; tk < T; ++tk)
-                for (int64_t r = r0; r < r1; ++r)
-                  same &= y[size_t(tk * N + r)] == whole[size_t(tk * N + r)];
-              CHECK(same);
-            }
-          }
+      const int T = 3;
+      const auto x = randn(size_t(T * K), 11);
+      std::vector<float> scratch(size_t(quant_matmul_scratch_floats(K, T)));
+      auto run = [&](QuantMatmulFn fn, bool split, int64_t r0, int64_t r1, bool reuse) {
+        std::vector<float> y(size_t(T * N), NAN);
+        QuantMatmulArgs a = test::quant_args(
+            {split ? hs.hi : w.codes.data(), w.scales.data(), st, group, nullptr, K}, x.data(), K,
+            T, y.data() + r0, N, r0, r1, scratch.data());
+        if (split) a.w_il = hs.lo;
+        a.reuse_x = reuse;
+        fn(a);
+        return y;
+      };
+      const std::vector<float> ref = run(matmul_q8_split_scalar, true, 0, N, false);
+      // The largest difference from the reference, relative to the token's largest logit (a
+      // logit that cancels to near zero has the rounding of its large terms).
+      auto close = [&](const std::vector<float>& y, int64_t r0, int64_t r1) {
+        double worst = 0;
+        for (int tk = 0; tk < T; ++tk) {
+          double top = 0;
+          for (int64_t r = 0; r < N; ++r)
+            top = std::max(top, std::fabs(double(ref[size_t(tk * N + r)])));
+          for (int64_t r = r0; r < r1; ++r)
+            worst =
+                std::max(worst, std::fabs(ref[size_t(tk * N + r)] - y[size_t(tk * N + r)]) / top);
         }
+        return worst;
+      };
+      for (const auto& [name, kt] : simds) {
+        CAPTURE(name);
+        const std::vector<float> plain = run(kt.matmul_q8, false, 0, N, false);
+        CHECK(close(plain, 0, N) < 1e-5);  // the reference is the Q8 kernel's product
+        for (auto [r0, r1, reuse] : kHeadRanges) {
+          CAPTURE(r0);
+          CAPTURE(reuse);
+          const std::vector<float> y = run(kt.matmul_q8_split, true, r0, r1, reuse);
+          CHECK(close(y, r0, r1) < 1e-5);
+          // A row's logit does not depend on the range it is computed in (the screened head
+          // computes scattered groups, the whole head every row).
+          const std::vector<float> whole = run(kt.matmul_q8_split, true, 0, N, false);
+          bool same = true;
+          for (int tk = 0; tk < T; ++tk)
+            for (int64_t r = r0; r < r1; ++r)
+              same &= y[size_t(tk * N + r)] == whole[size_t(tk * N + r)];
+          CHECK(same);
+        }
+      }
+    });
   }
 
   TEST_CASE("Q8 head screen refined by its low bits: within refined_bound of the head's logit") {
@@ -1231,55 +1231,50 @@ TEST_SUITE("kernels") {
     // rounding bound of the split kernel's logit (a low bit read from the wrong place moves a
     // logit by a fair part of the screen's bound, thousands of times the refined one).
     const auto simds = tables_with(&KernelTable::refine_q8_split, "refined Q8 head screen");
-    for (const int64_t K : {128, 1024})
-      for (const int group : {32, 128})
-        for (const DType st : {DType::F16, DType::BF16}) {
-          CAPTURE(K);
-          CAPTURE(group);
-          CAPTURE(int(st));
-          const int64_t N = 44;
-          QWeights w = make_qweights(8, group, st, N, K, uint32_t(5 * K + group));
-          const auto x = randn(size_t(K), 13);
-          set_worst_low_bits(w, 6, x);
-          const Tensor t = w.view();
-          std::vector<uint8_t> mem(head_screen_bytes(t, true) + 64);
-          uint8_t* base = mem.data() + (64 - reinterpret_cast<uintptr_t>(mem.data()) % 64) % 64;
-          build_head_screen(t, ScreenLayout::kRows, base, 0, N, true);
-          const HeadScreen hs = head_screen_view(t, ScreenLayout::kRows, base, true);
-          REQUIRE(hs.lo != nullptr);
-          std::vector<float> scratch(size_t(quant_matmul_scratch_floats(K, 1)));
-          std::vector<float> mm_scratch(scratch.size());
-          for (const auto& [name, kt] : simds) {
-            CAPTURE(name);
-            std::vector<float> exact(size_t(N), NAN), est(size_t(N), NAN), hw(size_t(N), NAN);
-            QuantMatmulArgs m =
-                test::quant_args({hs.hi, w.scales.data(), st, group, nullptr, K}, x.data(), K, 1,
-                                 exact.data(), N, 0, N, mm_scratch.data());
-            m.w_il = hs.lo;
-            kt.matmul_q8_split(m);
-            ScreenQ8Args a{hs.hi, w.scales.data(), st,        group,          x.data(), K, 0,
-                           N,     est.data(),      hw.data(), scratch.data(), false};
-            kt.screen_q8(a);
-            bool within = true, tight = true;
-            double worst = 0;
-            for (int64_t g = 0; g < N; g += 4) {
-              float corr[4];
-              kt.refine_q8_split({hs.lo, w.scales.data(), st, group, K, g, scratch.data(), corr});
-              for (int64_t r = g; r < g + 4; ++r) {
-                const size_t i = size_t(r);
-                const float bound = refined_bound(hw[i], K / 128);
-                const double err = std::fabs(double(exact[i]) - double(est[i] + corr[r - g]));
-                within &= err <= bound;
-                tight &= bound < 1e-3f * hw[i];
-                worst = std::max(worst, err / bound);
-              }
-            }
-            CAPTURE(worst);
-            CHECK(within);
-            CHECK(tight);
-            CHECK(std::fabs(exact[6] - est[6]) >= 0.99f * hw[6]);  // the screen alone was far off
+    each_q8_head_case({128, 1024}, [&](int64_t K, int group, DType st) {
+      const int64_t N = 44;
+      QWeights w = make_qweights(8, group, st, N, K, uint32_t(5 * K + group));
+      const auto x = randn(size_t(K), 13);
+      set_worst_low_bits(w, 6, x);
+      const Tensor t = w.view();
+      std::vector<uint8_t> mem(head_screen_bytes(t, true) + 64);
+      uint8_t* base = mem.data() + (64 - reinterpret_cast<uintptr_t>(mem.data()) % 64) % 64;
+      build_head_screen(t, ScreenLayout::kRows, base, 0, N, true);
+      const HeadScreen hs = head_screen_view(t, ScreenLayout::kRows, base, true);
+      REQUIRE(hs.lo != nullptr);
+      std::vector<float> scratch(size_t(quant_matmul_scratch_floats(K, 1)));
+      std::vector<float> mm_scratch(scratch.size());
+      for (const auto& [name, kt] : simds) {
+        CAPTURE(name);
+        std::vector<float> exact(size_t(N), NAN), est(size_t(N), NAN), hw(size_t(N), NAN);
+        QuantMatmulArgs m =
+            test::quant_args({hs.hi, w.scales.data(), st, group, nullptr, K}, x.data(), K, 1,
+                             exact.data(), N, 0, N, mm_scratch.data());
+        m.w_il = hs.lo;
+        kt.matmul_q8_split(m);
+        ScreenQ8Args a{hs.hi, w.scales.data(), st,        group,          x.data(), K, 0,
+                       N,     est.data(),      hw.data(), scratch.data(), false};
+        kt.screen_q8(a);
+        bool within = true, tight = true;
+        double worst = 0;
+        for (int64_t g = 0; g < N; g += 4) {
+          float corr[4];
+          kt.refine_q8_split({hs.lo, w.scales.data(), st, group, K, g, scratch.data(), corr});
+          for (int64_t r = g; r < g + 4; ++r) {
+            const size_t i = size_t(r);
+            const float bound = refined_bound(hw[i], K / 128);
+            const double err = std::fabs(double(exact[i]) - double(est[i] + corr[r - g]));
+            within &= err <= bound;
+            tight &= bound < 1e-3f * hw[i];
+            worst = std::max(worst, err / bound);
           }
         }
+        CAPTURE(worst);
+        CHECK(within);
+        CHECK(tight);
+        CHECK(std::fabs(exact[6] - est[6]) >= 0.99f * hw[6]);  // the screen alone was far off
+      }
+    });
   }
 
   TEST_CASE("BF16 head screen: the quantizer's codes and scales in rows and panels, bounds") {
