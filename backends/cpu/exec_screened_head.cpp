@@ -91,8 +91,9 @@ struct ScreenedHead {
       for (int64_t i = 0; i < r1 - r; ++i) bound[i] = screen_bound(in, hs, r + i);
     }
   }
-  // Whether estimates can be refined by the low bits alone (a split Q8 head, refine_q8_split).
-  bool refines() const { return split && hs.hi && c.cg.screen_est.p && c.kt.refine_q8_split; }
+  // Whether estimates can be refined by the low bits alone (place_screen keeps room for them
+  // where this graph reads a split Q8 head and the ISA has refine_q8_split).
+  bool refines() const { return c.cg.screen_est.p != nullptr; }
   // The 4-row group at g0 (its rows' screen estimates since the screen's call on this token):
   // what to add to them (KernelTable::refine_q8_split), next the group refined after it or -1.
   void refine(int64_t g0, int64_t next, float* corr) const {

@@ -280,11 +280,8 @@ void matmul_panel_avx2(const QuantMatmulArgs& a, const F& f, Rows rows, Gemm gem
 template <class Dot, class F, class Rows, class Gemm>
 void matmul_avx2_panels(const QuantMatmulArgs& a, const F& f, Rows rows, Gemm gemm) {
   if (!a.w_il) return rows(a);
-  with_group(a.group, [&](auto g) {
-    constexpr int G = decltype(g)::value;
-    if (a.scale_dtype == DType::BF16)
-      return matmul_panel_avx2<F, Dot, G, DType::BF16>(a, f, rows, gemm);
-    matmul_panel_avx2<F, Dot, G, DType::F16>(a, f, rows, gemm);
+  with_group_scales(a.group, a.scale_dtype, [&](auto g, auto st) {
+    matmul_panel_avx2<F, Dot, decltype(g)::value, decltype(st)::value>(a, f, rows, gemm);
   });
 }
 

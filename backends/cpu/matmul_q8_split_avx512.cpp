@@ -168,23 +168,14 @@ void refine_st(const RefineQ8Args& a) {
 }
 
 void refine_q8_split_avx512(const RefineQ8Args& a) {
-  with_group(a.group, [&](auto g) {
-    constexpr int G = decltype(g)::value;
-    if (a.scale_dtype == DType::BF16)
-      refine_st<G, DType::BF16>(a);
-    else
-      refine_st<G, DType::F16>(a);
+  with_group_scales(a.group, a.scale_dtype, [&](auto g, auto st) {
+    refine_st<decltype(g)::value, decltype(st)::value>(a);
   });
 }
 
 void matmul_q8_split_avx512(const QuantMatmulArgs& a) {
-  with_group(a.group, [&](auto g) {
-    constexpr int G = decltype(g)::value;
-    if (a.scale_dtype == DType::BF16)
-      split_st<G, DType::BF16>(a);
-    else
-      split_st<G, DType::F16>(a);
-  });
+  with_group_scales(a.group, a.scale_dtype,
+                    [&](auto g, auto st) { split_st<decltype(g)::value, decltype(st)::value>(a); });
 }
 
 }  // namespace

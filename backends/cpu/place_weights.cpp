@@ -189,7 +189,8 @@ void WeightPlacer::place_screen(int id, ScreenPolicy::Rule rule, ScreenStats& st
   }
   cg_.screen_cand.alloc(size_t(pool_.size()) * size_t(cg_.screen_cap) * sizeof(ScreenCandidate),
                         "LM head screen candidates");
-  if (cg_.screen.lo && w.quantized() && kt_.refine_q8_split)
+  if (w.quantized() && kt_.refine_q8_split &&
+      reads_split(cg_, cg_.weight[size_t(id)], cg_.w_il[size_t(id)]))
     cg_.screen_est.alloc(size_t(pool_.size()) * 2 * size_t(cg_.screen_cap) * sizeof(float),
                          "LM head screen estimates");
   cg_.topk_shared.alloc(size_t(pool_.size()) * CpuCompiled::kTopkShared * sizeof(float),

@@ -24,6 +24,16 @@ inline void with_group(int group, F f) {
   }
 }
 
+// Calls f(group constant, scale type constant) for the group size (as with_group) and the scale
+// type (BF16, else F16), so each kernel is compiled once per pair.
+template <class F>
+inline void with_group_scales(int group, DType scale_dtype, F f) {
+  with_group(group, [&](auto g) {
+    if (scale_dtype == DType::BF16) return f(g, std::integral_constant<DType, DType::BF16>());
+    f(g, std::integral_constant<DType, DType::F16>());
+  });
+}
+
 // Rows [a.r0, a.r1) outside the whole `group_rows`-row groups [g.g0, g.g1) through rows(b), b being
 // a for those rows only and without the copy (the row-major kernel, from w); returns whether any
 // ran (they leave their own activations in the scratch).

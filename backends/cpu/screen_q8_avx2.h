@@ -14,6 +14,7 @@
 
 #include "backends/cpu/head_screen.h"
 #include "backends/cpu/matmul_quant_avx2.h"
+#include "backends/cpu/quant_dispatch.h"
 
 namespace hearth::cpu::qk {
 namespace {
@@ -131,16 +132,9 @@ void screen_q8_rows(const ScreenQ8Args& a) {
 
 template <class Dot>
 void screen_q8_avx2(const ScreenQ8Args& a) {
-  auto by_type = [&](auto g) {
-    constexpr int G = decltype(g)::value;
-    if (a.scale_dtype == DType::BF16)
-      screen_q8_rows<Dot, G, DType::BF16>(a);
-    else
-      screen_q8_rows<Dot, G, DType::F16>(a);
-  };
-  if (a.group == 32) return by_type(std::integral_constant<int, 32>());
-  if (a.group == 64) return by_type(std::integral_constant<int, 64>());
-  by_type(std::integral_constant<int, 128>());
+  with_group_scales(a.group, a.scale_dtype, [&](auto g, auto st) {
+    screen_q8_rows<Dot, decltype(g)::value, decltype(st)::value>(a);
+  });
 }
 
 }  // namespace

@@ -131,12 +131,8 @@ void screen_st(const ScreenQ8Args& a) {
 }
 
 void screen_q8_avx512(const ScreenQ8Args& a) {
-  with_group(a.group, [&](auto g) {
-    constexpr int G = decltype(g)::value;
-    if (a.scale_dtype == DType::BF16)
-      screen_st<G, DType::BF16>(a);
-    else
-      screen_st<G, DType::F16>(a);
+  with_group_scales(a.group, a.scale_dtype, [&](auto g, auto st) {
+    screen_st<decltype(g)::value, decltype(st)::value>(a);
   });
 }
 
