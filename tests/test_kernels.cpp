@@ -434,6 +434,10 @@ TEST_SUITE("kernels") {
       }
   }
 
+  // AVX-512 rounds an I8 cache's decode rows' query and softmax weights to 16 bits (round_query16;
+  // "I8 decode rows on integer dots" below checks that rule itself): up to ~1e-4 of an output here.
+  constexpr double kI8DecodeErr = 3e-4;
+
   // A kernel call over n_tok tokens' query rows (q and out alike q_stride apart) and one KV head.
   AttentionArgs attention_args(const float* q, int64_t q_stride, float* out, int n_tok, int group,
                                int pos0, const void* k, const void* v, int hd, float* scratch) {
@@ -507,7 +511,7 @@ TEST_SUITE("kernels") {
                 for (int j = 0; j < group; ++j)
                   for (int i = 0; i < hd; ++i)
                     got.push_back(out[size_t(t * q_stride + j * hd + i)]);
-              CHECK(nerr(got.data(), want) < 1e-5);
+              CHECK(nerr(got.data(), want) < (i8 ? kI8DecodeErr : 1e-5));
             }
     }
   }
@@ -569,9 +573,89 @@ TEST_SUITE("kernels") {
             }
             kt.attention[type_slot(kvt)](a);
             const auto want = attention_f64(q, q_stride, n_tok, group, pos0, k.f, v.f, hd);
-            CHECK(nerr(out.data(), want) < 1e-5);
+            CHECK(nerr(out.data(), want) < (i8 ? kI8DecodeErr : 1e-5));
           }
     }
+  }
+
+  TEST_CASE("I8 decode rows on integer dots, against float64 over the rounded query") {
+    // AVX-512 takes an I8 cache's decode rows in integers: the query times the key factors rounded
+    // by round_query16, the softmax weights times the value scales to 16 bits of their tile's
+    // largest. The scores alone make the maximum m and the sum l of exp(s - m) (AttentionArgs::ml):
+    // those must match float64 over the rounded query to f32 rounding, ~30x closer than the exact
+    // query's (which the other ISAs match instead). The outputs carry the weights' rounding too.
+    double apart = 0;  // how far the rounded rows' sums land from the exact query's
+    for (Isa isa : isas_here()) {
+      const KernelTable kt = make_kernel_table(isa);
+      const bool rounds = isa == Isa::Avx512;
+      for (int hd : {64, 128, 256})
+        for (int group : {1, 2, 5})
+          for (int pos0 : {0, 37, 200}) {
+            CAPTURE(std::string(isa_name(isa)));
+            CAPTURE(hd);
+            CAPTURE(group);
+            CAPTURE(pos0);
+            const int n = pos0 + 1;
+            const Stored k = store_i8(randn(size_t(n * hd), 41), hd, true);
+            const Stored v = store_i8(randn(size_t(n * hd), 42), hd, false);
+            const int64_t q_stride = int64_t(group) * hd;
+            const auto q = randn(size_t(q_stride), 43, 0.5f);
+            std::vector<float> out(size_t(q_stride), NAN), ml(size_t(2 * group), NAN);
+            std::vector<float> scratch(size_t(attention_scratch_floats(hd)));
+            AttentionArgs a =
+                attention_args(q.data(), q_stride, out.data(), 1, group, pos0, k.data(DType::I8),
+                               v.data(DType::I8), hd, scratch.data());
+            a.k_scale = k.scale.data();
+            a.v_scale = v.scale.data();
+            a.k_factor = k.factor.data();
+            a.ml = ml.data();
+            kt.attention[type_slot(DType::I8)](a);
+            for (int j = 0; j < group; ++j) {
+              // Row j's query as the kernel rounds it, and as it is.
+              std::vector<float> x(static_cast<size_t>(hd));
+              std::vector<int16_t> c(static_cast<size_t>(hd));
+              for (int d = 0; d < hd; ++d)
+                x[size_t(d)] = q[size_t(j * hd + d)] * k.factor[size_t(d)];
+              const float qs = round_query16(x.data(), hd, c.data());
+              // Scores in float64 (over k.f, which carries the factors), their max and sum.
+              auto stats = [&](bool rounded, std::vector<double>* e) {
+                double m = -1e300, l = 0, mag = 0;  // mag: the largest sum of |products|
+                std::vector<double> sc(static_cast<size_t>(n));
+                for (int p = 0; p < n; ++p) {
+                  double dot = 0, abs = 0;
+                  for (int d = 0; d < hd; ++d) {
+                    const double qd = rounded ? double(c[size_t(d)]) * qs / k.factor[size_t(d)]
+                                              : q[size_t(j * hd + d)];
+                    dot += qd * k.f[size_t(p * hd + d)];
+                    abs += std::fabs(qd * k.f[size_t(p * hd + d)]);
+                  }
+                  sc[size_t(p)] = dot * a.scale;
+                  m = std::max(m, sc[size_t(p)]);
+                  mag = std::max(mag, abs * a.scale);
+                }
+                e->assign(size_t(n), 0.);
+                for (int p = 0; p < n; ++p) l += ((*e)[size_t(p)] = std::exp(sc[size_t(p)] - m));
+                return std::tuple{m, l, mag};
+              };
+              std::vector<double> e_round, e_exact;
+              const auto [m_r, l_r, mag] = stats(true, &e_round);
+              const auto [m_e, l_e, mag_e] = stats(false, &e_exact);
+              const double m_want = rounds ? m_r : m_e, l_want = rounds ? l_r : l_e;
+              const float m_got = ml[size_t(2 * j)], l_got = ml[size_t(2 * j + 1)];
+              CHECK(std::fabs(m_got - m_want) <= 2e-7 * mag);
+              CHECK(std::fabs(l_got - l_want) <= 4e-6 * l_want);
+              if (rounds) apart = std::max(apart, std::fabs(l_got - l_e) / l_e);
+              // out = sum exp(s - m) v, unnormalised; against the reference's weights.
+              const auto& e = rounds ? e_round : e_exact;
+              std::vector<double> want(static_cast<size_t>(hd), 0.);
+              for (int p = 0; p < n; ++p)
+                for (int d = 0; d < hd; ++d)
+                  want[size_t(d)] += e[size_t(p)] * v.f[size_t(p * hd + d)];
+              CHECK(nerr(out.data() + j * hd, want) < (rounds ? 1e-4 : 1e-5));
+            }
+          }
+    }
+    if (detect_cpu_features().best() == Isa::Avx512) CHECK(apart > 25 * 4e-6);
   }
 
   TEST_CASE("I8 KV rows: quantize_kv_row and the key factors") {

@@ -20,7 +20,7 @@ struct AttnScratch {
   float* s;      // [kAttnKeyTile][2 R]: one or two rows' scores, or a block's [key][rows]
   float* qt;     // [hd][rows], a block's queries
   float* pad;    // [R][hd], a short last key group of an f32 cache, so no load leaves the cache
-  float* ktile;  // [kAttnKeyTile][hd], 16-bit and I8 caches only
+  float* ktile;  // [kAttnKeyTile][hd], 16-bit and I8 caches only (single rows: I8 queries)
   float* vtile;  // [kAttnKeyTile][hd]
 
   AttnScratch(float* base, int64_t hd) {

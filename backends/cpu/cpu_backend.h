@@ -24,8 +24,8 @@ struct ScratchNeeds;
 
 // Host KV blocks: block b holds, per layer, K then V, each [n_kv_heads][block_size][head_dim], so
 // attention streams a head's keys of a block contiguously; an I8 storage keeps, after a block's
-// codes, one f32 scale per (layer, K/V, head, position) in the same order (kv_quant.h). Blocks are
-// block_stride bytes apart in one mapping whose pages are committed when first written.
+// codes, one f32 scale per (layer, K/V, head, position) in the same order (quantize_kv_row, ops.h).
+// Blocks are block_stride bytes apart in one mapping whose pages are committed when first written.
 struct CpuKVStorage : KVStorage {
   ~CpuKVStorage() override;
   uint8_t* mem = nullptr;

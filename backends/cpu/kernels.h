@@ -158,7 +158,8 @@ struct AttentionArgs {
   // its own paging), prefetched during this call's last tile; null for none.
   const void* next_k = nullptr;
   const void* next_v = nullptr;
-  // I8 caches: element d of position p is code * scale[p], times k_factor[d] for keys (kv_quant.h).
+  // I8 caches: element d of position p is code * scale[p], times k_factor[d] for keys (ops.h,
+  // quantize_kv_row); AVX-512 decode rounds the query to 16 bits against them (round_query16).
   const float* k_scale = nullptr;
   const float* v_scale = nullptr;
   const float* k_factor = nullptr;

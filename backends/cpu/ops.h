@@ -66,6 +66,12 @@ void store_as(DType t, const float* src, void* dst, int64_t n);
 // whole int8 range from the others.
 void quantize_kv_row(const float* x, const float* factor, int64_t n, int8_t* codes, float* scale);
 
+// A query row for integer dot products with an I8 cache's key codes (the AVX-512 decode rows):
+// q[d] = round(x[d] * (32767 / max|x|)), to nearest even, so x[d] ~ q[d] * the returned max|x| /
+// 32767 (0 for a zero row; not finite for a row that is not). 16 bits hold the query to 2^-16 of
+// its largest element, where the codes it meets hold the keys to 2^-8 of theirs.
+float round_query16(const float* x, int64_t n, int16_t* q);
+
 // Per-channel factors for a layer's I8 keys from its k_norm gains w[head_dim]: rotate-half RoPE
 // mixes channels d and d + head_dim/2, so both get max(|w[d]|, |w[d + head_dim/2]|).
 std::vector<float> kv_key_factors(const float* w, int head_dim);

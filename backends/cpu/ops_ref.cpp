@@ -169,6 +169,19 @@ void quantize_kv_row(const float* x, const float* factor, int64_t n, int8_t* cod
   }
 }
 
+float round_query16(const float* x, int64_t n, int16_t* q) {
+  float amax = 0.f;
+  bool finite = true;
+  for (int64_t d = 0; d < n; ++d) {
+    finite &= std::isfinite(x[d]);
+    amax = std::max(amax, std::fabs(x[d]));
+  }
+  const float inv = finite && amax > 0.f ? 32767.f / amax : 0.f;
+  for (int64_t d = 0; d < n; ++d)
+    q[d] = finite ? int16_t(std::lrint(std::clamp(x[d] * inv, -32767.f, 32767.f))) : 0;
+  return finite ? amax / 32767.f : NAN;
+}
+
 std::vector<float> kv_key_factors(const float* w, int head_dim) {
   std::vector<float> f(size_t(head_dim), 1.f);
   const int half = head_dim / 2;
