@@ -323,8 +323,8 @@ inline __m512i quad(const uint8_t* p, int q) {
 }
 
 // o[r] (permuted as above) += sum_j w[r]_j v_j over n value rows of an I8 cache, R rows (1 or 2).
-// Four rows at once (half the channels a pass, for registers) measured no faster at 4 and 8
-// heads a KV head than pairs (bench/RESULTS.md).
+// Four rows a pass (half the channels a pass, for registers) measured mixed against pairs:
+// faster at 4 heads a KV head, slower at 8 (bench/RESULTS.md).
 template <int R>
 inline void accumulate_v_i8(const TileWeights* w, const int8_t* vt, int n, int hd, float* const* o,
                             const void* next) {
