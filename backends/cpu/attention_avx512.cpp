@@ -1,11 +1,10 @@
 // AVX-512 attention: q/out rows f32 [n_tok][group][head_dim] (strided per token), one KV head's
 // cache rows [position][head_dim] in F32/F16/BF16/I8; key tiles of 64 positions shared by up to 16
-// query rows, online softmax per row, f32 arithmetic. Single rows (decode) read the cache in its
-// own type (an I8 cache's on integer dot products, attention_i8_avx512.h, where head_dim is
-// whole lines); whole blocks
-// of 16 rows (prefill) widen 16-bit and I8 tiles to f32 (I8 codes times their position's scale
-// and, for keys, the channel factors) and are transposed into lanes: queries, scores and outputs
-// [element][16 rows].
+// query rows, online softmax per row. Single rows (decode) read the cache in its own type, in f32
+// arithmetic but an I8 cache's on integer dot products (attention_i8_avx512.h) where head_dim is
+// whole lines; whole blocks of 16 rows (prefill) widen 16-bit and I8 tiles to f32 (I8 codes times
+// their position's scale and, for keys, the channel factors) and are transposed into lanes:
+// queries, scores and outputs [element][16 rows].
 #include <algorithm>
 #include <cmath>
 #include <cstring>
