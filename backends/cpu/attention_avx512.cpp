@@ -23,27 +23,6 @@ constexpr int kTile = int(kAttnKeyTile);
 constexpr int kRows = int(kAttnRowsPerBlock);
 static_assert(kTile % 16 == 0, "key tiles are whole vectors");
 
-// Sixteen vectors in, one out: lane j is the sum of v[j]'s lanes (a transpose folded into adds).
-inline __m512 reduce16(__m512* v) {
-  __m512 s[8], w[4], y[2];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i)
-    s[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
-                         _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
-    const __m512d a = _mm512_castps_pd(s[2 * i]), b = _mm512_castps_pd(s[2 * i + 1]);
-    w[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
-                         _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
-  }
-#pragma GCC unroll 2
-  for (int i = 0; i < 2; ++i)
-    y[i] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0x88),
-                         _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0xDD));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(y[0], y[1], 0x88),
-                       _mm512_shuffle_f32x4(y[0], y[1], 0xDD));
-}
-
 // Widens rows [p0, p0 + n) of a 16-bit cache into a dense f32 tile.
 template <DType T>
 void widen_tile(const void* src, int p0, int n, int hd, float* dst, const void* pf) {

@@ -45,32 +45,6 @@ inline float round_query16_avx512(const float* x, int hd, int16_t* q) {
   return amax / 32767.f;
 }
 
-// Sixteen integer vectors summed lane-wise into one (attention_avx512.cpp's reduce16 with integer
-// adds: exact).
-inline __m512i reduce16i(const __m512i* v) {
-  auto add = [](__m512 a, __m512 b) {
-    return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
-  };
-  __m512 s[8], w[4], y[2];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) {
-    const __m512 a = _mm512_castsi512_ps(v[2 * i]), b = _mm512_castsi512_ps(v[2 * i + 1]);
-    s[i] = add(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
-    const __m512d a = _mm512_castps_pd(s[2 * i]), b = _mm512_castps_pd(s[2 * i + 1]);
-    w[i] =
-        add(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
-  }
-#pragma GCC unroll 2
-  for (int i = 0; i < 2; ++i)
-    y[i] = add(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0x88),
-               _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0xDD));
-  return _mm512_castps_si512(
-      add(_mm512_shuffle_f32x4(y[0], y[1], 0x88), _mm512_shuffle_f32x4(y[0], y[1], 0xDD)));
-}
-
 // Key codes at c of a row, widened to 16 bits.
 inline __m512i key32(const int8_t* k, int64_t i) {
   return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(k + i)));

@@ -51,6 +51,38 @@ inline float hmax16(__m512 v) {
   return _mm512_cvtss_f32(v);
 }
 
+// Sixteen vectors in, one out: lane j is the sum of v[j]'s lanes (a transpose folded into adds).
+// add sums two vectors lane by lane: f32 (reduce16), or int32 on the same bits (reduce16i).
+template <class Add>
+inline __m512 reduce16_with(const __m512* v, Add add) {
+  __m512 s[8], w[4], y[2];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i)
+    s[i] =
+        add(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    const __m512d a = _mm512_castps_pd(s[2 * i]), b = _mm512_castps_pd(s[2 * i + 1]);
+    w[i] =
+        add(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+#pragma GCC unroll 2
+  for (int i = 0; i < 2; ++i)
+    y[i] = add(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0x88),
+               _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0xDD));
+  return add(_mm512_shuffle_f32x4(y[0], y[1], 0x88), _mm512_shuffle_f32x4(y[0], y[1], 0xDD));
+}
+inline __m512 reduce16(const __m512* v) {
+  return reduce16_with(v, [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); });
+}
+inline __m512i reduce16i(const __m512i* v) {
+  __m512 f[16];
+  for (int i = 0; i < 16; ++i) f[i] = _mm512_castsi512_ps(v[i]);
+  return _mm512_castps_si512(reduce16_with(f, [](__m512 a, __m512 b) {
+    return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+  }));
+}
+
 // a[i][j] -> a[j][i] for 16 vectors of 16 dwords: 4x4 transposes within 128-bit lanes, then two
 // rounds of 128-bit lane shuffles.
 inline void transpose16x16(__m512i a[16]) {
