@@ -103,21 +103,23 @@ size_t CpuKVStorage::scales_offset() const {
   const size_t codes = size_t(spec.n_layers) * 2 * spec.n_kv_heads * head_stride();
   return (codes + 63) / 64 * 64;
 }
+// Slot of a layer's head's keys (kv 0) or values (kv 1) within a block.
+size_t CpuKVStorage::slot(int layer, int head, int kv) const {
+  return (size_t(layer) * spec.n_kv_heads + size_t(head)) * 2 + size_t(kv);
+}
 uint8_t* CpuKVStorage::k(int block, int layer, int head) const {
-  return mem + size_t(block) * size_t(block_stride) +
-         (size_t(layer) * 2 * spec.n_kv_heads + head) * head_stride();
+  return mem + size_t(block) * size_t(block_stride) + slot(layer, head, 0) * head_stride();
 }
 uint8_t* CpuKVStorage::v(int block, int layer, int head) const {
-  return mem + size_t(block) * size_t(block_stride) +
-         ((size_t(layer) * 2 + 1) * spec.n_kv_heads + head) * head_stride();
+  return mem + size_t(block) * size_t(block_stride) + slot(layer, head, 1) * head_stride();
 }
 float* CpuKVStorage::k_scale(int block, int layer, int head) const {
   return reinterpret_cast<float*>(mem + size_t(block) * size_t(block_stride) + scales_offset()) +
-         (size_t(layer) * 2 * spec.n_kv_heads + head) * size_t(block_size);
+         slot(layer, head, 0) * size_t(block_size);
 }
 float* CpuKVStorage::v_scale(int block, int layer, int head) const {
   return reinterpret_cast<float*>(mem + size_t(block) * size_t(block_stride) + scales_offset()) +
-         ((size_t(layer) * 2 + 1) * spec.n_kv_heads + head) * size_t(block_size);
+         slot(layer, head, 1) * size_t(block_size);
 }
 
 CpuBackend::CpuBackend(const BackendOptions& opt) : CpuBackend(opt, detect_cpu_features()) {}

@@ -22,10 +22,12 @@ struct CpuCompiled;
 class WeightPlacer;
 struct ScratchNeeds;
 
-// Host KV blocks: block b holds, per layer, K then V, each [n_kv_heads][block_size][head_dim], so
-// attention streams a head's keys of a block contiguously; an I8 storage keeps, after a block's
-// codes, one f32 scale per (layer, K/V, head, position) in the same order (quantize_kv_row, ops.h).
-// Blocks are block_stride bytes apart in one mapping whose pages are committed when first written.
+// Host KV blocks: block b holds, per layer and KV head, its K then its V rows
+// [block_size][head_dim], so decode attention reads a head's keys and values of a block as one run
+// (faster from memory than K and V runs apart: bench/RESULTS.md); an I8 storage keeps, after a
+// block's codes, one f32 scale per (layer, head, K/V, position) in the same order (quantize_kv_row,
+// ops.h). Blocks are block_stride bytes apart in one mapping whose pages are committed when first
+// written.
 struct CpuKVStorage : KVStorage {
   ~CpuKVStorage() override;
   uint8_t* mem = nullptr;
@@ -33,6 +35,7 @@ struct CpuKVStorage : KVStorage {
   int64_t block_stride = 0;
   size_t head_stride() const { return size_t(block_size) * spec.head_dim * dtype_size(dtype); }
   size_t scales_offset() const;  // bytes from a block's start to its first scale (I8 only)
+  size_t slot(int layer, int head, int kv) const;  // a head's K (kv 0) or V (1) rows in a block
   // A head's rows in `block` (block 0: the base KVPaging addresses from).
   uint8_t* k(int block, int layer, int head) const;
   uint8_t* v(int block, int layer, int head) const;
