@@ -108,17 +108,17 @@ size_t CpuKVStorage::slot(int layer, int head, int kv) const {
   return (size_t(layer) * spec.n_kv_heads + size_t(head)) * 2 + size_t(kv);
 }
 uint8_t* CpuKVStorage::k(int block, int layer, int head) const {
-  return mem + size_t(block) * size_t(block_stride) + slot(layer, head, 0) * head_stride();
+  return base(block) + slot(layer, head, 0) * head_stride();
 }
 uint8_t* CpuKVStorage::v(int block, int layer, int head) const {
-  return mem + size_t(block) * size_t(block_stride) + slot(layer, head, 1) * head_stride();
+  return base(block) + slot(layer, head, 1) * head_stride();
 }
 float* CpuKVStorage::k_scale(int block, int layer, int head) const {
-  return reinterpret_cast<float*>(mem + size_t(block) * size_t(block_stride) + scales_offset()) +
+  return reinterpret_cast<float*>(base(block) + scales_offset()) +
          slot(layer, head, 0) * size_t(block_size);
 }
 float* CpuKVStorage::v_scale(int block, int layer, int head) const {
-  return reinterpret_cast<float*>(mem + size_t(block) * size_t(block_stride) + scales_offset()) +
+  return reinterpret_cast<float*>(base(block) + scales_offset()) +
          slot(layer, head, 1) * size_t(block_size);
 }
 
@@ -524,8 +524,7 @@ void CpuBackend::copy_kv_block(KVStorage& base, int from, int to) {
   auto& kv = static_cast<CpuKVStorage&>(base);
   if (from < 0 || to < 0 || from >= kv.n_blocks || to >= kv.n_blocks)
     fail("cpu backend: KV block copy ", from, " -> ", to, " out of range");
-  std::memcpy(kv.mem + size_t(to) * size_t(kv.block_stride),
-              kv.mem + size_t(from) * size_t(kv.block_stride), size_t(kv.block_stride));
+  std::memcpy(kv.base(to), kv.base(from), size_t(kv.block_stride));
 }
 
 double CpuBackend::argmax_bytes_saved() const {

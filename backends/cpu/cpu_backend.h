@@ -36,6 +36,7 @@ struct CpuKVStorage : KVStorage {
   size_t head_stride() const { return size_t(block_size) * spec.head_dim * dtype_size(dtype); }
   size_t scales_offset() const;  // bytes from a block's start to its first scale (I8 only)
   size_t slot(int layer, int head, int kv) const;  // a head's K (kv 0) or V (1) rows in a block
+  uint8_t* base(int block) const { return mem + size_t(block) * size_t(block_stride); }
   // A head's rows in `block` (block 0: the base KVPaging addresses from).
   uint8_t* k(int block, int layer, int head) const;
   uint8_t* v(int block, int layer, int head) const;
