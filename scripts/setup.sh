@@ -10,8 +10,9 @@ pkgs=(build-essential cmake ninja-build pkg-config git
       # line editing in hearth chat (BSD-licensed)
       libedit-dev
       python3
-      # bench/st2gguf.py, which writes the stand-ins as GGUFs for llama.cpp comparisons
-      python3-numpy
+      # bench/st2gguf.py, which writes the stand-ins as GGUFs for llama.cpp comparisons (numpy;
+      # llama.cpp's gguf-py imports yaml)
+      python3-numpy python3-yaml
       # examples/desktop-chat and its Xvfb test; leak checks of the C API
       libgtk-4-dev xvfb xauth x11-apps imagemagick valgrind
       # the libFuzzer targets (scripts/fuzz.sh): clang and its sanitizer/fuzzer runtimes, which
