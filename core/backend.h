@@ -91,6 +91,10 @@ struct KVStorage {
   KVSpec spec;
   DType dtype = DType::F32;
   int n_blocks = 0, block_size = 0;
+  // Blocks the backend lays out together (a power of two): the pool hands a growing sequence the
+  // next block of its extent where it can, since the CPU reads a head's rows of an extent's
+  // consecutive blocks as one run.
+  int extent_blocks = 1;
   // An I8 cache also keeps one f32 scale per position, head and K/V.
   static size_t position_bytes(const KVSpec& spec, DType dtype) {
     const size_t per_row = size_t(spec.head_dim) * dtype_size(dtype) + (dtype == DType::I8 ? 4 : 0);

@@ -7,15 +7,36 @@
 
 namespace hearth {
 
-KVPool::KVPool(int n_blocks, int block_size)
+KVPool::KVPool(int n_blocks, int block_size, int extent_blocks)
     : block_size_(block_size),
+      extent_blocks_(extent_blocks),
       refs_(size_t(std::max(n_blocks, 0)), 0),
       meta_(refs_.size()),
       tokens_(refs_.size() * size_t(std::max(block_size, 0))) {
   if (n_blocks <= 0) fail("KV pool: needs at least one block (got ", n_blocks, ")");
   if (block_size <= 0) fail("KV pool: block size must be positive (got ", block_size, ")");
-  free_.reserve(refs_.size());
-  for (int b = n_blocks - 1; b >= 0; --b) free_.push_back(b);
+  if (extent_blocks <= 0) fail("KV pool: extent size must be positive (got ", extent_blocks, ")");
+  for (int b = 0; b < n_blocks; ++b) free_.insert(free_.end(), b);
+  const int extents = (n_blocks + extent_blocks - 1) / extent_blocks;
+  extent_free_.resize(size_t(extents));
+  for (int e = 0; e < extents; ++e) {
+    extent_free_[size_t(e)] = extent_size(e);
+    empty_extents_.insert(empty_extents_.end(), e);
+  }
+}
+
+int KVPool::extent_size(int e) const {
+  return std::min(extent_blocks_, n_blocks() - e * extent_blocks_);
+}
+void KVPool::take_free(int b) {
+  free_.erase(b);
+  const int e = b / extent_blocks_;
+  if (extent_free_[size_t(e)]-- == extent_size(e)) empty_extents_.erase(e);
+}
+void KVPool::put_free(int b) {
+  free_.insert(b);
+  const int e = b / extent_blocks_;
+  if (++extent_free_[size_t(e)] == extent_size(e)) empty_extents_.insert(e);
 }
 
 int KVPool::used() const {
@@ -54,12 +75,16 @@ void KVPool::unpublish(int b) {
   m.published = false;
 }
 
-int KVPool::alloc() {
+int KVPool::alloc(int after) {
   std::lock_guard<std::mutex> lk(mu_);
+  const int next = after + 1;
   int b;
-  if (!free_.empty()) {
-    b = free_.back();
-    free_.pop_back();
+  if (after >= 0 && next < n_blocks() && next % extent_blocks_ != 0 && free_.count(next)) {
+    take_free(b = next);
+  } else if (!empty_extents_.empty()) {
+    take_free(b = *empty_extents_.begin() * extent_blocks_);
+  } else if (!free_.empty()) {
+    take_free(b = *free_.begin());
   } else if (!lru_.empty()) {
     b = lru_.begin()->second;
     lru_.erase(lru_.begin());
@@ -96,7 +121,7 @@ void KVPool::release(int b) {
     m.stamp = ++clock_;
     lru_.emplace(m.stamp, b);
   } else {
-    free_.push_back(b);
+    put_free(b);
   }
 }
 

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -25,7 +26,8 @@ class KVPool {
  public:
   static constexpr uint64_t kRootHash = 0x6a09e667f3bcc908ull;  // the parent of a first block
 
-  KVPool(int n_blocks, int block_size);
+  // extent_blocks: blocks the backend lays out together (KVStorage::extent_blocks).
+  KVPool(int n_blocks, int block_size, int extent_blocks = 1);
   KVPool(const KVPool&) = delete;
   KVPool& operator=(const KVPool&) = delete;
 
@@ -35,9 +37,12 @@ class KVPool {
   int cached() const;     // unreferenced but published: evictable, findable
   int available() const;  // free or evictable: what alloc() can still hand out
 
-  // A block for one sequence to write (one reference), evicting the least recently used cached
-  // block when none is free; -1 when every block is referenced.
-  int alloc();
+  // A block for one sequence to write (one reference): the block after `after` (the sequence's
+  // last block) when it is free and in the same extent, else the first block of the lowest
+  // extent with no block in use, else the lowest free block, else the least recently used cached
+  // block, evicted; -1 when every block is referenced. A sequence growing alone thus takes
+  // consecutive blocks, which a backend may read as one run (KVStorage::extent_blocks).
+  int alloc(int after = -1);
   void retain(int block);
   // Drops a reference; at zero a published block becomes cached, an unpublished one free.
   void release(int block);
@@ -64,15 +69,20 @@ class KVPool {
     uint64_t stamp = 0;  // key in lru_ while cached
   };
   void unpublish(int block);
+  int extent_size(int extent) const;  // blocks in it (the last one may be short)
+  void take_free(int block);
+  void put_free(int block);
   bool holds(int block, uint64_t parent, const int32_t* tokens) const;
 
-  const int block_size_;
+  const int block_size_, extent_blocks_;
   mutable std::mutex mu_;
   std::vector<int32_t> refs_;
   std::vector<Meta> meta_;
-  std::vector<int32_t> tokens_;      // [n_blocks][block_size], of published blocks
-  std::vector<int32_t> free_;        // a stack: the most recently freed block is reused first
-  std::map<uint64_t, int32_t> lru_;  // stamp -> cached block, oldest first
+  std::vector<int32_t> tokens_;  // [n_blocks][block_size], of published blocks
+  std::set<int32_t> free_;
+  std::vector<int32_t> extent_free_;  // free blocks per extent
+  std::set<int32_t> empty_extents_;   // extents whose blocks are all free
+  std::map<uint64_t, int32_t> lru_;   // stamp -> cached block, oldest first
   std::unordered_map<uint64_t, int32_t> by_hash_;
   uint64_t clock_ = 0;
   int used_ = 0;

@@ -33,7 +33,7 @@ KVCache::~KVCache() {
 void KVCache::reserve(int n) {
   const int need = (n + pool.block_size() - 1) / pool.block_size();
   while (int(blocks.size()) < need) {
-    const int b = pool.alloc();
+    const int b = pool.alloc(blocks.empty() ? -1 : blocks.back());
     if (b < 0)
       fail("the KV cache budget (", pool.n_blocks(), " blocks of ", pool.block_size(),
            " positions) is used up: ", n, " positions do not fit beside the other sequences");
@@ -78,7 +78,7 @@ Runner::Runner(std::unique_ptr<Backend> backend, const Graph& graph, int vocab_s
   if (n_blocks > size_t(std::numeric_limits<int32_t>::max() / 2))
     fail("the KV budget of ", budget >> 20, " MiB is too large");
   kv_ = backend_->alloc_kv(graph_.kv, int(n_blocks), opt_.block_size);
-  pool_ = std::make_unique<KVPool>(int(n_blocks), opt_.block_size);
+  pool_ = std::make_unique<KVPool>(int(n_blocks), opt_.block_size, kv_->extent_blocks);
 }
 
 std::unique_ptr<KVCache> Runner::new_kv(int capacity) {

@@ -131,7 +131,7 @@ void Scheduler::adopt(Seq& s, Seq& from) {
   int keep = (c + bs - 1) / bs;
   if (c % bs && pool_.published(from.blocks[size_t(keep - 1)])) {
     // The rows after c would be written into a shared block: into a private copy of it instead.
-    const int copy = pool_.alloc();
+    const int copy = pool_.alloc(keep > 1 ? from.blocks[size_t(keep - 2)] : -1);
     if (copy >= 0) {
       runner_.copy_kv_block(from.blocks[size_t(keep - 1)], copy);
       pool_.release(from.blocks[size_t(keep - 1)]);
@@ -196,7 +196,8 @@ bool Scheduler::reserve(Seq& s, int n, bool may_preempt) {
     preempt(*victim);
     if (victim == &s) return false;
   }
-  for (int i = 0; i < need; ++i) s.blocks.push_back(pool_.alloc());
+  for (int i = 0; i < need; ++i)
+    s.blocks.push_back(pool_.alloc(s.blocks.empty() ? -1 : s.blocks.back()));
   return true;
 }
 

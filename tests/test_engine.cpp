@@ -533,6 +533,32 @@ TEST_SUITE("engine") {
       CHECK_THROWS_AS(KVPool(4, 0), Error);
     }
 
+    SUBCASE("extents: a growing sequence takes the next block, a new one a fresh extent") {
+      KVPool pool(20, 4, 8);  // extents [0, 8), [8, 16) and the short [16, 20)
+      CHECK_THROWS_AS(KVPool(4, 4, 0), Error);
+      const int a0 = pool.alloc();
+      CHECK(a0 == 0);
+      CHECK(pool.alloc(a0) == 1);
+      CHECK(pool.alloc(1) == 2);
+      CHECK(pool.alloc() == 8);  // a second sequence starts an extent of its own
+      CHECK(pool.alloc(8) == 9);
+      CHECK(pool.alloc() == 16);
+      CHECK(pool.alloc() == 3);   // no extent left unused: the lowest free block
+      CHECK(pool.alloc(2) == 4);  // 3 is taken
+      for (int b = 5; b < 8; ++b) CHECK(pool.alloc(b - 1) == b);
+      CHECK(pool.alloc(7) == 10);  // 8 starts another extent, so never "after 7"
+      CHECK(pool.alloc(16) == 17);
+      CHECK(pool.alloc(17) == 18);
+      CHECK(pool.alloc(18) == 19);
+      CHECK(pool.alloc(19) == 11);  // past the last block
+      // An extent whose blocks are all let go is fresh again.
+      for (int b : {8, 9, 10, 11}) pool.release(b);
+      CHECK(pool.alloc() == 8);
+      CHECK(pool.alloc(5) == 9);  // 6 is held: the lowest free block
+      CHECK(pool.used() == 14);
+      CHECK(pool.available() == 6);
+    }
+
     SUBCASE("publish and match") {
       KVPool pool(8, 4);
       const std::vector<int32_t> t = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};

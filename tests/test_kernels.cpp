@@ -518,63 +518,68 @@ TEST_SUITE("kernels") {
 
   TEST_CASE("attention over a paged cache: blocks in any order, every KV type") {
     // Blocks laid out as CpuKVStorage's: each holds a head's key rows, its value rows and (I8)
-    // their scales, block_stride bytes apart, the sequence's blocks in a shuffled order; decode
-    // rows read them in place and prefetch the next call's rows (next_k, next_v).
+    // their scales, block_stride bytes apart within an extent of 2^shift blocks (extents a
+    // further extent_skip apart), the sequence's blocks in a shuffled order; decode rows read
+    // them in place and prefetch the next call's rows (next_k, next_v).
     const int hd = 128, group = 2;
     for (Isa isa : isas_here()) {
       const KernelTable kt = make_kernel_table(isa);
       for (DType kvt : {DType::F32, DType::F16, DType::BF16, DType::I8})
         for (int bs : {16, 32})
-          for (auto [n_tok, pos0] : {std::pair{1, 0}, {1, 31}, {1, 150}, {5, 70}, {20, 40}}) {
-            CAPTURE(std::string(isa_name(isa)));
-            CAPTURE(std::string(dtype_name(kvt)));
-            CAPTURE(bs);
-            CAPTURE(n_tok);
-            CAPTURE(pos0);
-            const bool i8 = kvt == DType::I8;
-            const int n_pos = pos0 + n_tok, nb = (n_pos + bs - 1) / bs, cap = nb * bs;
-            const Stored k = i8 ? store_i8(randn(size_t(cap * hd), 31), hd, true)
-                                : store(kvt, randn(size_t(cap * hd), 31));
-            const Stored v = i8 ? store_i8(randn(size_t(cap * hd), 32), hd, false)
-                                : store(kvt, randn(size_t(cap * hd), 32));
-            const size_t esz = dtype_size(kvt), rows = size_t(bs) * hd * esz;
-            const size_t stride = (2 * rows + 2 * size_t(bs) * 4 + 63) / 64 * 64;
-            std::vector<int32_t> table(static_cast<size_t>(nb));
-            for (int b = 0; b < nb; ++b)
-              table[size_t(b)] = 2 * (nb - b) - 1;  // backwards, with gaps
-            std::vector<uint8_t> mem((2 * size_t(nb) + 1) * stride, 0xFF);
-            for (int p = 0; p < cap; ++p) {
-              uint8_t* blk = mem.data() + size_t(table[size_t(p / bs)]) * stride;
-              const size_t at = size_t(p % bs);
-              std::memcpy(blk + at * hd * esz,
-                          static_cast<const uint8_t*>(k.data(kvt)) + size_t(p) * hd * esz,
-                          hd * esz);
-              std::memcpy(blk + rows + at * hd * esz,
-                          static_cast<const uint8_t*>(v.data(kvt)) + size_t(p) * hd * esz,
-                          hd * esz);
-              if (i8) {
-                std::memcpy(blk + 2 * rows + at * 4, &k.scale[size_t(p)], 4);
-                std::memcpy(blk + 2 * rows + size_t(bs) * 4 + at * 4, &v.scale[size_t(p)], 4);
+          for (int shift : {0, 1})
+            for (auto [n_tok, pos0] : {std::pair{1, 0}, {1, 31}, {1, 150}, {5, 70}, {20, 40}}) {
+              CAPTURE(std::string(isa_name(isa)));
+              CAPTURE(std::string(dtype_name(kvt)));
+              CAPTURE(bs);
+              CAPTURE(shift);
+              CAPTURE(n_tok);
+              CAPTURE(pos0);
+              const bool i8 = kvt == DType::I8;
+              const int n_pos = pos0 + n_tok, nb = (n_pos + bs - 1) / bs, cap = nb * bs;
+              const Stored k = i8 ? store_i8(randn(size_t(cap * hd), 31), hd, true)
+                                  : store(kvt, randn(size_t(cap * hd), 31));
+              const Stored v = i8 ? store_i8(randn(size_t(cap * hd), 32), hd, false)
+                                  : store(kvt, randn(size_t(cap * hd), 32));
+              const size_t esz = dtype_size(kvt), rows = size_t(bs) * hd * esz;
+              const size_t stride = (2 * rows + 2 * size_t(bs) * 4 + 63) / 64 * 64;
+              std::vector<int32_t> table(static_cast<size_t>(nb));
+              for (int b = 0; b < nb; ++b)
+                table[size_t(b)] = 2 * (nb - b) - 1;       // backwards, with gaps
+              const size_t skip = shift ? 3 * stride : 0;  // extents apart by three more blocks
+              auto at_block = [&](int b) { return size_t(b) * stride + size_t(b >> shift) * skip; };
+              std::vector<uint8_t> mem(at_block(2 * nb) + stride, 0xFF);
+              for (int p = 0; p < cap; ++p) {
+                uint8_t* blk = mem.data() + at_block(table[size_t(p / bs)]);
+                const size_t at = size_t(p % bs);
+                std::memcpy(blk + at * hd * esz,
+                            static_cast<const uint8_t*>(k.data(kvt)) + size_t(p) * hd * esz,
+                            hd * esz);
+                std::memcpy(blk + rows + at * hd * esz,
+                            static_cast<const uint8_t*>(v.data(kvt)) + size_t(p) * hd * esz,
+                            hd * esz);
+                if (i8) {
+                  std::memcpy(blk + 2 * rows + at * 4, &k.scale[size_t(p)], 4);
+                  std::memcpy(blk + 2 * rows + size_t(bs) * 4 + at * 4, &v.scale[size_t(p)], 4);
+                }
               }
+              const int64_t q_stride = int64_t(group) * hd;
+              const auto q = randn(size_t(n_tok * q_stride), 33, 0.5f);
+              std::vector<float> out(size_t(n_tok * q_stride), NAN);
+              std::vector<float> scratch(size_t(attention_scratch_floats(hd)));
+              AttentionArgs a = attention_args(q.data(), q_stride, out.data(), n_tok, group, pos0,
+                                               mem.data(), mem.data() + rows, hd, scratch.data());
+              a.paging = {table.data(), bs, int64_t(stride), shift, int64_t(skip)};
+              a.next_k = mem.data() + stride;
+              a.next_v = mem.data() + stride + rows;
+              if (i8) {
+                a.k_scale = reinterpret_cast<const float*>(mem.data() + 2 * rows);
+                a.v_scale = reinterpret_cast<const float*>(mem.data() + 2 * rows + size_t(bs) * 4);
+                a.k_factor = k.factor.data();
+              }
+              kt.attention[type_slot(kvt)](a);
+              const auto want = attention_f64(q, q_stride, n_tok, group, pos0, k.f, v.f, hd);
+              CHECK(nerr(out.data(), want) < (i8 ? kI8DecodeErr : 1e-5));
             }
-            const int64_t q_stride = int64_t(group) * hd;
-            const auto q = randn(size_t(n_tok * q_stride), 33, 0.5f);
-            std::vector<float> out(size_t(n_tok * q_stride), NAN);
-            std::vector<float> scratch(size_t(attention_scratch_floats(hd)));
-            AttentionArgs a = attention_args(q.data(), q_stride, out.data(), n_tok, group, pos0,
-                                             mem.data(), mem.data() + rows, hd, scratch.data());
-            a.paging = {table.data(), bs, int64_t(stride)};
-            a.next_k = mem.data() + stride;
-            a.next_v = mem.data() + stride + rows;
-            if (i8) {
-              a.k_scale = reinterpret_cast<const float*>(mem.data() + 2 * rows);
-              a.v_scale = reinterpret_cast<const float*>(mem.data() + 2 * rows + size_t(bs) * 4);
-              a.k_factor = k.factor.data();
-            }
-            kt.attention[type_slot(kvt)](a);
-            const auto want = attention_f64(q, q_stride, n_tok, group, pos0, k.f, v.f, hd);
-            CHECK(nerr(out.data(), want) < (i8 ? kI8DecodeErr : 1e-5));
-          }
     }
   }
 

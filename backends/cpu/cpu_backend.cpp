@@ -99,27 +99,15 @@ void Buffer::alloc(size_t n, const char* what) {
 CpuKVStorage::~CpuKVStorage() {
   if (mem) munmap(mem, mapped);
 }
-size_t CpuKVStorage::scales_offset() const {
-  const size_t codes = size_t(spec.n_layers) * 2 * spec.n_kv_heads * head_stride();
-  return (codes + 63) / 64 * 64;
+uint8_t* CpuKVStorage::unit(int block, int layer, int head) const {
+  const size_t in_extent = ((size_t(layer) * spec.n_kv_heads + size_t(head)) << extent_shift) +
+                           size_t(block & (extent_blocks - 1));
+  return mem + size_t(block >> extent_shift) * size_t(extent_bytes) +
+         in_extent * size_t(unit_bytes);
 }
-// Slot of a layer's head's keys (kv 0) or values (kv 1) within a block.
-size_t CpuKVStorage::slot(int layer, int head, int kv) const {
-  return (size_t(layer) * spec.n_kv_heads + size_t(head)) * 2 + size_t(kv);
-}
-uint8_t* CpuKVStorage::k(int block, int layer, int head) const {
-  return base(block) + slot(layer, head, 0) * head_stride();
-}
-uint8_t* CpuKVStorage::v(int block, int layer, int head) const {
-  return base(block) + slot(layer, head, 1) * head_stride();
-}
-float* CpuKVStorage::k_scale(int block, int layer, int head) const {
-  return reinterpret_cast<float*>(base(block) + scales_offset()) +
-         slot(layer, head, 0) * size_t(block_size);
-}
-float* CpuKVStorage::v_scale(int block, int layer, int head) const {
-  return reinterpret_cast<float*>(base(block) + scales_offset()) +
-         slot(layer, head, 1) * size_t(block_size);
+KVPaging CpuKVStorage::paging(const SeqRows& s) const {
+  return {s.blocks, block_size, unit_bytes, extent_shift,
+          extent_bytes - int64_t(extent_blocks) * unit_bytes};
 }
 
 CpuBackend::CpuBackend(const BackendOptions& opt) : CpuBackend(opt, detect_cpu_features()) {}
@@ -497,14 +485,16 @@ std::unique_ptr<KVStorage> CpuBackend::alloc_kv(const KVSpec& spec, int n_blocks
   kv->dtype = kv_dtype_;
   kv->n_blocks = n_blocks;
   kv->block_size = block_size;
-  const size_t scales = kv_dtype_ == DType::I8
-                            ? size_t(spec.n_layers) * 2 * spec.n_kv_heads * size_t(block_size) * 4
-                            : 0;
-  kv->block_stride = int64_t((kv->scales_offset() + scales + 63) / 64 * 64);
+  const size_t scales = kv_dtype_ == DType::I8 ? 2 * size_t(block_size) * 4 : 0;
+  kv->unit_bytes = int64_t((2 * kv->rows_bytes() + scales + 63) / 64 * 64);
+  while ((kv->unit_bytes << kv->extent_shift) < kKVRunBytes) ++kv->extent_shift;
+  kv->extent_blocks = 1 << kv->extent_shift;
+  kv->extent_bytes = (kv->unit_bytes << kv->extent_shift) * spec.n_layers * spec.n_kv_heads;
   // Reserved, not committed: a page costs memory once a step writes it, so the budget bounds the
-  // pool without paying for it up front. With huge pages: decode reads 2 x layers x KV heads short
-  // streams of the cache per token, and their 4 KiB pages cost TLB misses.
-  const size_t bytes = size_t(kv->block_stride) * size_t(n_blocks);
+  // pool without paying for it up front. With huge pages: decode reads a run per layer, KV head
+  // and extent, where 4 KiB pages would cost a TLB miss every 4 KiB.
+  const size_t extents = (size_t(n_blocks) + kv->extent_blocks - 1) >> kv->extent_shift;
+  const size_t bytes = size_t(kv->extent_bytes) * extents;
   void* mem;
   if (kv_huge_pages_) {
     kv->mapped = huge_pages_size(bytes);
@@ -524,7 +514,9 @@ void CpuBackend::copy_kv_block(KVStorage& base, int from, int to) {
   auto& kv = static_cast<CpuKVStorage&>(base);
   if (from < 0 || to < 0 || from >= kv.n_blocks || to >= kv.n_blocks)
     fail("cpu backend: KV block copy ", from, " -> ", to, " out of range");
-  std::memcpy(kv.base(to), kv.base(from), size_t(kv.block_stride));
+  for (int l = 0; l < kv.spec.n_layers; ++l)
+    for (int h = 0; h < kv.spec.n_kv_heads; ++h)
+      std::memcpy(kv.unit(to, l, h), kv.unit(from, l, h), size_t(kv.unit_bytes));
 }
 
 double CpuBackend::argmax_bytes_saved() const {

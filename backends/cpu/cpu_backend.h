@@ -22,27 +22,33 @@ struct CpuCompiled;
 class WeightPlacer;
 struct ScratchNeeds;
 
-// Host KV blocks: block b holds, per layer and KV head, its K then its V rows
-// [block_size][head_dim], so decode attention reads a head's keys and values of a block as one run
-// (faster from memory than K and V runs apart: bench/RESULTS.md); an I8 storage keeps, after a
-// block's codes, one f32 scale per (layer, head, K/V, position) in the same order (quantize_kv_row,
-// ops.h). Blocks are block_stride bytes apart in one mapping whose pages are committed when first
-// written.
+// Host KV blocks in extents of consecutive blocks (KVStorage::extent_blocks, a power of two): an
+// extent holds, per layer and KV head, a unit per block (its K rows [block_size][head_dim], its V
+// rows, and for I8 one f32 scale per K row and per V row), so decode attention reads a head's keys
+// and values of a sequence's consecutive blocks as one run (from memory ~1.4x faster than a run
+// per block: bench/RESULTS.md). An extent's units of one head take kKVRunBytes or just more: its
+// pages are committed when first written, so a short sequence commits about one extent, and
+// huge pages hold an extent of every head's units.
+constexpr int64_t kKVRunBytes = 64 << 10;
 struct CpuKVStorage : KVStorage {
   ~CpuKVStorage() override;
   uint8_t* mem = nullptr;
   size_t mapped = 0;
-  int64_t block_stride = 0;
-  size_t head_stride() const { return size_t(block_size) * spec.head_dim * dtype_size(dtype); }
-  size_t scales_offset() const;  // bytes from a block's start to its first scale (I8 only)
-  size_t slot(int layer, int head, int kv) const;  // a head's K (kv 0) or V (1) rows in a block
-  uint8_t* base(int block) const { return mem + size_t(block) * size_t(block_stride); }
-  // A head's rows in `block` (block 0: the base KVPaging addresses from).
-  uint8_t* k(int block, int layer, int head) const;
-  uint8_t* v(int block, int layer, int head) const;
-  float* k_scale(int block, int layer, int head) const;  // [block_size], I8 only
-  float* v_scale(int block, int layer, int head) const;
-  KVPaging paging(const SeqRows& s) const { return {s.blocks, block_size, block_stride}; }
+  int64_t unit_bytes = 0;    // one head's unit in one block
+  int extent_shift = 0;      // log2 of extent_blocks
+  int64_t extent_bytes = 0;  // units of every layer, head and block of an extent
+  size_t rows_bytes() const { return size_t(block_size) * spec.head_dim * dtype_size(dtype); }
+  // A head's unit in `block` (block 0: the base KVPaging addresses from).
+  uint8_t* unit(int block, int layer, int head) const;
+  uint8_t* k(int block, int layer, int head) const { return unit(block, layer, head); }
+  uint8_t* v(int block, int layer, int head) const { return k(block, layer, head) + rows_bytes(); }
+  float* k_scale(int block, int layer, int head) const {  // [block_size], I8 only
+    return reinterpret_cast<float*>(k(block, layer, head) + 2 * rows_bytes());
+  }
+  float* v_scale(int block, int layer, int head) const {
+    return k_scale(block, layer, head) + block_size;
+  }
+  KVPaging paging(const SeqRows& s) const;
 };
 
 // How a linear step of n_tokens rows multiplies its weights: the ISA's matmul kernels (quantized

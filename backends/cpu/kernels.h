@@ -118,18 +118,23 @@ inline int64_t quant_matmul_scratch_floats(int64_t k, int max_tokens) {
 // would see, and with ml set each result is left unnormalised (the sum of exp(s - m) v) and
 // ml[2 * (t * group + j)] gets {m, l}, the row's maximum score and sum of exp(s - m), for the
 // caller to merge the ranges.
-// Where a paged cache keeps position p: row p % block_size of block blocks[p / block_size], each
-// block block_stride bytes after the previous, so a head's rows (and an I8 cache's scales) are
-// found from the head's base in block 0. Without blocks the rows are contiguous. Kernels never let
-// a key tile cross a block (run()).
+// Where a paged cache keeps position p: row p % block_size of block b = blocks[p / block_size], at
+// b * block_stride + (b >> extent_shift) * extent_skip bytes from the head's base in block 0, so a
+// head's rows (and an I8 cache's scales) of consecutive blocks in one extent of 2^extent_shift
+// blocks are block_stride apart, and each extent starts extent_skip bytes further on (CpuKVStorage:
+// a head's rows of an extent are one run). Without blocks the rows are contiguous. Kernels never
+// let a key tile cross a block (run()).
 struct KVPaging {
   const int32_t* blocks = nullptr;
   int block_size = 0;
   int64_t block_stride = 0;
+  int extent_shift = 0;
+  int64_t extent_skip = 0;
   int64_t offset(int p, int64_t row_bytes) const {
-    return blocks ? int64_t(blocks[p / block_size]) * block_stride +
-                        int64_t(p % block_size) * row_bytes
-                  : int64_t(p) * row_bytes;
+    if (!blocks) return int64_t(p) * row_bytes;
+    const int64_t b = blocks[p / block_size];
+    return b * block_stride + (b >> extent_shift) * extent_skip +
+           int64_t(p % block_size) * row_bytes;
   }
   const void* row(const void* base, int p, int64_t row_bytes) const {
     return static_cast<const char*>(base) + offset(p, row_bytes);
