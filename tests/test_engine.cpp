@@ -1068,6 +1068,81 @@ TEST_SUITE("engine") {
     hearth_model_free(model);
   }
 
+  TEST_CASE("CPU KV storage: blocks in extents, where paging finds them, block copies") {
+    // Every byte of every (block, layer, head) unit written through k, v and the scales survives
+    // the others' writes; KVPaging, which the kernels address by, lands on k and v of the block a
+    // position is in; a block copy moves exactly that block.
+    for (DType dt : {DType::F32, DType::I8}) {
+      CAPTURE(std::string(dtype_name(dt)));
+      BackendOptions o;
+      o.kv_dtype = dt;
+      cpu::CpuBackend be(o);
+      const KVSpec spec{3, 2, 128};
+      const int n_blocks = 21, bs = 32;  // extents of 2 (F32) and 8 (I8) blocks, the last short
+      auto base = be.alloc_kv(spec, n_blocks, bs);
+      auto& kv = static_cast<cpu::CpuKVStorage&>(*base);
+      REQUIRE(kv.extent_blocks > 1);
+      REQUIRE(kv.extent_blocks < n_blocks);
+      const size_t rows = size_t(bs) * spec.head_dim * dtype_size(dt);
+      const size_t scales = dt == DType::I8 ? size_t(bs) * 4 : 0;
+      auto parts = [&](int b, int l, int h) {
+        return std::vector<std::pair<uint8_t*, size_t>>{
+            {kv.k(b, l, h), rows},
+            {kv.v(b, l, h), rows},
+            {reinterpret_cast<uint8_t*>(dt == DType::I8 ? kv.k_scale(b, l, h) : nullptr), scales},
+            {reinterpret_cast<uint8_t*>(dt == DType::I8 ? kv.v_scale(b, l, h) : nullptr), scales}};
+      };
+      auto tag = [](int b, int l, int h, int part, size_t i) {
+        return uint8_t((b * 131 + l * 37 + h * 17 + part * 7 + int(i)) % 251);
+      };
+      auto each = [&](auto f) {
+        for (int b = 0; b < n_blocks; ++b)
+          for (int l = 0; l < spec.n_layers; ++l)
+            for (int h = 0; h < spec.n_kv_heads; ++h) {
+              const auto ps = parts(b, l, h);
+              for (int part = 0; part < 4; ++part)
+                for (size_t i = 0; i < ps[size_t(part)].second; ++i)
+                  f(b, l, h, part, ps[size_t(part)].first + i, i);
+            }
+      };
+      each(
+          [&](int b, int l, int h, int part, uint8_t* p, size_t i) { *p = tag(b, l, h, part, i); });
+      int wrong = 0;
+      each([&](int b, int l, int h, int part, uint8_t* p, size_t i) {
+        wrong += *p != tag(b, l, h, part, i);
+      });
+      CHECK(wrong == 0);
+      // A sequence over blocks in any order, through the kernels' address arithmetic.
+      const std::vector<int32_t> table = {20, 3, 4, 5, 9, 0, 16, 15};
+      SeqRows sq;
+      sq.blocks = table.data();
+      const cpu::KVPaging pg = kv.paging(sq);
+      const int64_t row = spec.head_dim * int64_t(dtype_size(dt));
+      int misplaced = 0;
+      for (int l = 0; l < spec.n_layers; ++l)
+        for (int h = 0; h < spec.n_kv_heads; ++h)
+          for (int p = 0; p < int(table.size()) * bs; ++p) {
+            const int b = table[size_t(p / bs)];
+            misplaced += pg.row(kv.k(0, l, h), p, row) != kv.k(b, l, h) + (p % bs) * row;
+            misplaced += pg.row(kv.v(0, l, h), p, row) != kv.v(b, l, h) + (p % bs) * row;
+            if (dt == DType::I8) {
+              misplaced += pg.row(kv.k_scale(0, l, h), p, 4) !=
+                           static_cast<const void*>(kv.k_scale(b, l, h) + p % bs);
+              misplaced += pg.row(kv.v_scale(0, l, h), p, 4) !=
+                           static_cast<const void*>(kv.v_scale(b, l, h) + p % bs);
+            }
+          }
+      CHECK(misplaced == 0);
+      be.copy_kv_block(kv, 3, 18);
+      wrong = 0;
+      each([&](int b, int l, int h, int part, uint8_t* p, size_t i) {
+        wrong += *p != tag(b == 18 ? 3 : b, l, h, part, i);
+      });
+      CHECK(wrong == 0);
+      CHECK_THROWS_AS(be.copy_kv_block(kv, 3, n_blocks), Error);
+    }
+  }
+
   TEST_CASE("the default context is what the backend's KV room holds") {
     auto m = Qwen3Model::load(kModels + kFixtures[0]);
     const auto& c = m->config();

@@ -26,9 +26,9 @@ struct ScratchNeeds;
 // extent holds, per layer and KV head, a unit per block (its K rows [block_size][head_dim], its V
 // rows, and for I8 one f32 scale per K row and per V row), so decode attention reads a head's keys
 // and values of a sequence's consecutive blocks as one run (from memory ~1.4x faster than a run
-// per block: bench/RESULTS.md). An extent's units of one head take kKVRunBytes or just more: its
-// pages are committed when first written, so a short sequence commits about one extent, and
-// huge pages hold an extent of every head's units.
+// per block: bench/RESULTS.md). An extent has as many blocks as make a head's run kKVRunBytes or
+// just more. Pages are committed when first written, so a short sequence commits about one
+// extent (with huge pages: 14-15 MB for the 0.6B at any KV type).
 constexpr int64_t kKVRunBytes = 64 << 10;
 struct CpuKVStorage : KVStorage {
   ~CpuKVStorage() override;
