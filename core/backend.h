@@ -196,6 +196,9 @@ class Backend {
   // them unneeded (the CPU backend's screened LM head), since it was created; 0 when it reads
   // every weight.
   virtual double argmax_bytes_saved() const { return 0; }
+  // Weight bytes a decode step reads fewer than the model's tensors hold, by the layout the backend
+  // keeps them in (the CPU's BF16 matrices coded in 12 bits a weight, losslessly); 0 by default.
+  virtual double layout_bytes_saved() const { return 0; }
   // Measures the machine with this backend's threads and kernels: read bandwidth, and with
   // `compute` the compute peaks too; takes a second or two. Default: nothing measured (all 0).
   virtual MachinePeaks measure_peaks(bool compute) const { return {}; }

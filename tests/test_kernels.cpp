@@ -388,6 +388,102 @@ TEST_SUITE("kernels") {
     }
   }
 
+  TEST_CASE("BF16 coded in 12 bits: its groups decode to the packed copy; its products") {
+    // 64 rows (4 groups) of heavy-tailed weights with zeros of both signs, subnormals and tiny
+    // values (the exceptions) and, in the last group, one large row that makes its 4 rows'
+    // smaller weights exceptions; every ISA's coded kernel against the portable contract bit for
+    // bit, and with its exceptions against float64 and the packed kernel.
+    const int64_t N = 64;
+    for (int64_t K : {32, 96, 1024}) {
+      CAPTURE(K);
+      std::vector<float> f = randn(size_t(N * K), 31, 0.05f);
+      std::mt19937 rng(32);
+      for (size_t i = 0; i < f.size(); ++i) {
+        const uint32_t pick = rng() % 256;
+        if (pick == 0) f[i] = 0.f;
+        if (pick == 1) f[i] = -0.f;
+        if (pick == 2) f[i] *= 1e-6f;                    // 2^-20 of the others: an exception
+        if (pick == 3) f[i] = i % 2 ? 1e-39f : -3e-40f;  // subnormal
+        if (pick == 4) f[i] *= 40.f;                     // heavy tail
+      }
+      for (int64_t c = 0; c < K; ++c) f[size_t(50 * K + c)] = 60.f;
+      std::vector<uint16_t> rows(f.size());
+      for (size_t i = 0; i < f.size(); ++i) rows[i] = f32_to_bf16(f[i]);
+      std::vector<uint16_t> packed(rows.size());
+      pack_rows(rows.data(), N, 2 * K, kPackBf16, packed.data());
+      std::vector<uint8_t> coded(size_t(coded_bf16_bytes(N, K)));
+      code_bf16_groups(rows.data(), N, K, 0, 2, coded.data());  // two calls, as threads split it
+      code_bf16_groups(rows.data(), N, K, 2, N / 16, coded.data());
+      std::vector<uint8_t> exc(size_t(coded_exceptions_bytes(coded.data(), N, K)));
+      code_bf16_exceptions(rows.data(), N, K, coded.data(), 0, 3, exc.data());
+      code_bf16_exceptions(rows.data(), N, K, coded.data(), 3, N / 16, exc.data());
+      const CodedBf16 view = coded_bf16_view(coded.data(), exc.data(), N);
+      const int64_t n_exc = view.exc_off[N / 16];
+      CHECK(n_exc > 0);
+      CHECK(n_exc < N * K / 32);
+      if (K == 1024) CHECK(double(coded.size()) + double(exc.size()) < 0.85 * double(N * K * 2));
+      CHECK_FALSE(coded_too_irregular(coded.data(), N, K));
+      // Rebuilt with the exceptions: the packed copy bit for bit.
+      std::vector<uint16_t> back(rows.size(), 0xFFFF);
+      decode_bf16_rows(decode_bf16_coded_scalar, view, K, 0, N, back.data());
+      CHECK(back == packed);
+      for (Isa isa : isas_here()) {
+        const KernelTable kt = make_kernel_table(isa);
+        CAPTURE(std::string(isa_name(isa)));
+        std::vector<uint16_t> back2(rows.size(), 0xFFFF);
+        decode_bf16_rows(kt.decode_bf16_coded, view, K, 16, N - 16, back2.data());
+        CHECK(std::equal(back2.begin(), back2.begin() + (N - 16) * K, packed.begin() + 16 * K));
+        if (!kt.matmul_bf16_coded) continue;
+        for (int T : {1, 2, 3, 5, 8, 9, 17}) {
+          for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, N}, {16, 48}, {48, 64}, {0, 48}}) {
+            CAPTURE(T);
+            CAPTURE(r0);
+            CAPTURE(r1);
+            const auto x = randn(size_t(T * K), 33);
+            std::vector<float> got(size_t(T * N), NAN), want(size_t(T * N), NAN);
+            std::vector<float> scratch(size_t(8 * K * T) + 16);
+            MatmulArgs a{nullptr, K, x.data(), K, T, got.data(), N, r0, r1, scratch.data()};
+            a.w_il = coded.data();
+            kt.matmul_bf16_coded(a);
+            a.y = want.data();
+            matmul_bf16_coded_scalar(a);
+            CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
+            add_coded_exceptions(view, r0, r1, x.data(), K, T, got.data(), N);
+            // Against the packed kernel: the same sums where a group has no exceptions.
+            std::vector<float> pk(size_t(T * N), NAN);
+            MatmulArgs p{rows.data(), K, x.data(), K, T, pk.data(), N, r0, r1, scratch.data()};
+            p.w_il = packed.data();
+            kt.matmul[type_slot(DType::BF16)](p);
+            std::vector<double> ref;
+            std::vector<float> mine;
+            double worst = 0;
+            bool same = true;
+            for (int t = 0; t < T; ++t)
+              for (int64_t r = r0; r < r1; ++r) {
+                double sum = 0, mag = 0;
+                for (int64_t i = 0; i < K; ++i) {
+                  const double v = double(x[size_t(t * K + i)]) * bf16_to_f32(rows[r * K + i]);
+                  sum += v, mag += std::fabs(v);
+                }
+                const float g = got[size_t(t * N + r - r0)];
+                worst = std::max(worst, std::fabs(g - sum) / std::max(mag, 1e-30));
+                if (view.exc_off[r / 16] == view.exc_off[r / 16 + 1])
+                  same &= std::memcmp(&g, &pk[size_t(t * N + r - r0)], 4) == 0;
+              }
+            CHECK(worst < 1e-6);
+            CHECK(same);
+          }
+        }
+      }
+    }
+    // A matrix whose rows span more than the codes do almost everywhere is left packed.
+    std::vector<uint16_t> wild(16 * 64);
+    for (size_t i = 0; i < wild.size(); ++i) wild[i] = f32_to_bf16(i % 2 ? 1e30f : 1e-30f);
+    std::vector<uint8_t> coded(size_t(coded_bf16_bytes(16, 64)));
+    code_bf16_groups(wild.data(), 16, 64, 0, 1, coded.data());
+    CHECK(coded_too_irregular(coded.data(), 16, 64));
+  }
+
   TEST_CASE("the bf16 prefill GEMM on packed rows, against float64 of the bf16 inputs") {
     // 80 rows (5 groups: pairs and a last one alone) against tiles of 12 tokens and every shorter
     // tail, whole-group ranges; k from one line to a few thousand.
@@ -1792,12 +1888,22 @@ std::string fixture(const char* name) {
 }
 
 // The bytes of every dense layer's seven matrices (a weight store holds each once).
-size_t layer_matrix_bytes(const Qwen3Weights& w) {
+// The layers' matrices' bytes as the model holds them, or as the copies hold them where `coded`:
+// BF16 ones coded in 12 bits a weight with their exceptions (bf16_coded.h).
+size_t layer_matrix_bytes(const Qwen3Weights& w, bool coded = false) {
   size_t n = 0;
   for (const auto& l : w.layers)
     for (const Tensor* t :
-         {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
-      n += t->nbytes;
+         {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj}) {
+      const int64_t rows = t->rows(), k = t->cols();
+      if (!coded || t->dtype != DType::BF16 || !coded_fits(rows, k)) {
+        n += t->nbytes;
+        continue;
+      }
+      std::vector<uint8_t> copy(size_t(coded_bf16_bytes(rows, k)));
+      code_bf16_groups(static_cast<const uint16_t*>(t->data), rows, k, 0, rows / 16, copy.data());
+      n += copy.size() + size_t(coded_exceptions_bytes(copy.data(), rows, k));
+    }
   return n;
 }
 
@@ -2113,11 +2219,13 @@ TEST_SUITE("kernels") {
       CAPTURE(worst);
       CHECK(bad == 0);
     }
-    // Every linear weight once (BF16: packed, row for row the same bytes), for both backends,
-    // the tied LM head too (the Embed step reads its copy), and its Q8 screen for greedy and
-    // top-k decoding.
+    // Every linear weight once (BF16: coded where a kernel reads it so, else packed, row for row
+    // the same bytes), for both backends, the tied LM head too, packed (the Embed step reads its
+    // copy), and its Q8 screen for greedy and top-k decoding.
     const auto& w = model->weights();
-    const size_t want = w.embed.nbytes + cpu::head_screen_bytes(w.embed) + layer_matrix_bytes(w);
+    const bool coded = make_kernel_table(detect_cpu_features().best()).matmul_bf16_coded;
+    const size_t want =
+        w.embed.nbytes + cpu::head_screen_bytes(w.embed) + layer_matrix_bytes(w, coded);
     CHECK(store->bytes() == want);
   }
 

@@ -181,6 +181,9 @@ TEST_SUITE("model_fixtures") {
           }
           if (copies && std::string(fx) == "tiny-tied-bf16")
             CHECK(runner->backend().argmax_bytes_saved() > 0);
+          // ... and its BF16 matrices coded (bf16_coded.h) where a kernel reads them so.
+          const bool bf16 = std::string(fx).find("bf16") != std::string::npos;
+          if (copies && bf16 && isa == "avx512") CHECK(runner->backend().layout_bytes_saved() > 0);
         }
     }
   }

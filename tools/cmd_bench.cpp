@@ -53,6 +53,9 @@
 //                              what the backend proved it need not read (a screened LM head, for
 //                              greedy and top-k decoding: head_screen_saving_bytes)
 //   head_screen_saving_bytes   that saving per token (Backend::argmax_bytes_saved), 0 without
+//   layout_saving_bytes        weight bytes the backend's layout spares every token (BF16 matrices
+//                              coded in 12 bits a weight, losslessly: Backend::layout_bytes_saved),
+//                              also left out of decode_weight_bytes
 //   decode_kv_bytes_per_token  KV cache bytes read per decoded token, averaged over the decode
 //   decode_bytes_per_token     decode_weight_bytes + decode_kv_bytes_per_token
 //   mem_bw_gbs                 memory read bandwidth, GB/s (1e9 bytes): the best probe of the
@@ -93,8 +96,9 @@
 //   decode_ms_per_step              decode_ms / decode_steps
 //   total_tokens_per_s              (N * prompt_tokens + decode_tokens) / (prefill + decode time),
 //                                   like llama-batched-bench's S
-//   decode_bytes_per_step           decode_weight_bytes() once per step (the whole LM head: no
-//                                   screen saving counted) + each sequence's KV reads, averaged
+//   decode_bytes_per_step           decode_weight_bytes() less layout_saving_bytes once per step
+//                                   (the whole LM head: no screen saving counted) + each
+//                                   sequence's KV reads, averaged
 //   decode_bw_fraction              decode_bytes_per_step * steps/s / (mem_bw_gbs * 1e9): at N=1
 //                                   the single-stream figure, far below 1 once compute-bound
 //   mem_bw_gbs                      the probe just before this N's runs (best over the rounds)
@@ -554,7 +558,8 @@ int bench_parallel(const Args& args) {
   progress.say("probe");
   bw.push_back(runner.backend().measure_peaks(false).read_gbs);
   const double best_bw = *std::max_element(bw.begin(), bw.end());
-  const double weight_bytes = double(model->decode_weight_bytes());
+  const double weight_bytes =
+      double(model->decode_weight_bytes()) - runner.backend().layout_bytes_saved();
   const double kv_tok = kv_bytes_per_token(cfg, bo.kv_dtype, prompt, gen);
 
   JsonWriter w;
@@ -587,7 +592,8 @@ int bench_parallel(const Args& args) {
 struct SingleResult {
   std::vector<double> prefill_tps, decode_tps, bw;
   MachinePeaks peaks;  // the best of each compute probe
-  double pf = 0, dc = 0, pf_gflops = 0, weight_bytes = 0, saved = 0, kv_bytes = 0, bytes = 0;
+  double pf = 0, dc = 0, pf_gflops = 0, weight_bytes = 0, saved = 0, layout_saved = 0, kv_bytes = 0,
+         bytes = 0;
   double best_bw = 0, pf_share = 0, dc_share = 0, load_ms = 0;
   const char* weight_cache = "none";
   PrefillBound bound;
@@ -612,6 +618,7 @@ void single_json(JsonWriter& w, const std::vector<SingleResult>& all, int reps) 
   w.field("decode_tokens_per_s", r.dc);
   w.key("decode_runs").array(r.decode_tps);
   w.field("decode_weight_bytes", r.weight_bytes).field("head_screen_saving_bytes", r.saved);
+  w.field("layout_saving_bytes", r.layout_saved);
   w.field("decode_kv_bytes_per_token", r.kv_bytes);
   w.field("decode_bytes_per_token", r.bytes);
   w.field("mem_bw_gbs", r.best_bw);
@@ -800,7 +807,8 @@ SingleResult measure_at(SingleBench& b, int depth, Progress& progress) {
   const int threads = b.runner.backend().threads();
   res.kv_bytes = kv_bytes_per_token(cfg, b.kv, int(decode_prompt.size()), b.gen);
   res.saved = b.runner.backend().argmax_bytes_saved();
-  res.weight_bytes = double(b.model.decode_weight_bytes()) - res.saved;
+  res.layout_saved = b.runner.backend().layout_bytes_saved();
+  res.weight_bytes = double(b.model.decode_weight_bytes()) - res.saved - res.layout_saved;
   res.bytes = res.weight_bytes + res.kv_bytes;
   res.best_bw = *std::max_element(res.bw.begin(), res.bw.end());
   res.pf = median(res.prefill_tps), res.dc = median(res.decode_tps);

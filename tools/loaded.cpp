@@ -216,7 +216,7 @@ double kv_bytes_per_token(const Qwen3Config& cfg, DType kv, int prompt, int gen)
 double decode_bytes_per_token(const Loaded& l, int prompt, int gen) {
   const Backend& b = l.runner->backend();
   if (gen <= 0) return 0;
-  return double(l.model->decode_weight_bytes()) - b.argmax_bytes_saved() +
+  return double(l.model->decode_weight_bytes()) - b.argmax_bytes_saved() - b.layout_bytes_saved() +
          kv_bytes_per_token(l.model->config(), b.kv_dtype(), prompt, gen);
 }
 

@@ -136,9 +136,11 @@ struct CpuCompiled : CompiledGraph {
   std::vector<float*> ptr;  // per tensor, set at the start of each run
   // Per tensor, for the weights of linear steps: the weight as the matmuls read it (the model's, or
   // the backend's private copy with BackendOptions::weight_copies), and its packed BF16 copy for
-  // MatmulArgs::w_il (else null).
+  // MatmulArgs::w_il (else null); for a BF16 weight kept coded (bf16_coded.h), w_il is its
+  // coded groups and w_exc its exceptions (else null).
   std::vector<Tensor> weight;
   std::vector<const void*> w_il;
+  std::vector<const void*> w_exc;
 
   float* thread_scratch(int tid) const { return scratch.f() + size_t(tid) * per_thread; }
 };
@@ -179,11 +181,19 @@ struct StepCtx {
   float* scratch() const { return cg.thread_scratch(tid); }
 };
 
+// What a matmul reads of a placed weight beside its Tensor (CpuCompiled::w_il, w_exc): its copy
+// (packed rows, panels, coded groups) or null, and a coded BF16 copy's exceptions or null.
+struct WeightCopy {
+  const void* il = nullptr;
+  const void* exc = nullptr;
+  WeightCopy(const void* il = nullptr, const void* exc = nullptr) : il(il), exc(exc) {}  // NOLINT
+};
+
 // y[t * ldy + (r - r0)] = x[t] . w[r] for the T rows of x (ldx = w.cols()) and rows [r0, r1) of
-// w, in its stored type, through the kernel table (exec_linear.cpp). w_il: its packed copy or
-// null; the caller goes on to read rows up to prefetch_r1 next; reuse_x: this thread's previous
-// call had the same x and a weight of the same quantized kernel; xi8: x already quantized.
-void matmul_rows(const StepCtx& c, const Tensor& w, const void* w_il, const float* x, int64_t T,
+// w, in its stored type, through the kernel table (exec_linear.cpp). w_il: its copy; the caller
+// goes on to read rows up to prefetch_r1 next; reuse_x: this thread's previous call had the same x
+// and a weight of the same quantized kernel; xi8: x already quantized.
+void matmul_rows(const StepCtx& c, const Tensor& w, WeightCopy w_il, const float* x, int64_t T,
                  int64_t r0, int64_t r1, float* y, int64_t ldy, int64_t prefetch_r1 = 0,
                  bool reuse_x = false, const ActsI8* xi8 = nullptr);
 

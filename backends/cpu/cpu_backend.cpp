@@ -348,7 +348,8 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
   cg->ptr.assign(n_tensors, nullptr);
   cg->weight.assign(n_tensors, Tensor());
   cg->w_il.assign(n_tensors, nullptr);
-  WeightPlacer weights(g, *cg, pool_, weight_copies_.get(), kernels_);
+  cg->w_exc.assign(n_tensors, nullptr);
+  WeightPlacer weights(g, *cg, pool_, weight_copies_.get(), kernels_, coded_saving_);
   const ScratchNeeds need = place_step_inputs(g, *cg, weights);
   weights.place_embed_tables();
   place_activations(g, *cg);
@@ -517,6 +518,10 @@ void CpuBackend::copy_kv_block(KVStorage& base, int from, int to) {
   for (int l = 0; l < kv.spec.n_layers; ++l)
     for (int h = 0; h < kv.spec.n_kv_heads; ++h)
       std::memcpy(kv.unit(to, l, h), kv.unit(from, l, h), size_t(kv.unit_bytes));
+}
+
+double CpuBackend::layout_bytes_saved() const {
+  return coded_saving_.total();
 }
 
 double CpuBackend::argmax_bytes_saved() const {

@@ -80,6 +80,7 @@ class CpuBackend : public Backend {
   void copy_kv_block(KVStorage& kv, int from, int to) override;
   void run(CompiledGraph& cg, const StepInputs& in) override;
   double argmax_bytes_saved() const override;
+  double layout_bytes_saved() const override;
   MachinePeaks measure_peaks(bool compute) const override;  // machine_peaks.cpp
   std::vector<Arithmetic> step_arithmetic(int n_tokens) const override;
 
@@ -100,6 +101,7 @@ class CpuBackend : public Backend {
   bool kv_huge_pages_;                          // BackendOptions::kv_huge_pages
   CpuOptions::Screen screen_rule_;              // CpuOptions::screen
   ScreenStats screen_stats_;                    // of every compiled graph's screened LM head
+  CodedSaving coded_saving_;                    // of the coded BF16 copies (bf16_coded.h)
 
   // The kinds of linear step in the graphs given so far, for describe() and step_arithmetic().
   struct LinearKind {

@@ -41,11 +41,34 @@ void matmul_bf16_split(const StepCtx& c, const Tensor& w, const float* x, int64_
   }
 }
 
+// A BF16 matrix kept coded (bf16_coded.h): whole groups by the coded kernel, then their
+// exceptions; rows outside them (a thread's range need not start on one) from the model's rows.
+void matmul_bf16_coded(const StepCtx& c, const Tensor& w, WeightCopy copy, const float* x,
+                       int64_t T, int64_t r0, int64_t r1, float* y, int64_t ldy) {
+  const int64_t k = w.cols();
+  const auto [g0, g1] = whole_groups(r0, r1, kCodedRows);
+  const MatmulFn rows = c.kt.matmul[type_slot(DType::BF16)];
+  MatmulArgs a{w.data, k, x, k, int(T), y, ldy, r0, g0, c.scratch() + c.cg.off_mm};
+  if (r0 < g0) rows(a);
+  if (g0 < g1) {
+    a.r0 = g0, a.r1 = g1, a.y = y + (g0 - r0), a.w_il = copy.il;
+    c.kt.matmul_bf16_coded(a);
+    add_coded_exceptions(coded_bf16_view(copy.il, copy.exc, w.rows()), g0, g1, x, k, int(T), a.y,
+                         ldy);
+  }
+  if (g1 < r1) {
+    a.r0 = g1, a.r1 = r1, a.y = y + (g1 - r0), a.w_il = nullptr;
+    rows(a);
+  }
+}
+
 }  // namespace
 
-void matmul_rows(const StepCtx& c, const Tensor& w, const void* w_il, const float* x, int64_t T,
+void matmul_rows(const StepCtx& c, const Tensor& w, WeightCopy copy, const float* x, int64_t T,
                  int64_t r0, int64_t r1, float* y, int64_t ldy, int64_t prefetch_r1, bool reuse_x,
                  const ActsI8* xi8) {
+  if (copy.exc) return matmul_bf16_coded(c, w, copy, x, T, r0, r1, y, ldy);
+  const void* w_il = copy.il;
   MatmulArgs a{w.data, w.cols(), x, w.cols(), int(T), y, ldy, r0, r1, c.scratch() + c.cg.off_mm};
   a.prefetch_r1 = prefetch_r1;
   a.w_il = w_il;
@@ -75,9 +98,9 @@ using Epi = LinearStep::Epilogue;
 const Tensor& weight(const StepCtx& c, const LinearStep::Part& p) {
   return c.cg.weight[size_t(p.w)];
 }
-// Its packed copy (MatmulArgs::w_il), or null.
-const void* packed(const StepCtx& c, const LinearStep::Part& p) {
-  return c.cg.w_il[size_t(p.w)];
+// Its copy (MatmulArgs::w_il) and a coded copy's exceptions, or nulls.
+WeightCopy packed(const StepCtx& c, const LinearStep::Part& p) {
+  return {c.cg.w_il[size_t(p.w)], c.cg.w_exc[size_t(p.w)]};
 }
 
 // The graph's logits rows, reduced to the running best per output row instead of being stored.
@@ -116,7 +139,7 @@ void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_
     const int64_t N = wa.rows();
     float* out = c.ptr(s.out);
     ThreadPool::split(N, c.tid, c.nth, 16, &b, &e);
-    const bool same = same_quant_kernel(wa, packed(c, s.parts[0]), wb, packed(c, s.parts[1]));
+    const bool same = same_quant_kernel(wa, packed(c, s.parts[0]).il, wb, packed(c, s.parts[1]).il);
     const int64_t br = epilogue_rows(T);
     for (int64_t r = b; r < e; r += br) {
       const int64_t r1 = std::min(e, r + br);
@@ -145,8 +168,8 @@ void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_
     const int64_t lo = std::max(b, base) - base, hi = std::min(e, base + w.rows()) - base;
     base += w.rows();
     if (lo >= hi) continue;
-    const bool reuse = prev && same_quant_kernel(*prev, prev_il, w, packed(c, p));
-    prev = &w, prev_il = packed(c, p);
+    const bool reuse = prev && same_quant_kernel(*prev, prev_il, w, packed(c, p).il);
+    prev = &w, prev_il = packed(c, p).il;
     if (argmax) {
       const int64_t br = epilogue_rows(T);
       for (int64_t r = lo; r < hi; r += br) {
@@ -166,14 +189,49 @@ void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_
 
 // --- long steps: the GEMM library ---------------------------------------------------------------
 
+// A coded BF16 matrix (bf16_coded.h) for a long step: blocks of whole groups rebuilt as the packed
+// copy holds them, for the packed bf16 GEMM (two groups, which stay in L2 while the tokens pass),
+// or unpacked further to rows for the library.
+void gemm_rows_coded(const StepCtx& c, const Tensor& w, WeightCopy copy, const float* x,
+                     const uint16_t* xb, int64_t T, int64_t r0, int64_t r1, float* y, int64_t ldy) {
+  const int64_t K = w.cols();
+  if (r0 % kCodedRows || r1 % kCodedRows)
+    fail("internal: a coded BF16 matrix's rows ", r0, "..", r1, " are not groups");
+  const CodedBf16 view = coded_bf16_view(copy.il, copy.exc, w.rows());
+  auto* rows = reinterpret_cast<uint16_t*>(c.scratch() + c.cg.off_unpack);
+  if (xb && c.kt.gemm_bf16_packed) {
+    for (int64_t r = r0; r < r1; r += 2 * kCodedRows) {
+      const int64_t n = std::min(r1, r + 2 * kCodedRows) - r;
+      decode_bf16_rows(c.kt.decode_bf16_coded, view, K, r, n, rows);
+      c.kt.gemm_bf16_packed(rows, K, 0, n, xb, K, int(T), y + (r - r0), ldy);
+    }
+    return;
+  }
+  // The wide block holds kGemmBlockRows f32 rows: room for as many rebuilt packed ones first.
+  float* wide = c.scratch() + c.cg.off_wide;
+  for (int64_t r = r0; r < r1; r += kGemmBlockRows) {
+    const int64_t n = std::min(r1, r + kGemmBlockRows) - r;
+    decode_bf16_rows(c.kt.decode_bf16_coded, view, K, r, n, reinterpret_cast<uint16_t*>(wide));
+    c.kt.unpack_bf16(wide, 0, n, K, rows);
+    if (xb) {
+      c.gemm->bf16(c.tid, int(T), n, K, xb, K, rows, y + (r - r0), ldy);
+    } else {
+      c.kt.widen[type_slot(DType::BF16)](rows, wide, n * K);
+      c.gemm->f32(c.tid, int(T), n, K, x, K, wide, y + (r - r0), ldy);
+    }
+  }
+}
+
 // y[t][r - r0] = x[t] . W[r] for rows [r0, r1) of w, through the GEMM: bf16 inputs as they are,
 // f32 weights in place, 16-bit weights widened block by block into this thread's scratch.
-void gemm_rows(const StepCtx& c, const Tensor& w, const void* w_il, const float* x,
+void gemm_rows(const StepCtx& c, const Tensor& w, WeightCopy copy, const float* x,
                const uint16_t* xb, int64_t T, int64_t r0, int64_t r1, float* y, int64_t ldy) {
   const int64_t K = w.cols();
   if (r0 >= r1) return;
+  if (copy.exc) return gemm_rows_coded(c, w, copy, x, xb, T, r0, r1, y, ldy);
+  const void* w_il = copy.il;
   // (A head read from its screen and low bits gets one row of logits a step: never here.)
-  if (reads_split(c.cg, w, w_il)) return matmul_rows(c, w, w_il, x, T, r0, r1, y, ldy);
+  if (reads_split(c.cg, w, w_il)) return matmul_rows(c, w, copy, x, T, r0, r1, y, ldy);
   if (w_il && w.dtype == DType::BF16 && xb && c.kt.gemm_bf16_packed)
     return c.kt.gemm_bf16_packed(w_il, K, r0, r1, xb, K, int(T), y, ldy);
   if (w_il && w.dtype == DType::BF16) {

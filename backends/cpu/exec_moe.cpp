@@ -25,8 +25,8 @@ constexpr int kMaxExperts = 1024;
 const Tensor& placed(const StepCtx& c, int id) {
   return c.cg.weight[size_t(id)];
 }
-const void* packed(const StepCtx& c, int id) {
-  return c.cg.w_il[size_t(id)];
+WeightCopy packed(const StepCtx& c, int id) {
+  return {c.cg.w_il[size_t(id)], c.cg.w_exc[size_t(id)]};
 }
 int expert_id(const Node& n, int e, int which) {
   return n.in[2] + 3 * e + which;  // 0 gate, 1 up, 2 down
@@ -161,14 +161,15 @@ void run_experts(const StepCtx& c, const Node& n, MoeBuffers& m, const float* x,
     const float* xs = expert_x(m, x, T, H, ex);
     const Tensor& wg = placed(c, expert_id(n, ex, 0));
     const Tensor& wu = placed(c, expert_id(n, ex, 1));
-    const void* g_il = packed(c, expert_id(n, ex, 0));
-    const void* u_il = packed(c, expert_id(n, ex, 1));
+    const WeightCopy g_il = packed(c, expert_id(n, ex, 0));
+    const WeightCopy u_il = packed(c, expert_id(n, ex, 1));
     float* g = m.g + first * mi + r0;
     float* u = m.u + first * mi + r0;
-    const bool reuse = T == 1 && prev && same_quant_kernel(*prev, prev_il, wg, g_il);
+    const bool reuse = T == 1 && prev && same_quant_kernel(*prev, prev_il, wg, g_il.il);
     matmul_rows(c, wg, g_il, xs, rows, r0, r1, g, mi, 0, reuse);
-    matmul_rows(c, wu, u_il, xs, rows, r0, r1, u, mi, 0, same_quant_kernel(wg, g_il, wu, u_il));
-    prev = &wu, prev_il = u_il;
+    matmul_rows(c, wu, u_il, xs, rows, r0, r1, u, mi, 0,
+                same_quant_kernel(wg, g_il.il, wu, u_il.il));
+    prev = &wu, prev_il = u_il.il;
     for (int64_t t = 0; t < rows; ++t) c.kt.silu_mul(g + t * mi, u + t * mi, g + t * mi, r1 - r0);
   });
   c.barrier.wait();

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "backends/cpu/bf16_coded.h"
 #include "backends/cpu/cpu_features.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
@@ -286,6 +287,8 @@ void screen_q8_scalar(const ScreenQ8Args& a);
 // bits, w_il the low bits, scales row-major; rows r0, r1 multiples of 4, k of 128. The portable
 // reference the SIMD one is checked against.
 void matmul_q8_split_scalar(const QuantMatmulArgs& a);
+// The coded BF16 matmul's contract (KernelTable::matmul_bf16_coded); scratch: 8 k floats.
+void matmul_bf16_coded_scalar(const MatmulArgs& a);
 
 constexpr int kNumTypes = 4;  // F32, F16, BF16 (weight and KV cache types), I8 (KV cache only)
 constexpr int type_slot(DType t) {
@@ -346,6 +349,12 @@ struct KernelTable {
                                 uint16_t* out);
   PackBf16Fn pack_bf16 = nullptr;
   UnpackBf16Fn unpack_bf16 = nullptr;
+  // BF16 matrices kept coded in 12 bits a weight (bf16_coded.h), where a kernel reads them at the
+  // speed of their bytes: rows [r0, r1) (whole groups) of the coded groups at MatmulArgs::w_il,
+  // exceptions left to the caller (add_coded_exceptions), bit for bit matmul_bf16_coded_scalar;
+  // null elsewhere (BF16 matrices stay packed). decode_bf16_coded: a group back to kPackBf16.
+  MatmulFn matmul_bf16_coded = nullptr;
+  DecodeCodedFn decode_bf16_coded = decode_bf16_coded_scalar;
   // The bf16 prefill GEMM on that copy as it is: n_tokens rows of bf16 activations x [T][k] (row
   // stride ldx) against rows [r0, r1) (whole groups) of the packed copy, f32 results at
   // y[t * ldy + r - r0]; null where none (the library GEMM then gets the rows unpacked).
@@ -390,6 +399,7 @@ void fill_matmul_q4_avx2(KernelTable& k);
 void fill_matmul_q4cb_avx2(KernelTable& k);
 void fill_screen_q8_avx2(KernelTable& k);
 void fill_matmul_bf16_split_avx2(KernelTable& k);
+void fill_matmul_bf16_coded_avx2(KernelTable& k);
 void fill_matmul_q8_avxvnni(KernelTable& k);  // AVX2 with f.avxvnni
 void fill_matmul_q4_avxvnni(KernelTable& k);
 void fill_matmul_q4cb_avxvnni(KernelTable& k);
@@ -406,6 +416,7 @@ void fill_matmul_q4cb_avx512(KernelTable& k);
 void fill_screen_q8_avx512(KernelTable& k);
 void fill_matmul_q8_split_avx512(KernelTable& k);
 void fill_matmul_bf16_split_avx512(KernelTable& k);
+void fill_matmul_bf16_coded_avx512(KernelTable& k);
 #endif
 void fill_peak_amx(KernelTable& k);  // with f.amx_bf16: sets dot_bf16_tile_loop if tiles work
 #if defined(__aarch64__)

@@ -23,7 +23,9 @@ enum Layout : int {
   kQ8Panel = 5,
   kScreenSplit = 6,   // a Q8 head's screen and low bits (head_screen.h)
   kScreenDeltas = 7,  // a BF16 head's screen in panels, its deltas and exception counts
-  kScreenExceptions = 8
+  kScreenExceptions = 8,
+  kCoded = 9,  // BF16 coded in 12 bits a weight, and its exceptions (bf16_coded.h)
+  kCodedExceptions = 10
 };
 
 // A copy's source is handed back slice by slice as it is copied, so that a large tensor (an LM
@@ -81,6 +83,33 @@ const void* WeightPlacer::packed_copy(const Tensor& w) {
     });
   };
   return store_->get(w.data, kPacked, w.nbytes, pack, kSelfReleased);
+}
+
+bool WeightPlacer::coded_copy(int id, const Tensor& w) {
+  const int64_t rows = w.rows(), k = w.cols(), groups = rows / kCodedRows;
+  const auto* src = static_cast<const uint16_t*>(w.data);
+  auto code = [&](void* dst) {
+    in_parallel(groups, 1, [&](int64_t b, int64_t e) {
+      code_bf16_groups(src, rows, k, b, e, static_cast<uint8_t*>(dst));
+    });
+  };
+  const size_t bytes = size_t(coded_bf16_bytes(rows, k));
+  const auto* coded =
+      static_cast<const uint8_t*>(store_->get(w.data, kCoded, bytes, code, kSelfReleased));
+  if (coded_too_irregular(coded, rows, k)) return false;
+  // Found again from the rows (the coded copy keeps only how many), so made only when the coded
+  // copy was, not when both come from a weight cache.
+  auto find = [&](void* dst) {
+    in_parallel(groups, 1, [&](int64_t b, int64_t e) {
+      code_bf16_exceptions(src, rows, k, coded, b, e, static_cast<uint8_t*>(dst));
+    });
+  };
+  const size_t exc_bytes = size_t(coded_exceptions_bytes(coded, rows, k));
+  cg_.w_exc[size_t(id)] = store_->get(w.data, kCodedExceptions, exc_bytes, find, kSelfReleased);
+  cg_.w_il[size_t(id)] = coded;
+  store_->hand_back(w.data, w.nbytes);
+  saving_.add(w.data, double(w.nbytes) - double(bytes) - double(exc_bytes));
+  return true;
 }
 
 // Panels hold a matrix's codes and scales both, so both sources go back.
@@ -141,9 +170,13 @@ void WeightPlacer::place(int id, bool logits, bool pack_ok) {
     // do not fit is copied as it is, like every other.
     const bool packed = pack_ok && (kt_.isa == Isa::Avx512 || kt_.isa == Isa::Avx2) &&
                         w.dtype == DType::BF16 && pack_fits(kPackBf16, w.rows(), row_bytes);
-    if (packed) {
+    // A logits head keeps its packed copy: the screens, and an embedding table tied to it, read
+    // its rows so.
+    const bool coded = packed && !logits && kt_.matmul_bf16_coded &&
+                       coded_fits(w.rows(), w.cols()) && coded_copy(id, w);
+    if (packed && !coded) {
       cg_.w_il[size_t(id)] = packed_copy(w);
-    } else {
+    } else if (!packed) {
       w.data = verbatim(w.data, w.nbytes);
     }
     if (w.quantized()) w.scales = verbatim(w.scales, scale_bytes(w));

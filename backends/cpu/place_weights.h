@@ -1,9 +1,11 @@
 // Where a compiled graph's linear steps read their weights: the model's mapping, or private
-// huge-page copies (WeightStore) in the layout the ISA's kernels read. BF16 matrices are packed a
-// group of rows at a time (pack_rows) for the AVX-512 and AVX2 decode kernels and the AVX-512 bf16
-// GEMM, and the library GEMMs unpack their blocks; Q8 and Q4 ones are 16-row panels (q4_panel.h,
-// q8_panel.h), which decode and the int8 GEMM read as they are; anything else is copied verbatim.
-// An LM head may get a screen beside its copy (head_screen.h).
+// huge-page copies (WeightStore) in the layout the ISA's kernels read. BF16 matrices are coded in
+// 12 bits a weight (bf16_coded.h) where a kernel reads them so (AVX-512), else packed a group of
+// rows at a time (pack_rows) for the AVX-512 and AVX2 decode kernels and the AVX-512 bf16 GEMM,
+// which the prefill GEMMs read as they are or unpacked block by block (LM heads and embedding
+// tables stay packed: the screens and row lookups read them so); Q8 and Q4 ones are 16-row panels
+// (q4_panel.h, q8_panel.h), which decode and the int8 GEMM read as they are; anything else is
+// copied verbatim. An LM head may get a screen beside its copy (head_screen.h).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -19,8 +21,8 @@ class WeightPlacer {
  public:
   // store: where copies go, or null to read every weight from the model's mapping.
   WeightPlacer(const Graph& g, CpuCompiled& cg, ThreadPool& pool, WeightStore* store,
-               const KernelTable& kt)
-      : g_(g), cg_(cg), pool_(pool), store_(store), kt_(kt) {}
+               const KernelTable& kt, CodedSaving& saving)
+      : g_(g), cg_(cg), pool_(pool), store_(store), kt_(kt), saving_(saving) {}
 
   // Weight `id` into cg.weight[id] and, for a packed or panel copy, cg.w_il[id]; once per weight.
   // logits: an LM head with a screen (place_screen), which reads its scales row-major and, where
@@ -42,6 +44,9 @@ class WeightPlacer {
   // copy where they cannot serve.
   void place_exceptions(int id, const void* mem);
   const void* packed_copy(const Tensor& w);  // BF16 rows packed (kPackBf16)
+  // Weight id's BF16 rows coded (bf16_coded.h) into cg_.w_il and w_exc; false where they are too
+  // irregular for it (they are then to be packed).
+  bool coded_copy(int id, const Tensor& w);
   // f(b, e) over [0, n) split among the pool's threads in multiples of align.
   void in_parallel(int64_t n, int64_t align, const std::function<void(int64_t, int64_t)>& f);
   // copy(b, e) over n units of unit_bytes at src, in parallel, handing each slice of the source
@@ -57,6 +62,7 @@ class WeightPlacer {
   ThreadPool& pool_;
   WeightStore* store_;
   const KernelTable& kt_;
+  CodedSaving& saving_;
 };
 
 }  // namespace hearth::cpu
