@@ -41,12 +41,14 @@ int code_of(uint16_t bits, int base) {
   return d <= 6 ? sign << 3 | d : -1;
 }
 
-// The 4 bases (largest exponent >> 1 of rows 4 j .. 4 j + 3) of the group at rows.
-void group_bases(const uint16_t* rows, int64_t k, int base[4]) {
+// The 4 bases (largest exponent >> 1 of rows 4 j .. 4 j + 3) of columns [c0, c1) of the group at
+// rows.
+void block_bases(const uint16_t* rows, int64_t k, int64_t c0, int64_t c1, uint8_t base[4]) {
   for (int j = 0; j < 4; ++j) {
-    base[j] = 0;
+    int b = 0;
     for (int64_t i = 4 * j; i < 4 * j + 4; ++i)
-      for (int64_t c = 0; c < k; ++c) base[j] = std::max(base[j], (rows[i * k + c] >> 8) & 0x7F);
+      for (int64_t c = c0; c < c1; ++c) b = std::max(b, (rows[i * k + c] >> 8) & 0x7F);
+    base[j] = uint8_t(b);
   }
 }
 
@@ -54,26 +56,27 @@ void group_bases(const uint16_t* rows, int64_t k, int base[4]) {
 
 void code_bf16_groups(const uint16_t* src, int64_t rows, int64_t k, int64_t g0, int64_t g1,
                       uint8_t* coded) {
-  const int64_t gb = coded_group_bytes(k);
+  const int64_t gb = coded_group_bytes(k), hb = coded_header_bytes(k);
+  Slot slots[kCodedRows][kCodedUnitCols];  // computed once: a load codes a billion weights
+  for (int64_t i = 0; i < kCodedRows; ++i)
+    for (int64_t o = 0; o < kCodedUnitCols; ++o) slots[i][o] = slot(i, o);
   for (int64_t g = g0; g < g1; ++g) {
     const uint16_t* w = src + g * kCodedRows * k;
     uint8_t* out = coded + g * gb;
-    int base[4];
-    group_bases(w, k, base);
-    for (int j = 0; j < 4; ++j)
-      for (int c = 0; c < 16; ++c) {
-        const int d = c & 7, sign = c >> 3;
-        out[16 * j + c] = uint8_t(sign << 7 | (d == kZeroCode || d > base[j] ? 0 : base[j] - d));
-      }
+    std::memset(out, 0, size_t(hb));
     uint32_t exceptions = 0;
     for (int64_t u = 0; u < k / kCodedUnitCols; ++u) {
-      uint8_t* unit = out + kCodedTableBytes + u * kCodedUnitBytes;
+      uint8_t* base = out + 4 * (u / kCodedBlockUnits);
+      if (u % kCodedBlockUnits == 0)
+        block_bases(w, k, u * kCodedUnitCols, std::min(k, (u + kCodedBlockUnits) * kCodedUnitCols),
+                    base);
+      uint8_t* unit = out + hb + u * kCodedUnitBytes;
       std::memset(unit, 0, size_t(kCodedUnitBytes));
       for (int64_t i = 0; i < kCodedRows; ++i)
         for (int64_t o = 0; o < kCodedUnitCols; ++o) {
           const uint16_t bits = w[i * k + u * kCodedUnitCols + o];
           int code = code_of(bits, base[i / 4]);
-          const Slot s = slot(i, o);
+          const Slot s = slots[i][o];
           if (code < 0) {
             ++exceptions;
             code = kZeroCode;
@@ -113,14 +116,13 @@ void code_bf16_exceptions(const uint16_t* src, int64_t rows, int64_t k, const ui
   for (int64_t g = 0; g < g0; ++g) at += n[g];
   for (int64_t g = g0; g < g1; ++g) {
     off[g] = at;
-    const uint8_t* table = coded + g * gb;
+    const uint8_t* bases = coded + g * gb;
     const uint16_t* w = src + g * kCodedRows * k;
     // Column order, then row: the order the matmuls add them in.
     for (int64_t c = 0; c < k; ++c)
       for (int64_t i = 0; i < kCodedRows; ++i) {
         const uint16_t bits = w[i * k + c];
-        const int base = table[16 * (i / 4) + 0] & 0x7F;  // code 0: the base itself
-        if (code_of(bits, base) >= 0) continue;
+        if (code_of(bits, bases[4 * (c / kCodedBlockCols) + i / 4]) >= 0) continue;
         const uint32_t f = uint32_t(bits) << 16;
         float v;
         std::memcpy(&v, &f, 4);
@@ -160,9 +162,10 @@ void add_coded_exceptions(const CodedBf16& w, int64_t r0, int64_t r1, const floa
 }
 
 void decode_bf16_coded_scalar(const uint8_t* group, int64_t k, uint16_t* packed) {
-  const uint8_t* table = group;
+  const int64_t hb = coded_header_bytes(k);
   for (int64_t u = 0; u < k / kCodedUnitCols; ++u) {
-    const uint8_t* unit = group + kCodedTableBytes + u * kCodedUnitBytes;
+    const uint8_t* unit = group + hb + u * kCodedUnitBytes;
+    const uint8_t* base = group + 4 * (u / kCodedBlockUnits);
     for (int64_t i = 0; i < kCodedRows; ++i)
       for (int64_t o = 0; o < kCodedUnitCols; ++o) {
         const Slot s = slot(i, o);
@@ -170,7 +173,7 @@ void decode_bf16_coded_scalar(const uint8_t* group, int64_t k, uint16_t* packed)
         const int64_t c = u * kCodedUnitCols + o;
         // kPackBf16: line c / 2 holds the 16 rows' pairs (c, c + 1).
         packed[(c / 2) * 32 + 2 * i + c % 2] =
-            uint16_t(table[16 * (i / 4) + code] << 8 | unit[s.lo]);
+            uint16_t(coded_table_entry(base[i / 4], code) << 8 | unit[s.lo]);
       }
   }
 }

@@ -1,21 +1,23 @@
 // BF16 weights in 12 bits each, losslessly: decode reads a BF16 matrix once per token, so a copy
 // of a quarter fewer bytes that a kernel rebuilds bit for bit in registers is that much less to
 // wait for. A weight's 16 bits are its high byte (sign, exponent bits 7..1) and its low byte
-// (exponent bit 0, mantissa). Within 4 rows the high bytes span few values: a 4-bit code holds the
-// sign and d = base - (exponent >> 1) for d in [0, 6], where base is the largest exponent >> 1 of
-// the 4 rows; d = 7 stands for zero. A weight further below its rows' largest (a 2^-13 fraction of
-// it or less: ~0.1% of a random stand-in's weights, more only in pathological rows) is stored as
-// zero and kept exactly as an exception, whose product the matmul adds after its sum.
+// (exponent bit 0, mantissa). Within 4 rows and 64 columns the high bytes span few values: a 4-bit
+// code holds the sign and d = base - (exponent >> 1) for d in [0, 6], where base is the largest
+// exponent >> 1 there; d = 7 stands for zero. A weight further below that block's largest (a 2^-13
+// fraction of it or less: ~0.1% of a heavy-tailed stand-in's weights, ~0.5% if the base were the
+// whole rows', which outlier columns raise) is stored as zero and kept exactly as an exception,
+// whose product the matmul adds after its sum.
 //
-// Layout, per group of 16 rows: a 64-byte table, then k / 8 units of 192 bytes, each 16 rows x 8
-// columns. Table lane j (bytes 16 j ..) maps a code c to the high byte of rows 4 j .. 4 j + 3: the
-// sign c >> 3 at bit 7, base_j - (c & 7) below it, 0 for c & 7 = 7. A unit is 128 low bytes, then
-// 64 bytes of codes: the low byte of row i = 4 j + r, column 2 l + h of the unit (line l, as
-// kPackBf16 holds columns in pairs) is byte 64 (l / 2) + 16 j + 8 (l % 2) + 2 r + h; its code is
-// the low nibble (l < 2) or the high one (l >= 2) of code byte 16 j + 8 (l % 2) + 2 r + h. So one
-// byte shuffle of the codes through the table gives 64 high bytes, and interleaving them with 64
-// low bytes per 128-bit lane (unpacklo/hi) gives two kPackBf16 lines. After the groups: a uint32
-// per group, its count of exceptions.
+// Layout, per group of 16 rows: a header of the bases (4 bytes per block of 64 columns, byte j for
+// rows 4 j .. 4 j + 3; rounded up to 64 bytes), then k / 8 units of 192 bytes, each 16 rows x 8
+// columns. A block's table (coded_table_entry) has a 16-byte lane per j mapping a code c to the
+// high byte of rows 4 j .. 4 j + 3. A unit is 128 low bytes, then 64 bytes of codes: the low byte
+// of row i = 4 j + r, column 2 l + h of the unit (line l, as kPackBf16 holds columns in pairs) is
+// byte 64 (l / 2) + 16 j + 8 (l % 2) + 2 r + h; its code is the low nibble (l < 2) or the high one
+// (l >= 2) of code byte 16 j + 8 (l % 2) + 2 r + h. So one byte shuffle of the codes through the
+// table gives 64 high bytes, and interleaving them with 64 low bytes per 128-bit lane
+// (unpacklo/hi) gives two kPackBf16 lines. After the groups: a uint32 per group, its count of
+// exceptions.
 //
 // Exceptions (a copy of their own, sized from those counts): offsets [groups + 1], then per
 // exception its position in the group (column * 16 + row) and value, in group then column order.
@@ -27,12 +29,21 @@
 namespace hearth::cpu {
 
 constexpr int64_t kCodedRows = 16;
-constexpr int64_t kCodedTableBytes = 64;
+constexpr int64_t kCodedBlockCols = 64;
 constexpr int64_t kCodedUnitCols = 8;
 constexpr int64_t kCodedUnitBytes = 192;
+constexpr int64_t kCodedBlockUnits = kCodedBlockCols / kCodedUnitCols;
 
+inline int64_t coded_header_bytes(int64_t k) {
+  return ((k + kCodedBlockCols - 1) / kCodedBlockCols * 4 + 63) / 64 * 64;
+}
 inline int64_t coded_group_bytes(int64_t k) {
-  return kCodedTableBytes + k / kCodedUnitCols * kCodedUnitBytes;
+  return coded_header_bytes(k) + k / kCodedUnitCols * kCodedUnitBytes;
+}
+// Entry c of a block's table for rows whose base is `base` (what the kernels build from it).
+inline uint8_t coded_table_entry(int base, int c) {
+  const int d = c & 7, sign = c >> 3;
+  return uint8_t(sign << 7 | (d == 7 ? 0 : (base - d) & 0xFF));
 }
 // Whole groups, whole kPackBf16 chunks of 32 columns, positions that fit CodedException::pos.
 inline bool coded_fits(int64_t rows, int64_t k) {

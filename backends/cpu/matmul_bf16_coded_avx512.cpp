@@ -1,7 +1,10 @@
-// AVX-512 matmul for BF16 weights kept coded (bf16_coded.h: per 16-row group a 64-byte table, then
-// units of 16 rows x 8 columns as 128 low bytes and 64 bytes of 4-bit codes), x and y f32. A unit
-// becomes its four kPackBf16 lines in registers (two nibble masks, two byte shuffles through the
-// table, four interleaves) and each line is multiplied as the packed kernel multiplies it.
+// AVX-512 matmul for BF16 weights kept coded (bf16_coded.h: per 16-row group the bases of its
+// blocks of 64 columns, then units of 16 rows x 8 columns as 128 low bytes and 64 bytes of 4-bit
+// codes), x and y f32. A unit becomes its four kPackBf16 lines in registers (two nibble masks, two
+// byte shuffles through its block's table, four interleaves) and each line is multiplied as the
+// packed kernel multiplies it.
+#include <cstring>
+
 #include "backends/cpu/bf16_coded.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/simd_avx512.h"
@@ -10,7 +13,23 @@ namespace hearth::cpu {
 
 namespace {
 
-// Half h of the unit at u (of a group whose table is tab): its kPackBf16 lines 2 h and 2 h + 1.
+// The table of block b of the group at `group` (coded_table_entry): lane j holds base j less
+// each code's d, its sign above, zero for d = 7.
+inline __m512i block_table(const uint8_t* group, int64_t b) {
+  const __m512i lane = _mm512_set_epi32(0x03030303, 0x03030303, 0x03030303, 0x03030303, 0x02020202,
+                                        0x02020202, 0x02020202, 0x02020202, 0x01010101, 0x01010101,
+                                        0x01010101, 0x01010101, 0, 0, 0, 0);
+  const __m512i d = _mm512_set4_epi32(0x07060504, 0x03020100, 0x07060504, 0x03020100);
+  const __m512i keep = _mm512_set4_epi32(0x00FFFFFF, -1, 0x00FFFFFF, -1);
+  const __m512i sign = _mm512_set4_epi32(int32_t(0x80808080u), int32_t(0x80808080u), 0, 0);
+  int32_t bases;
+  std::memcpy(&bases, group + 4 * b, 4);
+  const __m512i base = _mm512_shuffle_epi8(_mm512_set1_epi32(bases), lane);
+  return _mm512_or_si512(_mm512_and_si512(_mm512_sub_epi8(base, d), keep), sign);
+}
+
+// Half h of the unit at u (of a group whose block's table is tab): its kPackBf16 lines 2 h and 2 h
+// + 1.
 template <int h>
 inline void decode_half(const uint8_t* u, __m512i tab, __m512i nib, __m512i line[2]) {
   const __m512i lo = _mm512_loadu_si512(u + 64 * h);
@@ -64,14 +83,15 @@ inline void block_coded(const uint8_t* w, int64_t gb, int64_t k, const float* x,
   __m512 acc[G][NT];
   __m512i tab[G];
 #pragma GCC unroll 4
-  for (int g = 0; g < G; ++g) {
-    tab[g] = _mm512_loadu_si512(w + g * gb);
+  for (int g = 0; g < G; ++g)
 #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) acc[g][t] = _mm512_setzero_ps();
-  }
-  const int64_t units = k / kCodedUnitCols;
+  const int64_t units = k / kCodedUnitCols, hb = coded_header_bytes(k);
   for (int64_t u = 0; u < units; ++u) {
-    const int64_t at = kCodedTableBytes + u * kCodedUnitBytes, ahead = at + kAhead;
+    if (u % kCodedBlockUnits == 0)
+#pragma GCC unroll 4
+      for (int g = 0; g < G; ++g) tab[g] = block_table(w + g * gb, u / kCodedBlockUnits);
+    const int64_t at = hb + u * kCodedUnitBytes, ahead = at + kAhead;
     const uint8_t* pf = ahead < gb ? w + ahead : w + (G - 1) * gb + ahead;
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
@@ -126,9 +146,12 @@ void matmul_bf16_coded_avx512(const MatmulArgs& a) {
 }
 
 void decode_bf16_coded_avx512(const uint8_t* group, int64_t k, uint16_t* packed) {
-  const __m512i tab = _mm512_loadu_si512(group), nib = _mm512_set1_epi8(0x0F);
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  const int64_t hb = coded_header_bytes(k);
+  __m512i tab = _mm512_setzero_si512();
   for (int64_t u = 0; u < k / kCodedUnitCols; ++u) {
-    const uint8_t* unit = group + kCodedTableBytes + u * kCodedUnitBytes;
+    if (u % kCodedBlockUnits == 0) tab = block_table(group, u / kCodedBlockUnits);
+    const uint8_t* unit = group + hb + u * kCodedUnitBytes;
     __m512i line[4];
     decode_half<0>(unit, tab, nib, line);
     decode_half<1>(unit, tab, nib, line + 2);
