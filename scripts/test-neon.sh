@@ -23,7 +23,8 @@ cxx=(aarch64-linux-gnu-g++ -std=c++17 -O2 -Wall -Wextra -Wno-unused-parameter -W
      -DHEARTH_KERNELS_ONLY)
 srcs=(tests/main.cpp tests/test_kernels.cpp core/dtype.cpp core/tensor.cpp core/quant_format.cpp
       backends/cpu/kernels.cpp backends/cpu/cpu_features.cpp backends/cpu/ops_ref.cpp
-      backends/cpu/head_screen.cpp backends/cpu/q4_panel.cpp backends/cpu/q8_panel.cpp)
+      backends/cpu/head_screen.cpp backends/cpu/q4_panel.cpp backends/cpu/q8_panel.cpp
+      backends/cpu/bf16_coded.cpp)
 for f in backends/cpu/*_scalar.cpp backends/cpu/matmul_quant.cpp; do srcs+=("$f"); done
 objs=()
 for f in "${srcs[@]}" backends/cpu/*_neon.cpp; do

@@ -190,10 +190,10 @@ struct WeightCopy {
 };
 
 // y[t * ldy + (r - r0)] = x[t] . w[r] for the T rows of x (ldx = w.cols()) and rows [r0, r1) of
-// w, in its stored type, through the kernel table (exec_linear.cpp). w_il: its copy; the caller
-// goes on to read rows up to prefetch_r1 next; reuse_x: this thread's previous call had the same x
-// and a weight of the same quantized kernel; xi8: x already quantized.
-void matmul_rows(const StepCtx& c, const Tensor& w, WeightCopy w_il, const float* x, int64_t T,
+// w, in its stored type, through the kernel table (exec_linear.cpp). copy: its copy, if any; the
+// caller goes on to read rows up to prefetch_r1 next; reuse_x: this thread's previous call had the
+// same x and a weight of the same quantized kernel; xi8: x already quantized.
+void matmul_rows(const StepCtx& c, const Tensor& w, WeightCopy copy, const float* x, int64_t T,
                  int64_t r0, int64_t r1, float* y, int64_t ldy, int64_t prefetch_r1 = 0,
                  bool reuse_x = false, const ActsI8* xi8 = nullptr);
 
