@@ -116,11 +116,14 @@ void code_bf16_exceptions(const uint16_t* src, int64_t rows, int64_t k, const ui
   for (int64_t g = 0; g < g0; ++g) at += n[g];
   for (int64_t g = g0; g < g1; ++g) {
     off[g] = at;
+    // Never more than the coded pass counted (the copy was sized so), even were the rows to change
+    // in between (a checkpoint rewritten while it loads); any short list is padded with nothing.
+    const uint32_t end = at + n[g];
     const uint8_t* bases = coded + g * gb;
     const uint16_t* w = src + g * kCodedRows * k;
     // Column order, then row: the order the matmuls add them in.
-    for (int64_t c = 0; c < k; ++c)
-      for (int64_t i = 0; i < kCodedRows; ++i) {
+    for (int64_t c = 0; c < k && at < end; ++c)
+      for (int64_t i = 0; i < kCodedRows && at < end; ++i) {
         const uint16_t bits = w[i * k + c];
         if (code_of(bits, bases[4 * (c / kCodedBlockCols) + i / 4]) >= 0) continue;
         const uint32_t f = uint32_t(bits) << 16;
@@ -128,6 +131,7 @@ void code_bf16_exceptions(const uint16_t* src, int64_t rows, int64_t k, const ui
         std::memcpy(&v, &f, 4);
         list[at++] = {uint32_t(c * kCodedRows + i), v};
       }
+    for (; at < end; ++at) list[at] = {0, 0.f};
   }
   if (g1 == groups) off[groups] = at;
 }
