@@ -26,11 +26,24 @@ Slot slot(int64_t i, int64_t o) {
 
 constexpr int kZeroCode = 7;
 
+// Where the packed copy (kPackBf16) keeps row i of a group, column c: line c / 2 holds the 16
+// rows' pairs (c, c + 1).
+int64_t packed_index(int64_t i, int64_t c) {
+  return (c / 2) * 32 + 2 * i + c % 2;
+}
+
 uint32_t* counts(uint8_t* coded, int64_t rows, int64_t k) {
   return reinterpret_cast<uint32_t*>(coded + rows / kCodedRows * coded_group_bytes(k));
 }
 const uint32_t* counts(const uint8_t* coded, int64_t rows, int64_t k) {
   return reinterpret_cast<const uint32_t*>(coded + rows / kCodedRows * coded_group_bytes(k));
+}
+
+int64_t exception_total(const uint8_t* coded, int64_t rows, int64_t k) {
+  const uint32_t* n = counts(coded, rows, k);
+  int64_t total = 0;
+  for (int64_t g = 0; g < rows / kCodedRows; ++g) total += n[g];
+  return total;
 }
 
 // The 4-bit code of bits given its rows' base, or -1 for an exception.
@@ -91,19 +104,13 @@ void code_bf16_groups(const uint16_t* src, int64_t rows, int64_t k, int64_t g0, 
 }
 
 int64_t coded_exceptions_bytes(const uint8_t* coded, int64_t rows, int64_t k) {
-  const int64_t groups = rows / kCodedRows;
-  const uint32_t* n = counts(coded, rows, k);
-  int64_t total = 0;
-  for (int64_t g = 0; g < groups; ++g) total += n[g];
-  return (groups + 1) * 4 + total * int64_t(sizeof(CodedException));
+  return (rows / kCodedRows + 1) * 4 +
+         exception_total(coded, rows, k) * int64_t(sizeof(CodedException));
 }
 
 bool coded_too_irregular(const uint8_t* coded, int64_t rows, int64_t k) {
-  const int64_t groups = rows / kCodedRows;
-  const uint32_t* n = counts(coded, rows, k);
-  int64_t total = 0;
-  for (int64_t g = 0; g < groups; ++g) total += n[g];
-  return total * 32 > rows * k;  // 1/32: the copy would be 1.5 + 0.25 bytes a weight
+  // 1/32: the copy would be 1.5 + 0.25 bytes a weight.
+  return exception_total(coded, rows, k) * 32 > rows * k;
 }
 
 void code_bf16_exceptions(const uint16_t* src, int64_t rows, int64_t k, const uint8_t* coded,
@@ -150,14 +157,6 @@ CodedBf16 coded_bf16_view(const void* coded, const void* exc, int64_t rows) {
 void add_coded_exceptions(const CodedBf16& w, int64_t r0, int64_t r1, const float* x, int64_t ldx,
                           int T, float* y, int64_t ldy) {
   const CodedException* e = w.exc + w.exc_off[r0 / kCodedRows];
-  if (T == 1) {
-    for (int64_t g = r0 / kCodedRows; g < r1 / kCodedRows; ++g) {
-      float* yg = y + (g * kCodedRows - r0);
-      for (const CodedException* ge = w.exc + w.exc_off[g + 1]; e < ge; ++e)
-        yg[e->pos % kCodedRows] += x[e->pos / kCodedRows] * e->w;
-    }
-    return;
-  }
   for (int64_t g = r0 / kCodedRows; g < r1 / kCodedRows; ++g)
     for (const CodedException* ge = w.exc + w.exc_off[g + 1]; e < ge; ++e) {
       const int64_t c = e->pos / kCodedRows, row = g * kCodedRows + e->pos % kCodedRows - r0;
@@ -175,8 +174,7 @@ void decode_bf16_coded_scalar(const uint8_t* group, int64_t k, uint16_t* packed)
         const Slot s = slot(i, o);
         const int code = s.high ? unit[s.code] >> 4 : unit[s.code] & 15;
         const int64_t c = u * kCodedUnitCols + o;
-        // kPackBf16: line c / 2 holds the 16 rows' pairs (c, c + 1).
-        packed[(c / 2) * 32 + 2 * i + c % 2] =
+        packed[packed_index(i, c)] =
             uint16_t(coded_table_entry(base[i / 4], code) << 8 | unit[s.lo]);
       }
   }
@@ -192,7 +190,7 @@ void decode_bf16_rows(DecodeCodedFn decode, const CodedBf16& w, int64_t k, int64
       const int64_t c = w.exc[e].pos / kCodedRows, i = w.exc[e].pos % kCodedRows;
       uint32_t f;
       std::memcpy(&f, &w.exc[e].w, 4);
-      out[(c / 2) * 32 + 2 * i + c % 2] = uint16_t(f >> 16);
+      out[packed_index(i, c)] = uint16_t(f >> 16);
     }
   }
 }
@@ -210,7 +208,7 @@ void matmul_bf16_coded_scalar(const MatmulArgs& a) {
       for (int64_t i = 0; i < kCodedRows; ++i) {
         float sum = 0;
         for (int64_t c = 0; c < a.k; ++c) {
-          const uint32_t bits = uint32_t(lines[(c / 2) * 32 + 2 * i + c % 2]) << 16;
+          const uint32_t bits = uint32_t(lines[packed_index(i, c)]) << 16;
           float w;
           std::memcpy(&w, &bits, 4);
           sum = std::fma(w, a.x[t * a.ldx + c], sum);

@@ -99,7 +99,7 @@ const Tensor& weight(const StepCtx& c, const LinearStep::Part& p) {
   return c.cg.weight[size_t(p.w)];
 }
 // Its copy (MatmulArgs::w_il) and a coded copy's exceptions, or nulls.
-WeightCopy packed(const StepCtx& c, const LinearStep::Part& p) {
+WeightCopy copy_of(const StepCtx& c, const LinearStep::Part& p) {
   return {c.cg.w_il[size_t(p.w)], c.cg.w_exc[size_t(p.w)]};
 }
 
@@ -139,12 +139,13 @@ void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_
     const int64_t N = wa.rows();
     float* out = c.ptr(s.out);
     ThreadPool::split(N, c.tid, c.nth, 16, &b, &e);
-    const bool same = same_quant_kernel(wa, packed(c, s.parts[0]).il, wb, packed(c, s.parts[1]).il);
+    const bool same =
+        same_quant_kernel(wa, copy_of(c, s.parts[0]).il, wb, copy_of(c, s.parts[1]).il);
     const int64_t br = epilogue_rows(T);
     for (int64_t r = b; r < e; r += br) {
       const int64_t r1 = std::min(e, r + br);
-      matmul_rows(c, wa, packed(c, s.parts[0]), x, T, r, r1, tmp_a, br, e, same && r > b, xi8);
-      matmul_rows(c, wb, packed(c, s.parts[1]), x, T, r, r1, tmp_b, br, e, same, xi8);
+      matmul_rows(c, wa, copy_of(c, s.parts[0]), x, T, r, r1, tmp_a, br, e, same && r > b, xi8);
+      matmul_rows(c, wb, copy_of(c, s.parts[1]), x, T, r, r1, tmp_b, br, e, same, xi8);
       silu_mul_block(c, tmp_a, tmp_b, br, out + r, N, T, r1 - r);
     }
     return;
@@ -168,13 +169,13 @@ void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_
     const int64_t lo = std::max(b, base) - base, hi = std::min(e, base + w.rows()) - base;
     base += w.rows();
     if (lo >= hi) continue;
-    const bool reuse = prev && same_quant_kernel(*prev, prev_il, w, packed(c, p).il);
-    prev = &w, prev_il = packed(c, p).il;
+    const bool reuse = prev && same_quant_kernel(*prev, prev_il, w, copy_of(c, p).il);
+    prev = &w, prev_il = copy_of(c, p).il;
     if (argmax) {
       const int64_t br = epilogue_rows(T);
       for (int64_t r = lo; r < hi; r += br) {
         const int64_t r1 = std::min(hi, r + br);
-        matmul_rows(c, w, packed(c, p), x, T, r, r1, tmp_a, br, hi, reuse || r > lo, xi8);
+        matmul_rows(c, w, copy_of(c, p), x, T, r, r1, tmp_a, br, hi, reuse || r > lo, xi8);
         argmax_update(c, tmp_a, br, T, r, r1 - r);
       }
       continue;
@@ -182,7 +183,7 @@ void linear_native(const StepCtx& c, const LinearStep& s, const float* x, int64_
     const int out_id = s.epi == Epi::AddResidual ? s.out : p.out;
     float* out = c.ptr(out_id);
     const int64_t ld = c.tensor(out_id).cols;
-    matmul_rows(c, w, packed(c, p), x, T, lo, hi, out + lo, ld, 0, reuse, xi8);
+    matmul_rows(c, w, copy_of(c, p), x, T, lo, hi, out + lo, ld, 0, reuse, xi8);
     if (s.epi == Epi::AddResidual) add_residual(c.ptr(s.residual), out, ld, T, lo, hi);
   }
 }
@@ -315,8 +316,8 @@ void linear_gemm(const StepCtx& c, const LinearStep& s, const float* x, const ui
     ThreadPool::split(N, c.tid, c.nth, 16, &b, &e);
     for (int64_t r = b; r < e; r += kGemmEpilogueRows) {
       const int64_t r1 = std::min(e, r + kGemmEpilogueRows);
-      gemm_rows(c, wa, packed(c, s.parts[0]), x, xb, T, r, r1, tmp_a, kGemmEpilogueRows);
-      gemm_rows(c, wb, packed(c, s.parts[1]), x, xb, T, r, r1, tmp_b, kGemmEpilogueRows);
+      gemm_rows(c, wa, copy_of(c, s.parts[0]), x, xb, T, r, r1, tmp_a, kGemmEpilogueRows);
+      gemm_rows(c, wb, copy_of(c, s.parts[1]), x, xb, T, r, r1, tmp_b, kGemmEpilogueRows);
       silu_mul_block(c, tmp_a, tmp_b, kGemmEpilogueRows, out + r, N, T, r1 - r);
     }
     return;
@@ -328,7 +329,7 @@ void linear_gemm(const StepCtx& c, const LinearStep& s, const float* x, const ui
     if (s.logits && c.in.argmax) {
       for (int64_t r = b; r < e; r += kGemmEpilogueRows) {
         const int64_t r1 = std::min(e, r + kGemmEpilogueRows);
-        gemm_rows(c, w, packed(c, p), x, xb, T, r, r1, tmp_a, kGemmEpilogueRows);
+        gemm_rows(c, w, copy_of(c, p), x, xb, T, r, r1, tmp_a, kGemmEpilogueRows);
         argmax_update(c, tmp_a, kGemmEpilogueRows, T, r, r1 - r);
       }
       continue;
@@ -336,7 +337,7 @@ void linear_gemm(const StepCtx& c, const LinearStep& s, const float* x, const ui
     const int out_id = s.epi == Epi::AddResidual ? s.out : p.out;
     float* out = c.ptr(out_id);
     const int64_t ld = c.tensor(out_id).cols;
-    gemm_rows(c, w, packed(c, p), x, xb, T, b, e, out + b, ld);
+    gemm_rows(c, w, copy_of(c, p), x, xb, T, b, e, out + b, ld);
     if (s.epi == Epi::AddResidual) add_residual(c.ptr(s.residual), out, ld, T, b, e);
   }
 }

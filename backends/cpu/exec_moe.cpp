@@ -21,11 +21,11 @@ namespace {
 constexpr int kMaxTopK = 256;
 constexpr int kMaxExperts = 1024;
 
-// The weights as the backend placed them (CpuCompiled::weight), with their packed copies.
+// The weights as the backend placed them (CpuCompiled::weight), with their copies.
 const Tensor& placed(const StepCtx& c, int id) {
   return c.cg.weight[size_t(id)];
 }
-WeightCopy packed(const StepCtx& c, int id) {
+WeightCopy copy_of(const StepCtx& c, int id) {
   return {c.cg.w_il[size_t(id)], c.cg.w_exc[size_t(id)]};
 }
 int expert_id(const Node& n, int e, int which) {
@@ -117,7 +117,7 @@ void route_rows(const StepCtx& c, const Node& n, MoeBuffers& m, const float* x, 
   const int E = n.p.n_experts, K = n.p.top_k;
   int64_t b, e;
   ThreadPool::split(E, c.tid, c.nth, 1, &b, &e);
-  if (b < e) matmul_rows(c, placed(c, n.in[1]), packed(c, n.in[1]), x, T, b, e, m.logits + b, E);
+  if (b < e) matmul_rows(c, placed(c, n.in[1]), copy_of(c, n.in[1]), x, T, b, e, m.logits + b, E);
   c.barrier.wait();
   ThreadPool::split(T, c.tid, c.nth, 1, &b, &e);
   for (int64_t t = b; t < e; ++t)
@@ -161,8 +161,8 @@ void run_experts(const StepCtx& c, const Node& n, MoeBuffers& m, const float* x,
     const float* xs = expert_x(m, x, T, H, ex);
     const Tensor& wg = placed(c, expert_id(n, ex, 0));
     const Tensor& wu = placed(c, expert_id(n, ex, 1));
-    const WeightCopy g_il = packed(c, expert_id(n, ex, 0));
-    const WeightCopy u_il = packed(c, expert_id(n, ex, 1));
+    const WeightCopy g_il = copy_of(c, expert_id(n, ex, 0));
+    const WeightCopy u_il = copy_of(c, expert_id(n, ex, 1));
     float* g = m.g + first * mi + r0;
     float* u = m.u + first * mi + r0;
     const bool reuse = T == 1 && prev && same_quant_kernel(*prev, prev_il, wg, g_il.il);
@@ -176,7 +176,7 @@ void run_experts(const StepCtx& c, const Node& n, MoeBuffers& m, const float* x,
   expert_rows(c, m, E, H, [&](int ex, int64_t r0, int64_t r1) {
     const int64_t first = m.start[ex], rows = m.start[ex + 1] - first;
     const int id = expert_id(n, ex, 2);
-    matmul_rows(c, placed(c, id), packed(c, id), m.g + first * mi, rows, r0, r1,
+    matmul_rows(c, placed(c, id), copy_of(c, id), m.g + first * mi, rows, r0, r1,
                 m.d + first * H + r0, H);
   });
   c.barrier.wait();

@@ -172,8 +172,9 @@ void WeightPlacer::place(int id, bool logits, bool pack_ok) {
                         w.dtype == DType::BF16 && pack_fits(kPackBf16, w.rows(), row_bytes);
     // A logits head keeps its packed copy: the screens, and an embedding table tied to it, read
     // its rows so.
-    const bool coded = packed && !logits && kt_.matmul_bf16_coded &&
-                       coded_fits(w.rows(), w.cols()) && coded_copy(id, w);
+    bool coded = false;
+    if (packed && !logits && kt_.matmul_bf16_coded && coded_fits(w.rows(), w.cols()))
+      coded = coded_copy(id, w);
     if (packed && !coded) {
       cg_.w_il[size_t(id)] = packed_copy(w);
     } else if (!packed) {
