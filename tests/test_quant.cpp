@@ -243,10 +243,11 @@ quant::QuantizeOptions qopts(int bits, int threads = 1) {
   return o;
 }
 
-// A tied LM head kept as its screen and more (head_screen.h) where an ISA has the kernel that
-// reads it (split): the logits of one-row steps (prefill's last row, then decode, through the tied
-// table's rows too) are those of the model's mapping, and those of a batched step (every row, from
-// the copy it then makes, `later` bytes) agree with them, within 1e-5 of the largest logit.
+// A tied LM head kept in a layout of its own where an ISA has the kernel that reads it (a BF16
+// head coded, a Q8 head as its screen and low bits: head_screen.h): the logits of one-row steps
+// (prefill's last row, then decode, through the tied table's rows too) are those of the model's
+// mapping, and those of a batched step (every row, from the copy it then makes, `later` bytes)
+// agree with them, within 1e-5 of the largest logit.
 template <class Fn>
 void check_tied_head(const Qwen3Model& m, Fn cpu::KernelTable::*split_kernel, size_t later) {
   REQUIRE(m.weights().lm_head.data == m.weights().embed.data);
@@ -491,14 +492,14 @@ TEST_SUITE("quant") {
     }
   }
 
-  TEST_CASE("a tied BF16 head read from its screen and deltas gives the head's logits") {
-    // Where a kernel reads a BF16 head as its Q8 screen and deltas (head_screen.h), weight copies
-    // hold no packed copy of it until a step asks for several rows of logits.
+  TEST_CASE("a tied BF16 head, coded, gives the head's logits") {
+    // Where a kernel reads BF16 coded (bf16_coded.h), the head's one coded copy serves one-row
+    // steps, batched ones and the tied table's rows: no other copy of it.
     TempDir d;
     write_standin(d.str("f"), small_spec(), "", 1);
     auto m = Qwen3Model::load(d.str("f"));
     REQUIRE(m->weights().lm_head.dtype == DType::BF16);
-    check_tied_head(*m, &cpu::KernelTable::matmul_bf16_split, m->weights().lm_head.nbytes);
+    check_tied_head(*m, &cpu::KernelTable::matmul_bf16_coded, 0);
   }
 
   TEST_CASE("a tied Q8 head read from its screen and low bits gives its codes' logits") {

@@ -82,7 +82,10 @@ void run_node_step(const StepCtx& c, const Node& n) {
       // The table as the backend placed it: its own copy, or a tied head's (then maybe packed).
       const Tensor& table = c.cg.weight[size_t(n.in[0])];
       const void* il = c.cg.w_il[size_t(n.in[0])];
-      if (reads_split(c.cg, table, il))
+      if (const void* exc = c.cg.w_exc[size_t(n.in[0])])
+        embed_coded_rows(table, coded_bf16_view(il, exc, table.rows()), c.kt.decode_bf16_coded,
+                         c.in.tokens, out, b, e);
+      else if (reads_split(c.cg, table, il))
         embed_split_rows(c.kt, table, c.cg.screen, c.in.tokens, out, b, e,
                          reinterpret_cast<uint16_t*>(c.scratch() + c.cg.off_unsplit));
       else

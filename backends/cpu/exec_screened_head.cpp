@@ -1,7 +1,8 @@
 // The LM head of one token read through its screen (head_screen.h): for greedy decoding only the
 // rows that can be the argmax, for top-k sampling only those that can be among the k largest, are
 // computed from the head itself. Layout: the head's rows as the matmuls read them (the model's, or
-// the packed copy), its screen as head_screen.h describes, one thread per contiguous row range.
+// the packed or coded copy), its screen as head_screen.h describes, one thread per contiguous row
+// range.
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -21,8 +22,18 @@ namespace {
 // screened step computes are scattered, and each waited on memory from its first line. A packed
 // group's rows lie where the rows would (kernels.h PackShape); split: the head is read from its
 // screen and low bits, or deltas.
-void prefetch_group(const Tensor& w, const void* w_il, const HeadScreen* split, bool panel,
+void prefetch_group(const Tensor& w, WeightCopy copy, const HeadScreen* split, bool panel,
                     int64_t g0, int64_t n) {
+  const void* w_il = copy.il;
+  if (copy.exc) {  // a coded group, and where its exceptions start
+    const int64_t gb = coded_group_bytes(w.cols()), g = g0 / kCodedRows;
+    const char* group = static_cast<const char*>(w_il) + g * gb;
+    for (int64_t i = 0; i < gb; i += 64) prefetch_line(group + i);
+    const CodedBf16 v = coded_bf16_view(w_il, copy.exc, w.rows());
+    prefetch_line(v.exc_off + g);
+    prefetch_line(v.exc + v.exc_off[g]);
+    return;
+  }
   if (split && w.dtype == DType::BF16) {  // the screen's panel group, the deltas, the exceptions
     const int64_t k = w.cols(), g = g0 / kQ4PanelRows, gb = q8_panel_group_bytes(k, kScreenGroup);
     const char* panel_group = static_cast<const char*>(split->w_il) + g * gb;
@@ -64,6 +75,7 @@ struct ScreenedHead {
         hs(c.cg.screen),
         w(c.cg.weight[size_t(s.parts[0].w)]),
         w_il(c.cg.w_il[size_t(s.parts[0].w)]),
+        w_exc(c.cg.w_exc[size_t(s.parts[0].w)]),
         x(x),
         K(w.cols()),
         split(reads_split(c.cg, w, w_il)),
@@ -107,17 +119,18 @@ struct ScreenedHead {
   // each row's logit is the one the whole head gives.
   std::pair<int64_t, int64_t> exact(int64_t r, float* y, bool reuse) const {
     const int64_t g0 = r / group * group, g1 = std::min(g0 + group, e);
-    matmul_rows(c, w, w_il, x, 1, g0, g1, y, group, 0, reuse);
+    matmul_rows(c, w, {w_il, w_exc}, x, 1, g0, g1, y, group, 0, reuse);
     return {g0, g1};
   }
   void prefetch(int64_t r) const {
-    prefetch_group(w, w_il, split ? &hs : nullptr, panel, r / group * group, group);
+    prefetch_group(w, {w_il, w_exc}, split ? &hs : nullptr, panel, r / group * group, group);
   }
 
   const StepCtx& c;
   const HeadScreen& hs;
   const Tensor& w;
   const void* w_il;
+  const void* w_exc;  // a coded head's exceptions (WeightCopy)
   const float* x;
   int64_t K, b = 0, e = 0;
   bool split;     // the head is read from its screen and low bits (head_screen.h)

@@ -16,6 +16,10 @@ namespace hearth::cpu {
 // panel's scales) are read from there instead of table.data.
 void embed_rows(const Tensor& table, const void* packed, bool panel, const int32_t* tokens,
                 float* out, int64_t t0, int64_t t1);
+// The same from a BF16 table kept coded (a tied LM head's copy: bf16_coded.h), each token's
+// 16-row group decoded by `decode` with its exceptions.
+void embed_coded_rows(const Tensor& table, const CodedBf16& coded, DecodeCodedFn decode,
+                      const int32_t* tokens, float* out, int64_t t0, int64_t t1);
 
 // out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, for rows [r0, r1) of width n.
 void rms_norm_rows(const float* x, const float* w, int64_t n, float eps, float* out, int64_t r0,

@@ -55,6 +55,19 @@ void embed_rows(const Tensor& table, const void* packed, bool panel, const int32
   }
 }
 
+void embed_coded_rows(const Tensor& table, const CodedBf16& coded, DecodeCodedFn decode,
+                      const int32_t* tokens, float* out, int64_t t0, int64_t t1) {
+  const int64_t n = table.cols();
+  std::vector<uint16_t> group(size_t(kCodedRows * n));
+  std::vector<uint16_t> row(static_cast<size_t>(n));
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t g0 = tokens[t] / kCodedRows * kCodedRows;
+    decode_bf16_rows(decode, coded, n, g0, kCodedRows, group.data());
+    unpack_rows(group.data(), tokens[t] - g0, 1, n * 2, kPackBf16, row.data());
+    to_f32(DType::BF16, row.data(), out + t * n, size_t(n));
+  }
+}
+
 void rms_norm_rows(const float* x, const float* w, int64_t n, float eps, float* out, int64_t r0,
                    int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {

@@ -137,6 +137,10 @@ void WeightPlacer::make_panel(const Tensor& w, void* dst) {
 bool WeightPlacer::keeps_split(const Tensor& w) const {
   if (!store_ || !screenable(w)) return false;
   if (w.dtype == DType::Q8 && (!kt_.matmul_q8_split || !kt_.screen_q8)) return false;
+  // A coded BF16 head reads 1.5 bytes a weight at the speed of its bytes where the screen cannot
+  // spare them: the deltas' 2.06, with the screen's codes, at the speed of their operations.
+  if (w.dtype == DType::BF16 && kt_.matmul_bf16_coded && coded_fits(w.rows(), w.cols()))
+    return false;
   if (w.dtype == DType::BF16 && (!kt_.matmul_bf16_split || !kt_.unsplit_bf16 || !kt_.q8_panel ||
                                  !q8_panel_fits(w.rows(), w.cols(), kScreenGroup)))
     return false;
@@ -170,10 +174,10 @@ void WeightPlacer::place(int id, bool logits, bool pack_ok) {
     // do not fit is copied as it is, like every other.
     const bool packed = pack_ok && (kt_.isa == Isa::Avx512 || kt_.isa == Isa::Avx2) &&
                         w.dtype == DType::BF16 && pack_fits(kPackBf16, w.rows(), row_bytes);
-    // A logits head keeps its packed copy: the screens, and an embedding table tied to it, read
-    // its rows so.
+    // An LM head too: its screen's candidate groups are coded groups, and an embedding table
+    // tied to it decodes a group per token.
     bool coded = false;
-    if (packed && !logits && kt_.matmul_bf16_coded && coded_fits(w.rows(), w.cols()))
+    if (packed && kt_.matmul_bf16_coded && coded_fits(w.rows(), w.cols()))
       coded = coded_copy(id, w);
     if (packed && !coded) {
       cg_.w_il[size_t(id)] = packed_copy(w);
@@ -230,7 +234,10 @@ void WeightPlacer::place_screen(int id, ScreenPolicy::Rule rule, ScreenStats& st
   cg_.topk_shared.alloc(size_t(pool_.size()) * CpuCompiled::kTopkShared * sizeof(float),
                         "LM head top-k exchange");
   cg_.topk_ready = std::make_unique<std::atomic<uint64_t>[]>(size_t(pool_.size()));
-  stats.head_bytes = double(w.nbytes) + double(scale_bytes(w));
+  // What a step that reads the whole head reads: a coded head's groups and exceptions.
+  const void* exc = cg_.w_exc[size_t(id)];
+  stats.head_bytes = exc ? double(coded_bf16_read_bytes(w.rows(), w.cols(), exc))
+                         : double(w.nbytes) + double(scale_bytes(w));
   stats.screen_bytes = double(head_screen_read_bytes(w));
   stats.row_bytes = stats.head_bytes / double(w.rows());
   stats.low_row_bytes = double(w.cols() / 128 * kScreenLowChunkBytes) +
@@ -272,7 +279,8 @@ void WeightPlacer::place_embed_tables() {
     for (size_t id = 0; id < ts.size(); ++id)
       if (id != table && !cg_.weight[id].empty() && ts[id].weight.data == ts[table].weight.data &&
           ts[id].weight.nbytes == ts[table].weight.nbytes)
-        cg_.weight[table] = cg_.weight[id], cg_.w_il[table] = cg_.w_il[id];
+        cg_.weight[table] = cg_.weight[id], cg_.w_il[table] = cg_.w_il[id],
+        cg_.w_exc[table] = cg_.w_exc[id];
     // An untied table is copied as it is (a step reads whole rows of it). Left in the mapping,
     // each token not seen before faults its row in, and once the load has streamed the weights
     // through the page cache that is a read from the disk: a 30B-A3B decode step on a VM waited
