@@ -433,6 +433,19 @@ TEST_SUITE("kernels") {
         std::vector<uint16_t> back2(rows.size(), 0xFFFF);
         decode_bf16_rows(kt.decode_bf16_coded, view, K, 16, N - 16, back2.data());
         CHECK(std::equal(back2.begin(), back2.begin() + (N - 16) * K, packed.begin() + 16 * K));
+        // An Embed step's rows from a coded table (a tied LM head): the weights bit for bit.
+        const std::vector<int32_t> ids{50, 0, 63, 17, 50};
+        std::vector<float> emb(ids.size() * size_t(K), NAN);
+        embed_coded_rows(bf16_matrix(rows, N, K), view, kt.decode_bf16_coded, ids.data(),
+                         emb.data(), 1, int64_t(ids.size()));
+        int bad_rows = 0;
+        for (size_t j = 1; j < ids.size(); ++j)
+          for (int64_t c = 0; c < K; ++c) {
+            const float wv = bf16_to_f32(rows[size_t(ids[j] * K + c)]);
+            bad_rows += std::memcmp(&wv, &emb[j * size_t(K) + size_t(c)], 4) != 0;
+          }
+        CHECK(bad_rows == 0);
+        CHECK(std::all_of(emb.begin(), emb.begin() + K, [](float v) { return std::isnan(v); }));
         if (!kt.matmul_bf16_coded) continue;
         for (int T : {1, 2, 3, 5, 8, 9, 17}) {
           for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, N}, {16, 48}, {48, 64}, {0, 48}}) {
@@ -1365,8 +1378,7 @@ TEST_SUITE("kernels") {
       CHECK(same_codes);
       const std::vector<int32_t> ids{43, 0, 7, 43};
       std::vector<float> emb(ids.size() * size_t(K)), want(ids.size() * size_t(K));
-      embed_split_rows(KernelTable(), t, hs, ids.data(), emb.data(), 0, int64_t(ids.size()),
-                       nullptr);
+      embed_split_rows(t, hs, ids.data(), emb.data(), 0, int64_t(ids.size()));
       for (size_t i = 0; i < ids.size(); ++i)
         quant::dequantize_row(t, ids[i], &want[i * size_t(K)]);
       CHECK(emb == want);
@@ -1541,112 +1553,6 @@ TEST_SUITE("kernels") {
       CHECK(bad_scales == 0);
       CHECK(bad_bounds == 0);
     }
-  }
-
-  TEST_CASE("BF16 head kept as its screen and deltas: its rows bit for bit, its logits") {
-    // Rows of a normal spread (few exceptions), of weights over 20 binades (most are exceptions),
-    // and of zeros of both signs, subnormals, NaNs and large values. Every ISA's screen (with its
-    // deltas) rebuilt by the reference and by every SIMD kernel must give the packed copy's bytes
-    // and the Embed rows the weights; each SIMD kernel's logits must be the reference's bit for bit
-    // (head_screen.h's sum) and the float64 dot's within rounding. A weight so large that its scale
-    // is not finite leaves the head unusable so.
-    const int64_t N = 64, K = 512;
-    std::vector<uint16_t> w(size_t(N * K));
-    std::mt19937 rng(5);
-    std::normal_distribution<float> nd(0.f, 1.f);
-    std::uniform_int_distribution<int> binade(-10, 10);
-    for (int64_t i = 0; i < N * K; ++i)
-      w[size_t(i)] = f32_to_bf16(nd(rng) * (i < 32 * K ? 0.02f : std::ldexp(1.f, binade(rng))));
-    const uint16_t odd[] = {0x0000, 0x8000, 0x0001, 0x8001, 0x007f, 0x4780, 0xc780,
-                            0x7fc1, 0xffc0, 0x0080, 0x8080, 0x3f80, 0xbf80};
-    for (int64_t i = 0; i < 13 * 40; ++i) w[size_t(40 * K + 7 * i)] = odd[i % 13];
-    for (int64_t i = 0; i < 64; ++i) w[size_t(50 * K + i)] = odd[i % 2];  // zero blocks
-    const Tensor t = bf16_matrix(w, N, K);
-    std::vector<uint16_t> packed(w.size());
-    pack_rows(w.data(), N, 2 * K, kPackBf16, packed.data());
-    const auto x = randn(size_t(K), 17);
-    KernelTable ref;
-    ref.unsplit_bf16 = unsplit_bf16_scalar;
-    ref.matmul_bf16_split = matmul_bf16_split_scalar;
-    ref.pack_bf16 = make_kernel_table(Isa::Scalar).pack_bf16;
-    auto simds = tables_with(&KernelTable::matmul_bf16_split, "split BF16 head");
-    simds.insert(simds.begin(), {"reference", ref});
-    auto aligned = [](std::vector<uint8_t>& v) {
-      return v.data() + (64 - reinterpret_cast<uintptr_t>(v.data()) % 64) % 64;
-    };
-    for (const QuantTable& qt : quant_tables()) {
-      CAPTURE(qt.name);
-      std::vector<uint8_t> mem(head_screen_bytes(t, true) + 64);
-      uint8_t* base = aligned(mem);
-      build_head_screen(t, ScreenLayout::kPanel, base, 0, 16, true, qt.kt.screen_row_bf16);
-      build_head_screen(t, ScreenLayout::kPanel, base, 16, N, true, qt.kt.screen_row_bf16);
-      HeadScreen hs = head_screen_view(t, ScreenLayout::kPanel, base, true);
-      REQUIRE(hs.exc_count != nullptr);
-      REQUIRE(split_usable(t, hs));
-      // Exceptions: under 2% of the normal rows' weights (the deltas are worth their byte).
-      CHECK(hs.exc_count[0] + hs.exc_count[1] < 32 * K / 50);
-      std::vector<uint8_t> exc(head_exceptions_bytes(t, hs) + 64);
-      build_head_exceptions(qt.kt, t, hs, aligned(exc), 0, 1);
-      build_head_exceptions(qt.kt, t, hs, aligned(exc), 1, N / 16);
-      head_exceptions_view(t, hs, aligned(exc));
-      std::vector<float> want(static_cast<size_t>(N));
-      SplitBf16Args a{static_cast<const uint8_t*>(hs.w_il),
-                      reinterpret_cast<const int8_t*>(hs.lo),
-                      hs.exc_off,
-                      hs.exc_pos,
-                      hs.exc_fix,
-                      x.data(),
-                      K,
-                      0,
-                      N,
-                      want.data()};
-      matmul_bf16_split_scalar(a);
-      int far = 0;
-      for (int64_t r = 0; r < N; ++r) {
-        double dot = 0, mag = 0;
-        for (int64_t c = 0; c < K; ++c) {
-          dot += double(bf16_to_f32(w[size_t(r * K + c)])) * x[size_t(c)];
-          mag += std::fabs(double(bf16_to_f32(w[size_t(r * K + c)])) * x[size_t(c)]);
-        }
-        if (std::isnan(dot))
-          far += !std::isnan(want[size_t(r)]);
-        else
-          far += !(std::fabs(want[size_t(r)] - dot) <= 1e-5 * mag);
-      }
-      CHECK(far == 0);
-      for (const auto& [name, kt] : simds) {
-        CAPTURE(name);
-        std::vector<uint16_t> group(size_t(16 * K));
-        int bad = 0;
-        for (int64_t g = 0; g < N / 16; ++g) {
-          unsplit_bf16_group(kt, hs, K, g, group.data());
-          for (int64_t i = 0; i < 16 * K; ++i)
-            bad += group[size_t(i)] != packed[size_t(g * 16 * K + i)];
-        }
-        CHECK(bad == 0);
-        const std::vector<int32_t> ids{40, 0, 63, 40, 50};
-        std::vector<float> emb(ids.size() * size_t(K));
-        embed_split_rows(kt, t, hs, ids.data(), emb.data(), 0, int64_t(ids.size()), group.data());
-        int bad_rows = 0;
-        for (size_t j = 0; j < ids.size(); ++j)
-          for (int64_t c = 0; c < K; ++c) {
-            const float wv = bf16_to_f32(w[size_t(ids[j] * K + c)]);
-            bad_rows += std::memcmp(&wv, &emb[j * size_t(K) + size_t(c)], 4) != 0;
-          }
-        CHECK(bad_rows == 0);
-        for (const auto& [r0, r1] : {std::pair<int64_t, int64_t>{0, N}, {16, 48}}) {
-          std::vector<float> y(size_t(r1 - r0), NAN);
-          a.r0 = r0, a.r1 = r1, a.y = y.data();
-          kt.matmul_bf16_split(a);
-          CHECK(std::memcmp(y.data(), want.data() + r0, y.size() * 4) == 0);
-        }
-      }
-    }
-    // A weight of 2^127: its block's scale overflows F16.
-    w[size_t(3 * K + 5)] = 0x7f00;
-    std::vector<uint8_t> mem(head_screen_bytes(t, true) + 64);
-    build_head_screen(t, ScreenLayout::kPanel, aligned(mem), 0, N, true);
-    CHECK_FALSE(split_usable(t, head_screen_view(t, ScreenLayout::kPanel, aligned(mem), true)));
   }
 }
 
@@ -2022,12 +1928,13 @@ TEST_SUITE("kernels") {
           CHECK((want[0] == 5 || want[0] == 1234));
           CHECK(want[8] == 50);
           // The screen let most of what it could save go unread (on a head this small, each
-          // thread's own groups are a sizeable part: with 3 threads, a coded head's 16-row
-          // groups are most of it).
+          // thread's own groups are a sizeable part; a coded head leaves the screen 0.44 bytes a
+          // weight to save, against which its 16-row groups weigh more, and with several threads
+          // how many groups each computes depends on when the others raise the shared floor).
           const bool coded = make_kernel_table(parse_isa(isa)).matmul_bf16_coded && N % 16 == 0;
           const Tensor head = view(DType::BF16, {N, K}, h.w.data());
           const double whole = double(copy_bytes(head, coded)), screen = double(N * K * 17 / 16);
-          CHECK(saved > (coded && threads == 3 ? 0.15 : 0.4) * (whole - screen));
+          CHECK(saved > (coded && threads > 1 ? 0.1 : 0.4) * (whole - screen));
         }
       }
     }

@@ -84,8 +84,7 @@ struct CpuCompiled : CompiledGraph {
   Buffer scratch;
   size_t per_thread = 0;
   size_t off_xn = 0, off_tmp = 0, off_wide = 0, off_unpack = 0, off_mm = 0, off_attn = 0;
-  size_t off_unsplit = 0;  // two 16-row groups of a BF16 head kept as its screen and deltas
-  size_t tmp_floats = 0;   // each of the two epilogue blocks
+  size_t tmp_floats = 0;  // each of the two epilogue blocks
 
   // RoPE: inverse frequencies in double (positions reach 40k, theta 1e6) and this step's tables.
   std::vector<double> inv_freq;
@@ -197,9 +196,8 @@ void matmul_rows(const StepCtx& c, const Tensor& w, WeightCopy copy, const float
                  int64_t r0, int64_t r1, float* y, int64_t ldy, int64_t prefetch_r1 = 0,
                  bool reuse_x = false, const ActsI8* xi8 = nullptr);
 
-// Whether w, left in the model's mapping (w_il null), is the LM head kept as its screen and low
-// bits or deltas (head_screen.h; a tied embedding table too): its kernels read those, never
-// w.data.
+// Whether w, left in the model's mapping (w_il null), is a Q8 LM head kept as its screen and low
+// bits (head_screen.h; a tied embedding table too): its kernels read those, never w.data.
 inline bool reads_split(const CpuCompiled& cg, const Tensor& w, const void* w_il) {
   return cg.screen.lo && !w_il && w.data == cg.graph->tensors()[size_t(cg.screen_w)].weight.data;
 }

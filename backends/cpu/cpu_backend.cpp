@@ -419,12 +419,6 @@ void CpuBackend::place_head_screen(CpuCompiled& cg, WeightPlacer& weights, const
     cg.screen_policy = ScreenPolicy(ScreenPolicy::Rule::Always);
 }
 
-namespace {
-const Tensor& screened_head(const CpuCompiled& cg) {
-  return cg.graph->tensors()[size_t(cg.screen_w)].weight;
-}
-}  // namespace
-
 // Shared buffers for long steps, then each thread's scratch.
 void CpuBackend::alloc_step_buffers(CpuCompiled& cg, const ScratchNeeds& need) {
   const size_t max_rows = size_t(std::max(cg.max_tokens, cg.max_outputs));
@@ -451,9 +445,6 @@ void CpuBackend::alloc_step_buffers(CpuCompiled& cg, const ScratchNeeds& need) {
   const size_t screen = size_t(2 * cg.screen_scratch);
   cg.off_mm = at, at += round16(std::max({max_k * native_rows, size_t(need.max_qmm), screen}));
   cg.off_attn = at, at += need.max_hd ? round16(size_t(attention_scratch_floats(need.max_hd))) : 0;
-  // A BF16 head kept as its screen and deltas: two of its 16-row groups rebuilt, 16-bit values.
-  if (cg.screen.lo && screened_head(cg).dtype == DType::BF16)
-    cg.off_unsplit = at, at += round16(size_t(16 * screened_head(cg).cols()));
   cg.per_thread = std::max<size_t>(at, 16);
   cg.scratch.alloc(cg.per_thread * 4 * size_t(pool_.size()), "scratch");
   if (cg.rope_head_dim) {

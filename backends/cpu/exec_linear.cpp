@@ -15,32 +15,6 @@ namespace hearth::cpu {
 
 namespace {
 
-// A BF16 head kept as its screen and deltas (head_screen.h): one token by its kernel; several
-// (never in the graphs that keep the head so, which ask for one row of logits a step) on 16-row
-// groups rebuilt in this thread's scratch as the packed copy holds them, two at a time where
-// there are two (the packed kernel's two accumulator chains).
-void matmul_bf16_split(const StepCtx& c, const Tensor& w, const float* x, int64_t T, int64_t r0,
-                       int64_t r1, float* y, int64_t ldy) {
-  const int64_t k = w.cols(), n = kPackBf16.rows;
-  if (r0 % n || r1 % n)
-    fail("internal: a split BF16 head's rows ", r0, "..", r1, " are not groups");
-  const HeadScreen& s = c.cg.screen;
-  if (T == 1)
-    return c.kt.matmul_bf16_split({static_cast<const uint8_t*>(s.w_il),
-                                   reinterpret_cast<const int8_t*>(s.lo), s.exc_off, s.exc_pos,
-                                   s.exc_fix, x, k, r0, r1, y});
-  auto* groups = reinterpret_cast<uint16_t*>(c.scratch() + c.cg.off_unsplit);
-  for (int64_t g0 = r0; g0 < r1;) {
-    const int64_t rows = g0 + 2 * n <= r1 ? 2 * n : n;
-    for (int64_t g = 0; g < rows; g += n)
-      unsplit_bf16_group(c.kt, c.cg.screen, k, (g0 + g) / n, groups + g * k);
-    MatmulArgs a{groups, k, x, k, int(T), y + (g0 - r0), ldy, 0, rows, c.scratch() + c.cg.off_mm};
-    a.w_il = groups;
-    c.kt.matmul[type_slot(DType::BF16)](a);
-    g0 += rows;
-  }
-}
-
 // A BF16 matrix kept coded (bf16_coded.h): whole groups by the coded kernel, then their
 // exceptions; rows outside them (a thread's range need not start on one) from the model's rows.
 void matmul_bf16_coded(const StepCtx& c, const Tensor& w, WeightCopy copy, const float* x,
@@ -73,7 +47,6 @@ void matmul_rows(const StepCtx& c, const Tensor& w, WeightCopy copy, const float
   a.prefetch_r1 = prefetch_r1;
   a.w_il = w_il;
   const bool split = reads_split(c.cg, w, w_il);
-  if (split && w.dtype == DType::BF16) return matmul_bf16_split(c, w, x, T, r0, r1, y, ldy);
   if (split) a.w = c.cg.screen.hi, a.w_il = c.cg.screen.lo;
   if (w.quantized()) {  // Q8/Q4 kernels handle decode and prefill themselves
     QuantMatmulArgs q;

@@ -86,8 +86,7 @@ void run_node_step(const StepCtx& c, const Node& n) {
         embed_coded_rows(table, coded_bf16_view(il, exc, table.rows()), c.kt.decode_bf16_coded,
                          c.in.tokens, out, b, e);
       else if (reads_split(c.cg, table, il))
-        embed_split_rows(c.kt, table, c.cg.screen, c.in.tokens, out, b, e,
-                         reinterpret_cast<uint16_t*>(c.scratch() + c.cg.off_unsplit));
+        embed_split_rows(table, c.cg.screen, c.in.tokens, out, b, e);
       else
         embed_rows(table, il, reads_panel(c.kt, table), c.in.tokens, out, b, e);
       break;

@@ -20,8 +20,8 @@ namespace {
 
 // Prefetches the head's group of `n` rows at g0 (rows, and scales if quantized): the groups a
 // screened step computes are scattered, and each waited on memory from its first line. A packed
-// group's rows lie where the rows would (kernels.h PackShape); split: the head is read from its
-// screen and low bits, or deltas.
+// group's rows lie where the rows would (kernels.h PackShape); split: a Q8 head is read from its
+// screen and low bits.
 void prefetch_group(const Tensor& w, WeightCopy copy, const HeadScreen* split, bool panel,
                     int64_t g0, int64_t n) {
   const void* w_il = copy.il;
@@ -32,17 +32,6 @@ void prefetch_group(const Tensor& w, WeightCopy copy, const HeadScreen* split, b
     const CodedBf16 v = coded_bf16_view(w_il, copy.exc, w.rows());
     prefetch_line(v.exc_off + g);
     prefetch_line(v.exc + v.exc_off[g]);
-    return;
-  }
-  if (split && w.dtype == DType::BF16) {  // the screen's panel group, the deltas, the exceptions
-    const int64_t k = w.cols(), g = g0 / kQ4PanelRows, gb = q8_panel_group_bytes(k, kScreenGroup);
-    const char* panel_group = static_cast<const char*>(split->w_il) + g * gb;
-    const char* deltas = reinterpret_cast<const char*>(split->lo) + g0 * k;
-    for (int64_t i = 0; i < gb; i += 64) prefetch_line(panel_group + i);
-    for (int64_t i = 0; i < kQ4PanelRows * k; i += 64) prefetch_line(deltas + i);
-    prefetch_line(split->exc_off + g);
-    prefetch_line(split->exc_pos + split->exc_off[g]);
-    prefetch_line(split->exc_fix + split->exc_off[g]);
     return;
   }
   if (split) {  // its high and low bits' 4-row group (head_screen.h), and its scales below
@@ -80,7 +69,7 @@ struct ScreenedHead {
         K(w.cols()),
         split(reads_split(c.cg, w, w_il)),
         panel(w_il && reads_q8_panel(c.kt, w)),
-        group((w_il || split) && (w.dtype == DType::BF16 || panel) ? kQ4PanelRows : 4) {
+        group(w_il && (w.dtype == DType::BF16 || panel) ? kQ4PanelRows : 4) {
     ThreadPool::split(w.rows(), c.tid, c.nth, 16, &b, &e);
     tmp = c.scratch() + c.cg.off_tmp;
     hw = tmp + c.cg.tmp_floats;

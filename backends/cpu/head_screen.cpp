@@ -47,23 +47,11 @@ size_t high_bytes(const Tensor& w) {
 size_t low_bytes(const Tensor& w) {
   return align64(size_t(w.rows() * (w.cols() / 128) * kScreenLowChunkBytes));
 }
-// A BF16 head's screen, then its deltas (one byte a weight) and exception counts (per group).
-size_t bf16_screen_bytes(const Tensor& w) {
-  return code_bytes(w) + scale_bytes(w) + align64(size_t(w.rows()) * kScreenBounds * sizeof(float));
-}
-size_t delta_bytes(const Tensor& w) {
-  return code_bytes(w);
-}
-int64_t groups(const Tensor& w) {
-  return w.rows() / kQ4PanelRows;
-}
-
 }  // namespace
 
 size_t head_screen_bytes(const Tensor& w, bool with_low) {
   if (w.dtype == DType::Q8) return high_bytes(w) + (with_low ? low_bytes(w) : 0);
-  if (!with_low) return code_bytes(w) + scale_bytes(w) + size_t(w.rows()) * kScreenBounds * 4;
-  return bf16_screen_bytes(w) + delta_bytes(w) + align64(size_t(groups(w)) * 4);
+  return code_bytes(w) + scale_bytes(w) + size_t(w.rows()) * kScreenBounds * 4;
 }
 
 size_t head_screen_read_bytes(const Tensor& w) {
@@ -144,37 +132,10 @@ void build_lo(const Tensor& w, uint8_t* dst, int64_t r0, int64_t r1) {
 
 }  // namespace
 
-int64_t screen_row_bf16_baseline(const float* w, int64_t k, int8_t* q, uint16_t* scales,
-                                 float* bounds, int8_t* delta) {
-  return screen_row<16>(w, k, q, scales, bounds, delta);
+void screen_row_bf16_baseline(const float* w, int64_t k, int8_t* q, uint16_t* scales,
+                              float* bounds) {
+  screen_row<16>(w, k, q, scales, bounds);
 }
-
-namespace {
-
-// Where element c of row i of a 16-row group lies: in its panel's codes (chunk, 4-column group,
-// row, column: q8_panel.h), its deltas (chunk, 4-column group, column, row) and its kPackBf16
-// rows.
-int64_t code_at(int64_t i, int64_t c) {
-  return c / 128 * kQ8PanelCodeBytes + ((c % 128) / 4 * kQ4PanelRows + i) * 4 + c % 4;
-}
-int64_t delta_at(int64_t i, int64_t c) {
-  return c / 128 * kQ8PanelCodeBytes + ((c % 128) / 4 * 4 + c % 4) * kQ4PanelRows + i;
-}
-int64_t packed_at(int64_t i, int64_t c) {
-  return (c / 2 * kQ4PanelRows + i) * 2 + c % 2;
-}
-
-// Group g's deltas (element order, 16 rows of k) into their order at dst.
-void place_deltas(const int8_t* rows, int64_t k, int8_t* dst) {
-  for (int64_t i = 0; i < kQ4PanelRows; ++i)
-    for (int64_t c = 0; c < k; ++c) dst[delta_at(i, c)] = rows[i * k + c];
-}
-
-bool finite_f16(uint16_t h) {
-  return (h & 0x7c00) != 0x7c00;
-}
-
-}  // namespace
 
 void build_head_screen(const Tensor& w, ScreenLayout layout, void* dst, int64_t r0, int64_t r1,
                        bool with_low, ScreenRowFn row_fn) {
@@ -191,9 +152,7 @@ void build_head_screen(const Tensor& w, ScreenLayout layout, void* dst, int64_t 
   auto* bounds = reinterpret_cast<float*>(base + code_bytes(w) + scale_bytes(w));
   const bool panel = layout == ScreenLayout::kPanel;
   if (panel && !q8_panel_fits(w.rows(), k, kGroup)) fail("head screen: rows cannot be panels");
-  if (with_low && !panel) fail("head screen: a BF16 head's deltas need panels");
-  auto* deltas = with_low ? reinterpret_cast<int8_t*>(base + bf16_screen_bytes(w)) : nullptr;
-  auto* counts = reinterpret_cast<uint32_t*>(base + bf16_screen_bytes(w) + delta_bytes(w));
+  if (with_low) fail("head screen: a BF16 head keeps no low bits");
 
   // Whole panels per call, so a range writes only its own bytes; a panel's scales are in it, so
   // they are kept aside until the group is packed.
@@ -201,149 +160,17 @@ void build_head_screen(const Tensor& w, ScreenLayout layout, void* dst, int64_t 
   std::vector<float> row(static_cast<size_t>(k * step));
   std::vector<int8_t> q(static_cast<size_t>(k * step));
   std::vector<uint16_t> group_scales(panel ? size_t(step * ng) : 0);
-  std::vector<int8_t> dl(deltas ? size_t(k * step) : 0);
   for (int64_t g = r0 / step * step; g < r1; g += step) {
     to_f32(w.dtype, static_cast<const uint16_t*>(w.data) + g * k, row.data(), size_t(k * step));
-    uint32_t exceptions = 0;
     for (int64_t i = 0; i < step; ++i) {
       uint16_t* sr = panel ? group_scales.data() + i * ng : scales + (g + i) * ng;
-      exceptions +=
-          uint32_t(row_fn(row.data() + i * k, k, q.data() + i * k, sr,
-                          bounds + (g + i) * kScreenBounds, deltas ? dl.data() + i * k : nullptr));
+      row_fn(row.data() + i * k, k, q.data() + i * k, sr, bounds + (g + i) * kScreenBounds);
       if (!panel) quant::pack_row(8, q.data() + i * k, k, base + (g + i) * k);
     }
     if (panel)
       pack_q8_panel_elements(reinterpret_cast<const uint8_t*>(q.data()), group_scales.data(), k,
                              kGroup, base + g / step * q8_panel_group_bytes(k, kGroup));
-    if (!deltas) continue;
-    place_deltas(dl.data(), k, deltas + g * k);
-    const bool finite = std::all_of(group_scales.begin(), group_scales.end(), finite_f16);
-    counts[g / step] = exceptions | (finite ? 0 : kExceptionsUnusable);
   }
-}
-
-bool split_usable(const Tensor& w, const HeadScreen& s) {
-  for (int64_t g = 0; g < groups(w); ++g)
-    if (s.exc_count[g] & kExceptionsUnusable) return false;
-  return true;
-}
-
-namespace {
-
-size_t exceptions(const Tensor& w, const HeadScreen& s) {
-  size_t n = 0;
-  for (int64_t g = 0; g < groups(w); ++g) n += s.exc_count[g] & ~kExceptionsUnusable;
-  return n;
-}
-
-}  // namespace
-
-size_t head_exceptions_bytes(const Tensor& w, const HeadScreen& s) {
-  const size_t n = exceptions(w, s);
-  return align64(size_t(groups(w) + 1) * 4) + 2 * align64(n * 4) + align64(n * 2);
-}
-
-namespace {
-
-struct ExceptionsAt {
-  uint32_t* off;
-  uint32_t* pos;
-  float* fix;
-  uint16_t* bits;
-};
-ExceptionsAt exceptions_at(const Tensor& w, const HeadScreen& s, const void* mem) {
-  const size_t n = exceptions(w, s);
-  auto* base = static_cast<uint8_t*>(const_cast<void*>(mem));
-  auto* pos = base + align64(size_t(groups(w) + 1) * 4);
-  return {reinterpret_cast<uint32_t*>(base), reinterpret_cast<uint32_t*>(pos),
-          reinterpret_cast<float*>(pos + align64(n * 4)),
-          reinterpret_cast<uint16_t*>(pos + 2 * align64(n * 4))};
-}
-
-}  // namespace
-
-void build_head_exceptions(const KernelTable& kt, const Tensor& w, const HeadScreen& s, void* dst,
-                           int64_t g0, int64_t g1) {
-  const ExceptionsAt at = exceptions_at(w, s, dst);
-  const int64_t k = w.cols(), n = kQ4PanelRows * k;
-  const UnsplitBf16Fn unsplit = kt.unsplit_bf16 ? kt.unsplit_bf16 : unsplit_bf16_scalar;
-  uint32_t start = 0;
-  for (int64_t g = 0; g < g0; ++g) start += s.exc_count[g];
-  // Each group rebuilt without its exceptions beside the head's own rows packed: where the two
-  // differ are the exceptions.
-  std::vector<uint16_t> rebuilt(static_cast<size_t>(n)), packed(static_cast<size_t>(n));
-  for (int64_t g = g0; g < g1; ++g) {
-    at.off[g] = start;
-    unsplit(static_cast<const uint8_t*>(s.w_il) + g * q8_panel_group_bytes(k, kGroup),
-            reinterpret_cast<const int8_t*>(s.lo) + g * n, k, rebuilt.data());
-    kt.pack_bf16(static_cast<const uint16_t*>(w.data) + g * n, kQ4PanelRows, k, packed.data());
-    for (int64_t i = 0; i < n; ++i) {
-      if (rebuilt[size_t(i)] == packed[size_t(i)]) continue;
-      if (start == at.off[g] + s.exc_count[g])
-        fail("head screen: its exception counts are damaged");
-      at.pos[start] = uint32_t(i);
-      at.fix[start] = bf16_to_f32(packed[size_t(i)]) - bf16_to_f32(rebuilt[size_t(i)]);
-      at.bits[start++] = packed[size_t(i)];
-    }
-    if (start != at.off[g] + s.exc_count[g]) fail("head screen: its exception counts are damaged");
-  }
-  if (g1 == groups(w)) at.off[g1] = start;
-}
-
-void head_exceptions_view(const Tensor& w, HeadScreen& s, const void* mem) {
-  const ExceptionsAt at = exceptions_at(w, s, mem);
-  s.exc_off = at.off;
-  s.exc_pos = at.pos;
-  s.exc_fix = at.fix;
-  s.exc_bits = at.bits;
-}
-
-void unsplit_bf16_scalar(const uint8_t* panel, const int8_t* delta, int64_t k, uint16_t* out) {
-  const int64_t chunk = q8_panel_chunk_bytes(kGroup);
-  for (int64_t i = 0; i < kQ4PanelRows; ++i)
-    for (int64_t c = 0; c < k; ++c) {
-      const uint8_t* ch = panel + c / 128 * chunk;
-      uint16_t scale;
-      std::memcpy(&scale, ch + panel_scale_byte(kQ8PanelCodeBytes, i, int(c % 128 / kGroup)), 2);
-      const float p = float(int(ch[code_at(i, c) % kQ8PanelCodeBytes]) - 128) * f16_to_f32(scale);
-      uint32_t b;
-      std::memcpy(&b, &p, 4);
-      out[packed_at(i, c)] = uint16_t((b >> 16) + uint32_t(delta[delta_at(i, c)]));
-    }
-}
-
-void matmul_bf16_split_scalar(const SplitBf16Args& a) {
-  const int64_t k = a.k, chunk = q8_panel_chunk_bytes(kGroup);
-  for (int64_t g0 = a.r0; g0 < a.r1; g0 += kQ4PanelRows) {
-    const uint8_t* panel = a.panel + g0 / kQ4PanelRows * q8_panel_group_bytes(k, kGroup);
-    const int8_t* delta = a.delta + g0 * k;
-    float* y = a.y + (g0 - a.r0);
-    for (int64_t i = 0; i < kQ4PanelRows; ++i) {
-      float acc = 0.f;
-      for (int64_t c = 0; c < k; ++c) {
-        const uint8_t* ch = panel + c / 128 * chunk;
-        uint16_t scale;
-        std::memcpy(&scale, ch + panel_scale_byte(kQ8PanelCodeBytes, i, int(c % 128 / kGroup)), 2);
-        const float d = f16_to_f32(scale);
-        const float p = std::fma(float(ch[code_at(i, c) % kQ8PanelCodeBytes]), d, -128.f * d);
-        uint32_t b;
-        std::memcpy(&b, &p, 4);
-        b = (b + (uint32_t(int32_t(delta[delta_at(i, c)])) << 16)) & 0xffff0000u;
-        float v;
-        std::memcpy(&v, &b, 4);
-        acc = std::fma(v, a.x[c], acc);
-      }
-      y[i] = acc;
-    }
-    add_split_exceptions(a, g0 / kQ4PanelRows, y);
-  }
-}
-
-void unsplit_bf16_group(const KernelTable& kt, const HeadScreen& s, int64_t k, int64_t g,
-                        uint16_t* out) {
-  kt.unsplit_bf16(static_cast<const uint8_t*>(s.w_il) + g * q8_panel_group_bytes(k, kGroup),
-                  reinterpret_cast<const int8_t*>(s.lo) + g * kQ4PanelRows * k, k, out);
-  for (uint32_t e = s.exc_off[g]; e < s.exc_off[g + 1]; ++e) out[s.exc_pos[e]] = s.exc_bits[e];
 }
 
 HeadScreen head_screen_view(const Tensor& w, ScreenLayout layout, const void* dst, bool with_low) {
@@ -365,10 +192,6 @@ HeadScreen head_screen_view(const Tensor& w, ScreenLayout layout, const void* ds
   s.q8.group_size = kGroup;
   s.w_il = layout == ScreenLayout::kRows ? nullptr : base;
   s.bounds = reinterpret_cast<const float*>(base + code_bytes(w) + scale_bytes(w));
-  if (with_low) {
-    s.lo = base + bf16_screen_bytes(w);
-    s.exc_count = reinterpret_cast<const uint32_t*>(s.lo + delta_bytes(w));
-  }
   return s;
 }
 
@@ -387,17 +210,9 @@ void split_row_codes(const HeadScreen& s, int64_t k, int64_t row, int8_t* codes)
   }
 }
 
-void embed_split_rows(const KernelTable& kt, const Tensor& w, const HeadScreen& s,
-                      const int32_t* rows, float* out, int64_t t0, int64_t t1, uint16_t* group) {
+void embed_split_rows(const Tensor& w, const HeadScreen& s, const int32_t* rows, float* out,
+                      int64_t t0, int64_t t1) {
   const int64_t k = w.cols();
-  if (w.dtype == DType::BF16) {
-    for (int64_t t = t0; t < t1; ++t) {
-      unsplit_bf16_group(kt, s, k, rows[t] / kQ4PanelRows, group);
-      const int64_t i = rows[t] % kQ4PanelRows;
-      for (int64_t c = 0; c < k; ++c) out[t * k + c] = bf16_to_f32(group[packed_at(i, c)]);
-    }
-    return;
-  }
   const int64_t ng = k / w.group_size;
   std::vector<int8_t> codes(static_cast<size_t>(k));
   for (int64_t t = t0; t < t1; ++t) {

@@ -55,24 +55,8 @@
 // m, then 16 bytes holding l >> 2 at bit 4 h + q of byte m for slot 16 q + m of half h, as the
 // screen's high bits. So 8 u + l = q + 128, the unsigned code vpdpbusd takes.
 //
-// Where a kernel multiplies it (KernelTable::matmul_bf16_split) and the screen would be a large
-// part of the weights (WeightPlacer::keeps_split), a BF16 head whose screen is in panels is kept as
-// that screen and one byte per weight, its delta, not as a packed copy as well: the two hold the
-// head's bits. A weight's delta is the high 16 bits of its f32 value (its BF16 bits) less those of
-// q d (exact in f32), as integers: where the two have the same sign their bits differ by their
-// distance in units of the last place. So q d plus the delta shifted up 16 bits (an integer add on
-// f32 lanes), its low half cleared, is the weight. The delta is in [-128, 127] unless the weight is
-// below ~1/127 of its block's largest (0.74% of the random stand-ins' weights): then it is 0 and
-// the weight is one of its 16-row group's exceptions, kept with the difference between it and that
-// rebuilt value. A head with a scale that is not finite is not kept so (split_usable).
-// Deltas lie as the panel's codes do but by column within each 4-column group ([chunk][4-column
-// group][column][row], 2048 bytes per chunk of a group); the screen's copy then holds each group's
-// count of exceptions (uint32, kExceptionsUnusable set where a scale is not finite), and a second
-// copy (head_exceptions_bytes) their per-group offsets, positions in the group's packed rows
-// (kPackBf16: ((c / 2) 16 + i) 2 + c % 2 for row i, column c), differences (f32) and bits. A
-// logit is the dot of x with the rebuilt row, in column order as the packed kernel sums it, plus
-// x times each exception's difference in order: the same in screened and whole steps. Steps of
-// several tokens rebuild 16-row groups (unsplit_bf16_group) for the packed kernel.
+// A BF16 head keeps its copy (coded where a kernel reads it so: bf16_coded.h) beside its screen,
+// and the screen's candidates are computed from the copy's whole 16-row groups.
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -92,16 +76,8 @@ struct HeadScreen {
   // A Q8 head's: the high bits of its codes (KernelTable::screen_q8 reads them), else null, and
   // their low bits where the head is read from the two (KernelTable::matmul_q8_split), else null.
   const uint8_t* hi = nullptr;
-  const uint8_t* lo = nullptr;  // a BF16 head's deltas where it is kept as its screen and them
-  // A BF16 head's exceptions (with lo): per group their count (in the screen's copy), and their
-  // offsets [groups + 1], positions, differences and bits (head_exceptions_view).
-  const uint32_t* exc_count = nullptr;
-  const uint32_t* exc_off = nullptr;
-  const uint32_t* exc_pos = nullptr;
-  const float* exc_fix = nullptr;
-  const uint16_t* exc_bits = nullptr;
+  const uint8_t* lo = nullptr;
 };
-constexpr uint32_t kExceptionsUnusable = 0x80000000u;
 constexpr int kScreenBounds = 3;
 constexpr int kScreenQ8Bits = 5;                          // the layout above holds 4 + 1 bits
 constexpr int64_t kScreenQ8ChunkBytes = 80;               // per row and 128-element chunk
@@ -175,8 +151,7 @@ class ScreenPolicy {
 // Whether build_head_screen takes this weight: BF16 (the kernels' 16-bit head) with k a multiple
 // of 32, or Q8 without a codebook with k a multiple of 128 and rows of 4.
 bool screenable(const Tensor& w);
-// Bytes build_head_screen writes for w (with_low: a Q8 head's low bits, a BF16 head's deltas and
-// exception counts too).
+// Bytes build_head_screen writes for w (with_low: a Q8 head's low bits too).
 size_t head_screen_bytes(const Tensor& w, bool with_low = false);
 // Bytes the screen reads per token (a Q8 head's scales too).
 size_t head_screen_read_bytes(const Tensor& w);
@@ -186,32 +161,19 @@ enum class ScreenLayout { kRows, kPanel };
 constexpr int64_t kScreenGroup = 32;  // the Q8 copy's group size
 // Writes rows [r0, r1) of the screen of w into dst (head_screen_bytes(w) bytes, 64-byte aligned),
 // so that threads can share the work (r0 a multiple of 16). A Q8 head's screen is always in 4-row
-// groups, whatever `layout`; with_low: a Q8 head's low bits after them, a BF16 head's deltas and
-// exception counts (panels only). A BF16 head's rows are quantized by row_fn
-// (KernelTable::screen_row_bf16; null: the baseline ISA's).
+// groups, whatever `layout`; with_low: a Q8 head's low bits after them. A BF16 head's rows are
+// quantized by row_fn (KernelTable::screen_row_bf16; null: the baseline ISA's).
 void build_head_screen(const Tensor& w, ScreenLayout layout, void* dst, int64_t r0, int64_t r1,
                        bool with_low = false, ScreenRowFn row_fn = nullptr);
 // The screen build_head_screen wrote at dst.
 HeadScreen head_screen_view(const Tensor& w, ScreenLayout layout, const void* dst,
                             bool with_low = false);
-// A BF16 head kept as its screen and deltas: whether every scale is finite (else the head keeps a
-// packed copy), the bytes of its exceptions' copy, that copy's groups [g0, g1) written from the
-// head's own rows (w.data) against the rebuilt ones (kt.unsplit_bf16 and pack_bf16), and its view.
-bool split_usable(const Tensor& w, const HeadScreen& s);
-size_t head_exceptions_bytes(const Tensor& w, const HeadScreen& s);
-void build_head_exceptions(const KernelTable& kt, const Tensor& w, const HeadScreen& s, void* dst,
-                           int64_t g0, int64_t g1);
-void head_exceptions_view(const Tensor& w, HeadScreen& s, const void* mem);
-// 16-row group g of such a head rebuilt as its kPackBf16 copy holds it (16 k values at out).
-void unsplit_bf16_group(const KernelTable& kt, const HeadScreen& s, int64_t k, int64_t g,
-                        uint16_t* out);
 // Row `row` of a Q8 head's codes (slot order, as stored) from its high and low bits.
 void split_row_codes(const HeadScreen& s, int64_t k, int64_t row, int8_t* codes);
 // out[t] = rows[t] of a Q8 head kept as its screen and low bits (w: its scales), dequantized to
-// f32, or of a BF16 one kept as its screen and deltas (rebuilt in `group`, 16 k values), for t in
-// [t0, t1): a tied head's Embed step.
-void embed_split_rows(const KernelTable& kt, const Tensor& w, const HeadScreen& s,
-                      const int32_t* rows, float* out, int64_t t0, int64_t t1, uint16_t* group);
+// f32, for t in [t0, t1): a tied head's Embed step.
+void embed_split_rows(const Tensor& w, const HeadScreen& s, const int32_t* rows, float* out,
+                      int64_t t0, int64_t t1);
 
 // Per token: the sums X1 and X2 of the header and |x|, from the activations the head multiplies.
 struct ScreenInput {

@@ -64,7 +64,6 @@ KernelTable make_kernel_table(Isa isa, const CpuFeatures& f) {
     fill_matmul_q4_avx2(k);
     fill_matmul_q4cb_avx2(k);
     fill_screen_q8_avx2(k);
-    fill_matmul_bf16_split_avx2(k);
     fill_matmul_bf16_coded_avx2(k);
     if (f.avxvnni) {
       fill_matmul_q8_avxvnni(k);
@@ -85,7 +84,6 @@ KernelTable make_kernel_table(Isa isa, const CpuFeatures& f) {
     fill_matmul_q4cb_avx512(k);
     fill_screen_q8_avx512(k);
     fill_matmul_q8_split_avx512(k);
-    fill_matmul_bf16_split_avx512(k);
     fill_matmul_bf16_coded_avx512(k);
     if (f.amx_bf16) fill_peak_amx(k);
   }

@@ -244,43 +244,10 @@ struct ScreenCandidate {
 using ScreenSelectFn = int64_t (*)(const float* est, const float* hw, int64_t n, int32_t row0,
                                    float* lower, ScreenCandidate* out);
 // One row of a BF16 LM head's screen (screen_row.h): k floats w to Q8 g32 codes q in element
-// order, k / 32 F16 scales and kScreenBounds bounds, and where delta is not null each weight's
-// delta from its code (head_screen.h) in element order, returning how many are exceptions (0
-// without delta). The baseline ISA's fills every table.
-using ScreenRowFn = int64_t (*)(const float* w, int64_t k, int8_t* q, uint16_t* scales,
-                                float* bounds, int8_t* delta);
-int64_t screen_row_bf16_baseline(const float* w, int64_t k, int8_t* q, uint16_t* scales,
-                                 float* bounds, int8_t* delta);
-// One 16-row group of a BF16 head kept as its screen and deltas (head_screen.h) back to its
-// kPackBf16 layout, but for its exceptions: the screen's panel group (q8_panel.h, group 32) and
-// the group's deltas into 16 k values at out. The portable reference the SIMD one is checked
-// against.
-using UnsplitBf16Fn = void (*)(const uint8_t* panel, const int8_t* delta, int64_t k, uint16_t* out);
-void unsplit_bf16_scalar(const uint8_t* panel, const int8_t* delta, int64_t k, uint16_t* out);
-// One token's logits of rows [r0, r1) (multiples of 16) of such a head, y[r - r0]: the screen's
-// panels and the deltas from their starts, the exceptions' offsets per group, positions in the
-// group's packed rows and differences (head_screen.h's sum). The portable reference the SIMD one is
-// checked against, bit for bit.
-struct SplitBf16Args {
-  const uint8_t* panel;
-  const int8_t* delta;
-  const uint32_t* exc_off;
-  const uint32_t* exc_pos;
-  const float* exc_fix;
-  const float* x;
-  int64_t k, r0, r1;
-  float* y;
-};
-using SplitBf16Fn = void (*)(const SplitBf16Args& a);
-void matmul_bf16_split_scalar(const SplitBf16Args& a);
-// The last term of such a logit, every kernel's: x times each exception's difference, in order,
-// added to the 16 rows of group g at y.
-inline void add_split_exceptions(const SplitBf16Args& a, int64_t g, float* y) {
-  for (uint32_t e = a.exc_off[g]; e < a.exc_off[g + 1]; ++e) {
-    const uint32_t pos = a.exc_pos[e];  // ((c / 2) 16 + i) 2 + c % 2
-    y[pos / 2 % 16] = std::fma(a.x[pos / 32 * 2 + pos % 2], a.exc_fix[e], y[pos / 2 % 16]);
-  }
-}
+// order, k / 32 F16 scales and kScreenBounds bounds. The baseline ISA's fills every table.
+using ScreenRowFn = void (*)(const float* w, int64_t k, int8_t* q, uint16_t* scales, float* bounds);
+void screen_row_bf16_baseline(const float* w, int64_t k, int8_t* q, uint16_t* scales,
+                              float* bounds);
 // The portable reference the SIMD screen is checked against (too slow to pay for itself).
 void screen_q8_scalar(const ScreenQ8Args& a);
 // A QuantMatmulFn for a Q8 head kept as its screen and low bits (head_screen.h): w is the high
@@ -337,11 +304,6 @@ struct KernelTable {
   // kernel reads them at the speed of its codes; null elsewhere (the head keeps a copy of them).
   QuantMatmulFn matmul_q8_split = nullptr;
   RefineQ8Fn refine_q8_split = nullptr;  // with matmul_q8_split and screen_q8
-  // A BF16 head from its screen and deltas: one token's logits, and 16-row groups rebuilt for
-  // steps of several tokens, where SIMD kernels read them near the speed of the packed copy; null
-  // elsewhere (the head keeps its packed copy).
-  SplitBf16Fn matmul_bf16_split = nullptr;
-  UnsplitBf16Fn unsplit_bf16 = nullptr;
   // n rows of k BF16 columns into their kPackBf16 copy, and rows [r0, r0 + n) of it back to
   // row-major: pack_rows and unpack_rows, by transposes where an ISA has them (AVX-512, AVX2).
   using PackBf16Fn = void (*)(const void* rows, int64_t n, int64_t k, void* out);
@@ -398,7 +360,6 @@ void fill_matmul_q8_avx2(KernelTable& k);
 void fill_matmul_q4_avx2(KernelTable& k);
 void fill_matmul_q4cb_avx2(KernelTable& k);
 void fill_screen_q8_avx2(KernelTable& k);
-void fill_matmul_bf16_split_avx2(KernelTable& k);
 void fill_matmul_bf16_coded_avx2(KernelTable& k);
 void fill_matmul_q8_avxvnni(KernelTable& k);  // AVX2 with f.avxvnni
 void fill_matmul_q4_avxvnni(KernelTable& k);
@@ -415,7 +376,6 @@ void fill_matmul_q4_avx512(KernelTable& k);
 void fill_matmul_q4cb_avx512(KernelTable& k);
 void fill_screen_q8_avx512(KernelTable& k);
 void fill_matmul_q8_split_avx512(KernelTable& k);
-void fill_matmul_bf16_split_avx512(KernelTable& k);
 void fill_matmul_bf16_coded_avx512(KernelTable& k);
 #endif
 void fill_peak_amx(KernelTable& k);  // with f.amx_bf16: sets dot_bf16_tile_loop if tiles work

@@ -21,9 +21,8 @@ enum Layout : int {
   kScreenPanel = 3,
   kQ4Panel = 4,
   kQ8Panel = 5,
-  kScreenSplit = 6,   // a Q8 head's screen and low bits (head_screen.h)
-  kScreenDeltas = 7,  // a BF16 head's screen in panels, its deltas and exception counts
-  kScreenExceptions = 8,
+  kScreenSplit = 6,  // a Q8 head's screen and low bits (head_screen.h)
+  // 7, 8: a BF16 head's deltas and their exceptions, before the head was coded
   kCoded = 9,  // BF16 coded in 12 bits a weight, and its exceptions (bf16_coded.h)
   kCodedExceptions = 10
 };
@@ -132,18 +131,12 @@ void WeightPlacer::make_panel(const Tensor& w, void* dst) {
 // on a wide head reads it all: an 8B's 4096 columns ran ~1.3x the panels' time), and saves a
 // screen of 5/8 of the head's codes: 10-24% of the weights of the tied Qwen3 0.6B-4B, 7% of the
 // 8B's, 1% of the 30B-A3B's. So it is kept where the screen would be over 1/12 of the weights.
-// A BF16 head's (screen and deltas) saves the packed copy's second byte a weight, and the same
-// rule keeps it.
+// (A BF16 head kept as its screen and a byte of delta per weight read 2.06 bytes a weight where
+// the screen could not spare them, at the speed of the kernel's operations: its coded copy reads
+// 1.5, at the speed of its bytes.)
 bool WeightPlacer::keeps_split(const Tensor& w) const {
-  if (!store_ || !screenable(w)) return false;
-  if (w.dtype == DType::Q8 && (!kt_.matmul_q8_split || !kt_.screen_q8)) return false;
-  // A coded BF16 head reads 1.5 bytes a weight at the speed of its bytes where the screen cannot
-  // spare them: the deltas' 2.06, with the screen's codes, at the speed of their operations.
-  if (w.dtype == DType::BF16 && kt_.matmul_bf16_coded && coded_fits(w.rows(), w.cols()))
-    return false;
-  if (w.dtype == DType::BF16 && (!kt_.matmul_bf16_split || !kt_.unsplit_bf16 || !kt_.q8_panel ||
-                                 !q8_panel_fits(w.rows(), w.cols(), kScreenGroup)))
-    return false;
+  if (!store_ || !screenable(w) || w.dtype != DType::Q8) return false;
+  if (!kt_.matmul_q8_split || !kt_.screen_q8) return false;
   return head_screen_bytes(w) * 12 > g_.weight_bytes();
 }
 
@@ -153,9 +146,8 @@ void WeightPlacer::place(int id, bool logits, bool pack_ok) {
   const bool place = store_ != nullptr;
   const bool panel = reads_panel(kt_, w), q8 = w.dtype == DType::Q8;
   if (logits && keeps_split(w) && cg_.max_outputs == 1) {
-    // One row of logits a step: the head is read from its screen and low bits or deltas
-    // (place_screen), which hands the mapping's codes back; the screen reads the scales
-    // row-major.
+    // One row of logits a step: the head is read from its screen and low bits (place_screen),
+    // which hands the mapping's codes back; the screen reads the scales row-major.
     if (w.quantized()) w.scales = verbatim(w.scales, scale_bytes(w));
     cg_.weight[size_t(id)] = w;
     return;
@@ -211,12 +203,9 @@ void WeightPlacer::place_screen(int id, ScreenPolicy::Rule rule, ScreenStats& st
                       });
     if (w.quantized()) store_->hand_back(w.scales, scale_bytes(w));
   };
-  const int layout = low                         ? (w.quantized() ? kScreenSplit : kScreenDeltas)
-                     : pk == ScreenLayout::kRows ? kScreen
-                                                 : kScreenPanel;
+  const int layout = low ? kScreenSplit : pk == ScreenLayout::kRows ? kScreen : kScreenPanel;
   const void* mem = store_->get(w.data, layout, head_screen_bytes(w, low), build, kSelfReleased);
   cg_.screen = head_screen_view(w, pk, mem, low);
-  if (low && !w.quantized()) place_exceptions(id, mem);
   cg_.screen_w = id;
   cg_.screen_policy = ScreenPolicy(rule);
   // Room for every row of the longest range a thread screens (argmax_screened's split).
@@ -244,27 +233,6 @@ void WeightPlacer::place_screen(int id, ScreenPolicy::Rule rule, ScreenStats& st
                         (w.quantized() ? double(scale_bytes(w)) / double(w.rows()) : 0);
   // The screen's own activations after the head kernel's (argmax_screened).
   cg_.screen_scratch = quant_matmul_scratch_floats(w.cols(), 1);
-}
-
-// A BF16 head's exceptions (head_screen.h), found by rebuilding its groups beside the model's
-// mapping of the head, handed back slice by slice as the copies' sources are. Where a scale is not
-// finite the head gets its packed copy instead and a plain screen (the same bytes at mem).
-void WeightPlacer::place_exceptions(int id, const void* mem) {
-  const Tensor& w = g_.tensors()[size_t(id)].weight;
-  HeadScreen& s = cg_.screen;
-  if (!split_usable(w, s)) {
-    cg_.screen = head_screen_view(w, ScreenLayout::kPanel, mem, false);
-    if (!cg_.w_il[size_t(id)]) cg_.w_il[size_t(id)] = packed_copy(w);
-    return;
-  }
-  auto build = [&](void* dst) {
-    const int64_t group_bytes = int64_t(w.nbytes) / w.rows() * kQ4PanelRows;
-    copy_handing_back(w.data, w.rows() / kQ4PanelRows, group_bytes, 1,
-                      [&](int64_t b, int64_t e) { build_head_exceptions(kt_, w, s, dst, b, e); });
-  };
-  const void* exc =
-      store_->get(w.data, kScreenExceptions, head_exceptions_bytes(w, s), build, kSelfReleased);
-  head_exceptions_view(w, s, exc);
 }
 
 // A tied LM head is also the embedding table: the Embed step then reads the head's copy (one row

@@ -37,12 +37,8 @@ class WeightPlacer {
   void place_embed_tables();
 
  private:
-  // Whether LM head w's screen keeps the low bits of its codes, or a BF16 head's deltas, too
-  // (head_screen.h).
+  // Whether Q8 LM head w's screen keeps the low bits of its codes too (head_screen.h).
   bool keeps_split(const Tensor& w) const;
-  // cg_.screen's exceptions where it keeps deltas (mem: the screen's copy), or the head's packed
-  // copy where they cannot serve.
-  void place_exceptions(int id, const void* mem);
   const void* packed_copy(const Tensor& w);  // BF16 rows packed (kPackBf16)
   // Weight id's BF16 rows coded (bf16_coded.h) into cg_.w_il and w_exc; false where they are too
   // irregular for it (they are then to be packed).

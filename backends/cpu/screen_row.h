@@ -3,8 +3,7 @@
 // screen_q8_avx2.cpp 32, screen_q8_avx512.cpp 64): the row's Q8 g32 codes in element order and
 // F16 scales as the quantizer's round-to-nearest makes them (quant::quantize_row_rtn: d = amax /
 // 127 rounded to F16, q = round(w / d) to even), and its bounds {M, E, N}: the largest 32-block
-// norm of w and of w - d q, and |w|, rounded up; where asked, each weight's delta from its code
-// (head_screen.h: its BF16 bits, w's high half, against q d), returning how many are exceptions.
+// norm of w and of w - d q, and |w|, rounded up.
 // The sums of squares run in four double lanes in element order at every width, so only FMA
 // contraction can tell the ISAs' bounds apart, within their 1e-9 margin. Include only from those
 // files (anonymous namespace).
@@ -36,33 +35,14 @@ struct ScreenVec;
     typedef float F __attribute__((vector_size(B)));      \
     typedef int32_t I __attribute__((vector_size(B)));    \
     typedef int8_t C __attribute__((vector_size(B / 4))); \
-    typedef uint32_t U __attribute__((vector_size(B)));   \
   };
 HEARTH_SCREEN_VEC(16)
 HEARTH_SCREEN_VEC(32)
 HEARTH_SCREEN_VEC(64)
 #undef HEARTH_SCREEN_VEC
 
-// The deltas of N weights wv (BF16 values as floats) from their codes c at scale d (head_screen.h):
-// the high halves of their bits less those of c d (exact), or 0 for an exception (outside [-128,
-// 127]), counted into *exceptions.
 template <int B>
-typename ScreenVec<B>::C screen_deltas(typename ScreenVec<B>::F wv, typename ScreenVec<B>::C c,
-                                       float d, int64_t* exceptions) {
-  using F = typename ScreenVec<B>::F;
-  using I = typename ScreenVec<B>::I;
-  using U = typename ScreenVec<B>::U;
-  const F p = __builtin_convertvector(__builtin_convertvector(c, I), F) * d;
-  const I diff = I(U(wv) >> 16) - I(U(p) >> 16);
-  const I out = (diff < -128) | (diff > 127);
-  for (int l = 0; l < B / 4; ++l) *exceptions += out[l] != 0;
-  return __builtin_convertvector(out ? I{} : diff, typename ScreenVec<B>::C);
-}
-
-template <int B>
-int64_t screen_row(const float* w, int64_t k, int8_t* q, uint16_t* scales, float* bounds,
-                   int8_t* delta) {
-  int64_t exceptions = 0;
+void screen_row(const float* w, int64_t k, int8_t* q, uint16_t* scales, float* bounds) {
   constexpr int N = B / 4, G = int(kScreenGroup);  // floats a vector, weights a group
   using F = typename ScreenVec<B>::F;
   using I = typename ScreenVec<B>::I;
@@ -109,10 +89,6 @@ int64_t screen_row(const float* w, int64_t k, int8_t* q, uint16_t* scales, float
         std::memcpy(qf + j * N, &v, sizeof v);
         const C c = __builtin_convertvector(__builtin_convertvector(v, I), C);
         std::memcpy(q + (b0 + b) * G + j * N, &c, sizeof c);
-        if (delta) {
-          const C dl = screen_deltas<B>(load(wg + j * N), c, d[b], &exceptions);
-          std::memcpy(delta + (b0 + b) * G + j * N, &dl, sizeof dl);
-        }
       }
       D4 wp = {}, ep = {};
       for (int j = 0; j < G; j += 4) {
@@ -135,7 +111,6 @@ int64_t screen_row(const float* w, int64_t k, int8_t* q, uint16_t* scales, float
   bounds[0] = up(std::sqrt(m) * (1 + 1e-9));
   bounds[1] = up(std::sqrt(e) * (1 + 1e-9));
   bounds[2] = up(std::sqrt(n) * (1 + 1e-9));
-  return exceptions;
 }
 
 }  // namespace
