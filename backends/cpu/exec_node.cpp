@@ -79,7 +79,7 @@ void run_node_step(const StepCtx& c, const Node& n) {
   switch (n.op) {
     case Op::Embed: {
       ThreadPool::split(rows, tid, nth, 1, &b, &e);
-      // The table as the backend placed it: its own copy, or a tied head's (then maybe packed).
+      // The table as the backend placed it: its own copy, or a tied head's (packed or coded).
       const Tensor& table = c.cg.weight[size_t(n.in[0])];
       const void* il = c.cg.w_il[size_t(n.in[0])];
       if (const void* exc = c.cg.w_exc[size_t(n.in[0])])
