@@ -395,6 +395,10 @@ static gpointer chat_thread(gpointer data) {
   cp.thinking = job->thinking;
   hearth_model_sampling_defaults(app->model, &gp);
   gp.max_new_tokens = app->max_tokens;
+  /* Test hook: the reply Stop cancels gets the app's usual cap, not the test's short one, so that
+     it cannot end on its own before the press reaches it (a loaded machine may run the UI's idle
+     callback only after a tiny model's 40 tokens). */
+  if (app->test_prompt && app->test_stage == TEST_STOPPED_REPLY) gp.max_new_tokens = 1024;
   gp.on_text = stream_text;
   gp.user_data = app;
   job->status = hearth_session_chat(app->session, job->prompt, &cp, &gp, NULL);
