@@ -152,13 +152,6 @@ CodedBf16 coded_bf16_view(const void* coded, const void* exc, int64_t rows) {
   return v;
 }
 
-int64_t coded_bf16_read_bytes(int64_t rows, int64_t k, const void* exc) {
-  const int64_t groups = rows / kCodedRows;
-  const auto* off = static_cast<const uint32_t*>(exc);
-  return coded_bf16_bytes(rows, k) + (groups + 1) * 4 +
-         int64_t(off[groups]) * int64_t(sizeof(CodedException));
-}
-
 // A product and a sum, not std::fma: a library call where the build has no FMA (half a percent of
 // a heavy-tailed matrix's weights are exceptions).
 void add_coded_exceptions(const CodedBf16& w, int64_t r0, int64_t r1, const float* x, int64_t ldx,

@@ -78,8 +78,6 @@ struct CodedBf16 {
   const CodedException* exc = nullptr;
 };
 CodedBf16 coded_bf16_view(const void* coded, const void* exc, int64_t rows);
-// The bytes a matmul over all its rows reads: the groups and their exceptions' copy.
-int64_t coded_bf16_read_bytes(int64_t rows, int64_t k, const void* exc);
 
 // Adds each exception's products to rows [r0, r1) (whole groups) of y, y[t * ldy + r - r0], for T
 // tokens of x (row stride ldx): the last term of every coded matmul's sum, in order.

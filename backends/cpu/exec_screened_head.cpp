@@ -63,13 +63,12 @@ struct ScreenedHead {
       : c(c),
         hs(c.cg.screen),
         w(c.cg.weight[size_t(s.parts[0].w)]),
-        w_il(c.cg.w_il[size_t(s.parts[0].w)]),
-        w_exc(c.cg.w_exc[size_t(s.parts[0].w)]),
+        copy{c.cg.w_il[size_t(s.parts[0].w)], c.cg.w_exc[size_t(s.parts[0].w)]},
         x(x),
         K(w.cols()),
-        split(reads_split(c.cg, w, w_il)),
-        panel(w_il && reads_q8_panel(c.kt, w)),
-        group(w_il && (w.dtype == DType::BF16 || panel) ? kQ4PanelRows : 4) {
+        split(reads_split(c.cg, w, copy.il)),
+        panel(copy.il && reads_q8_panel(c.kt, w)),
+        group(copy.il && (w.dtype == DType::BF16 || panel) ? kQ4PanelRows : 4) {
     ThreadPool::split(w.rows(), c.tid, c.nth, 16, &b, &e);
     tmp = c.scratch() + c.cg.off_tmp;
     hw = tmp + c.cg.tmp_floats;
@@ -108,18 +107,17 @@ struct ScreenedHead {
   // each row's logit is the one the whole head gives.
   std::pair<int64_t, int64_t> exact(int64_t r, float* y, bool reuse) const {
     const int64_t g0 = r / group * group, g1 = std::min(g0 + group, e);
-    matmul_rows(c, w, {w_il, w_exc}, x, 1, g0, g1, y, group, 0, reuse);
+    matmul_rows(c, w, copy, x, 1, g0, g1, y, group, 0, reuse);
     return {g0, g1};
   }
   void prefetch(int64_t r) const {
-    prefetch_group(w, {w_il, w_exc}, split ? &hs : nullptr, panel, r / group * group, group);
+    prefetch_group(w, copy, split ? &hs : nullptr, panel, r / group * group, group);
   }
 
   const StepCtx& c;
   const HeadScreen& hs;
   const Tensor& w;
-  const void* w_il;
-  const void* w_exc;  // a coded head's exceptions (WeightCopy)
+  const WeightCopy copy;  // the head's copy (packed, panels or coded) and a coded one's exceptions
   const float* x;
   int64_t K, b = 0, e = 0;
   bool split;     // the head is read from its screen and low bits (head_screen.h)

@@ -168,9 +168,8 @@ void WeightPlacer::place(int id, bool logits, bool pack_ok) {
                         w.dtype == DType::BF16 && pack_fits(kPackBf16, w.rows(), row_bytes);
     // An LM head too: its screen's candidate groups are coded groups, and an embedding table
     // tied to it decodes a group per token.
-    bool coded = false;
-    if (packed && kt_.matmul_bf16_coded && coded_fits(w.rows(), w.cols()))
-      coded = coded_copy(id, w);
+    const bool coded =
+        packed && kt_.matmul_bf16_coded && coded_fits(w.rows(), w.cols()) && coded_copy(id, w);
     if (packed && !coded) {
       cg_.w_il[size_t(id)] = packed_copy(w);
     } else if (!packed) {
@@ -224,8 +223,10 @@ void WeightPlacer::place_screen(int id, ScreenPolicy::Rule rule, ScreenStats& st
                         "LM head top-k exchange");
   cg_.topk_ready = std::make_unique<std::atomic<uint64_t>[]>(size_t(pool_.size()));
   // What a step that reads the whole head reads: a coded head's groups and exceptions.
-  const void* exc = cg_.w_exc[size_t(id)];
-  stats.head_bytes = exc ? double(coded_bf16_read_bytes(w.rows(), w.cols(), exc))
+  const auto* coded = static_cast<const uint8_t*>(cg_.w_il[size_t(id)]);
+  stats.head_bytes = cg_.w_exc[size_t(id)]
+                         ? double(coded_bf16_bytes(w.rows(), w.cols()) +
+                                  coded_exceptions_bytes(coded, w.rows(), w.cols()))
                          : double(w.nbytes) + double(scale_bytes(w));
   stats.screen_bytes = double(head_screen_read_bytes(w));
   stats.row_bytes = stats.head_bytes / double(w.rows());
@@ -236,9 +237,9 @@ void WeightPlacer::place_screen(int id, ScreenPolicy::Rule rule, ScreenStats& st
 }
 
 // A tied LM head is also the embedding table: the Embed step then reads the head's copy (one row
-// per token, unpacked if packed), so the model's mapping of it is handed back as any other
-// weight's, and the head, read whole by every sampled token the screen cannot spare, streams from
-// packed huge pages as every other matmul does, not from the mapping's 4 KiB pages.
+// per token, unpacked if packed, decoded if coded), so the model's mapping of it is handed back as
+// any other weight's, and the head, read whole by every sampled token the screen cannot spare,
+// streams from packed huge pages as every other matmul does, not from the mapping's 4 KiB pages.
 void WeightPlacer::place_embed_tables() {
   const auto& ts = g_.tensors();
   for (const Node& n : g_.nodes()) {
