@@ -106,7 +106,7 @@ void hearth_free(void* ptr) {
 hearth_status hearth_model_params_init(hearth_model_params* params, size_t struct_size) {
   hearth_model_params d{};
   d.struct_size = sizeof d;
-  d.kv_type = HEARTH_KV_F32;
+  d.kv_type = HEARTH_KV_F16;
   d.prefault = 1;
   d.hugepages = 1;
   return init_struct("hearth_model_params", params, struct_size, d,

@@ -148,6 +148,8 @@ typedef struct hearth_model_params {
   int32_t n_threads;   /* compute threads of the model, shared by its sessions; 0: physical cores */
   const char* backend; /* "cpu", "vulkan" where built; NULL or "": the best available (the CPU) */
   const char* isa;     /* CPU: force a lower ISA ("avx2", "scalar"); NULL or "": best */
+  /* hearth_model_params_init's default: HEARTH_KV_F16 (half the F32 cache's bytes, which decode
+   * at long context reads more of than weights; HEARTH_KV_F32 is exact). */
   hearth_kv_type kv_type;
   int32_t prefill_chunk; /* prompt tokens per prefill step; 0: 256 */
   /* Nonzero: read every weight page during the load (with "prefault" progress), so the first

@@ -322,6 +322,8 @@ TEST_SUITE("capi") {
           HEARTH_ERR_INVALID_ARGUMENT);
     hearth_model_params mp;
     CHECK(hearth_model_params_init(&mp, 2) == HEARTH_ERR_INVALID_ARGUMENT);
+    REQUIRE(hearth_model_params_init(&mp, sizeof mp) == HEARTH_OK);
+    CHECK(mp.kv_type == HEARTH_KV_F16);  // the CLI's default too
   }
 
   TEST_CASE("model info and parameter count") {

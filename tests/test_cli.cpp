@@ -75,6 +75,7 @@ TEST_SUITE("cli") {
     simdjson::dom::parser p;
     simdjson::dom::element out = p.parse(r.out);
     CHECK(std::string_view(out["decode_sampling"]) == "temperature 0.6, top-k 20, top-p 0.95");
+    CHECK(std::string_view(out["kv_dtype"]) == "F16");  // llama.cpp's default cache type too
     simdjson::dom::array depths = out["depths"].get_array();
     REQUIRE(depths.size() == 2);
     CHECK(int64_t(depths.at(1)["depth"]) == 8);

@@ -26,6 +26,11 @@ class Args {
   std::optional<int> opt_integer(const std::string& name) const;
   // "1,2,3" -> {1, 2, 3}
   std::vector<int32_t> int_list(const std::string& name) const;
+  // A command's own default for an option the shared code reads (e.g. logits' exact f32 KV
+  // cache), when it was not given.
+  void set_default(const std::string& name, const std::string& value) {
+    if (!has(name)) values_[name] = {value};
+  }
   // The positional argument, when the spec allows one and it was given.
   const std::optional<std::string>& positional() const { return positional_; }
 

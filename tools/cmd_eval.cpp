@@ -23,7 +23,10 @@ int cmd_eval(int argc, char** argv) {
   quant::EvalOptions o;
   o.ctx = args.integer("--ctx", 512);
   if (o.ctx < 2) fail("--ctx must be at least 2");
-  o.backend = backend_options(args);  // --kv is the model's cache; the reference's stays F32
+  // --kv is the model's cache; the reference's stays F32, and so does the model's without --kv,
+  // so that a comparison measures the weights alone.
+  args.set_default("--kv", "f32");
+  o.backend = backend_options(args);
 
   std::vector<int32_t> ids;
   if (args.has("--text")) {

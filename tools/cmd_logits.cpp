@@ -26,6 +26,7 @@ int cmd_logits(int argc, char** argv) {
     if (sum != ids.size())
       fail("--chunks: sizes add up to ", sum, " but --ids has ", ids.size(), " tokens");
   }
+  args.set_default("--kv", "f32");  // exact logits, for checks against other implementations
   Loaded l = load_engine(args);
   Runner& r = *l.runner;
   const size_t vocab = size_t(r.vocab_size());

@@ -15,7 +15,7 @@ namespace {
   "  --backend NAME     cpu (default), vulkan or cuda (hearth devices lists them)\n"              \
   "  --device N         the GPU backend's device (default 0)\n"                                   \
   "  --isa NAME         avx512, avx2, neon or scalar: force a lower ISA than the CPU's best\n"    \
-  "  --kv TYPE          KV cache type: f32 (default), f16, bf16 or int8\n"                        \
+  "  --kv TYPE          KV cache type: f16 (default), f32 (exact), bf16 or int8\n"                \
   "  --prefill-chunk N  prompt tokens per prefill step (default 256)\n"                           \
   "  --gemm NAME        prefill matmuls: auto (default), dnnl, dnnl-bf16, openblas, native\n"     \
   "  --mmap             read the weights in place from the mapped checkpoint: less memory\n"      \
@@ -170,7 +170,8 @@ const char* kEvalPage =
     "  --ctx N             tokens per window (default 512)\n"
     "  --json              a JSON report on stdout\n"
     "  --threads N, --isa NAME, --gemm NAME   as for every model command\n"
-    "  --kv TYPE           M's KV cache type (REF keeps f32), so M = REF measures a cache type\n"
+    "  --kv TYPE           M's KV cache type (default and REF: f32), so M = REF measures a cache\n"
+    "                      type\n"
     "\n"
     "example:\n"
     "  hearth eval --model q4 --reference bf16 --text wiki.txt\n";
@@ -253,6 +254,7 @@ const char* kLogitsPage =
     "\n"
     "Writes float32 logits for every prompt position, raw little-endian [T, vocab], for checks\n"
     "against other implementations. --chunks splits the prompt into prefill steps of those sizes.\n"
+    "The KV cache is f32 here unless --kv says otherwise.\n"
     "\n" ENGINE_OPTIONS
     "\n"
     "example:\n"

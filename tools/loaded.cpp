@@ -126,7 +126,9 @@ BackendOptions backend_options(const Args& args, const Qwen3Model* model) {
   } else if (args.has("--weight-cache")) {
     fail("--weight-cache caches the weight copies, which --mmap does without");
   }
-  const std::string kv = args.str("--kv", "f32");
+  // f16 by default, as llama.cpp's: decode at depth reads the cache more than the weights, and f16
+  // halves it at ~1e-8 KL on the fixtures (bench/RESULTS.md, "An f16 KV cache by default").
+  const std::string kv = args.str("--kv", "f16");
   if (kv == "f32")
     bo.kv_dtype = DType::F32;
   else if (kv == "f16")
