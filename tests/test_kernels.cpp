@@ -773,6 +773,50 @@ TEST_SUITE("kernels") {
     if (detect_cpu_features().best() == Isa::Avx512) CHECK(apart > 25 * 4e-6);
   }
 
+  TEST_CASE("KV rows: to_f16, to_bf16 and quantize_kv_row of every ISA as the scalar reference") {
+    // Magnitudes from f16 subnormals to past its range (inf), head sizes with and without a tail
+    // of a vector, a row of zeros and rows holding an inf or a NaN.
+    std::vector<std::vector<float>> rows;
+    for (int n : {8, 64, 72, 100, 128, 256})
+      for (float mag : {1e-6f, 3.f, 3e4f}) rows.push_back(randn(size_t(n), uint32_t(n + mag), mag));
+    rows.push_back(std::vector<float>(128, 0.f));
+    rows.push_back(randn(128, 5, 2.f));
+    rows.back()[17] = INFINITY;
+    rows.push_back(randn(72, 6, 2.f));
+    rows.back()[70] = NAN;
+    std::vector<float> factor(256);
+    for (size_t d = 0; d < factor.size(); ++d) factor[d] = d % 9 == 4 ? 12.f : 0.5f + 0.01f * d;
+    for (Isa isa : isas_here()) {
+      CAPTURE(isa_name(isa));
+      const KernelTable kt = make_kernel_table(isa);
+      for (size_t r = 0; r < rows.size(); ++r) {
+        CAPTURE(r);
+        const std::vector<float>& x = rows[r];
+        const int64_t n = int64_t(x.size());
+        std::vector<uint16_t> h(x.size()), b(x.size());
+        kt.to_f16(x.data(), h.data(), n);
+        kt.to_bf16(x.data(), b.data(), n);
+        for (size_t i = 0; i < x.size(); ++i) {
+          if (std::isnan(x[i])) {
+            CHECK(std::isnan(f16_to_f32(h[i])));
+            continue;
+          }
+          CHECK(h[i] == f32_to_f16(x[i]));
+          if (std::fabs(x[i]) >= 1.2e-38f) CHECK(b[i] == f32_to_bf16(x[i]));  // subnormals: zero
+        }
+        for (const float* f : std::initializer_list<const float*>{nullptr, factor.data()}) {
+          std::vector<int8_t> want(x.size()), got(x.size() + 16, 99);
+          float want_scale = -1, got_scale = -2;
+          quantize_kv_row(x.data(), f, n, want.data(), &want_scale);
+          kt.quantize_kv_row(x.data(), f, n, got.data(), &got_scale);
+          CHECK(std::memcmp(&want_scale, &got_scale, 4) == 0);
+          CHECK(std::equal(want.begin(), want.end(), got.begin()));
+          CHECK(std::all_of(got.begin() + n, got.end(), [](int8_t c) { return c == 99; }));
+        }
+      }
+    }
+  }
+
   TEST_CASE("I8 KV rows: quantize_kv_row and the key factors") {
     const int hd = 128;
     const auto x = randn(size_t(hd), 71, 3.f);

@@ -65,15 +65,11 @@ struct Heads {
     const size_t off = size_t(at) * size_t(hd) * esz;
     const int64_t src = (int64_t(t) * nkv + g) * hd;
     const int layer = s.p.layer;
-    if (kv.dtype == DType::I8) {
-      quantize_kv_row(k + src, k_factor(), hd, reinterpret_cast<int8_t*>(kv.k(blk, layer, g) + off),
-                      kv.k_scale(blk, layer, g) + at);
-      quantize_kv_row(v + src, nullptr, hd, reinterpret_cast<int8_t*>(kv.v(blk, layer, g) + off),
-                      kv.v_scale(blk, layer, g) + at);
-      return;
-    }
-    store_as(kv.dtype, k + src, kv.k(blk, layer, g) + off, hd);
-    store_as(kv.dtype, v + src, kv.v(blk, layer, g) + off, hd);
+    const bool i8 = kv.dtype == DType::I8;
+    store_kv_row(c.kt, kv.dtype, k + src, k_factor(), hd, kv.k(blk, layer, g) + off,
+                 i8 ? kv.k_scale(blk, layer, g) + at : nullptr);
+    store_kv_row(c.kt, kv.dtype, v + src, nullptr, hd, kv.v(blk, layer, g) + off,
+                 i8 ? kv.v_scale(blk, layer, g) + at : nullptr);
   }
 
   const float* k_factor() const {

@@ -37,17 +37,11 @@ void reference_attention(const StepCtx& c, const Node& n) {
     const int pos = sq.pos0 + int(t - sq.row0);
     const int blk = sq.blocks[pos / kv.block_size], at = pos % kv.block_size;
     const size_t off = size_t(at) * size_t(hd) * esz;
-    if (i8) {  // no k_norm here to derive channel factors from
-      quantize_kv_row(k + (t * nkv + h) * hd, nullptr, hd,
-                      reinterpret_cast<int8_t*>(kv.k(blk, layer, h) + off),
-                      kv.k_scale(blk, layer, h) + at);
-      quantize_kv_row(v + (t * nkv + h) * hd, nullptr, hd,
-                      reinterpret_cast<int8_t*>(kv.v(blk, layer, h) + off),
-                      kv.v_scale(blk, layer, h) + at);
-      continue;
-    }
-    store_as(kv.dtype, k + (t * nkv + h) * hd, kv.k(blk, layer, h) + off, hd);
-    store_as(kv.dtype, v + (t * nkv + h) * hd, kv.v(blk, layer, h) + off, hd);
+    // No k_norm here to derive key channel factors from.
+    store_kv_row(c.kt, kv.dtype, k + (t * nkv + h) * hd, nullptr, hd, kv.k(blk, layer, h) + off,
+                 i8 ? kv.k_scale(blk, layer, h) + at : nullptr);
+    store_kv_row(c.kt, kv.dtype, v + (t * nkv + h) * hd, nullptr, hd, kv.v(blk, layer, h) + off,
+                 i8 ? kv.v_scale(blk, layer, h) + at : nullptr);
   }
   c.barrier.wait();
   const float scale = 1.f / std::sqrt(float(hd));

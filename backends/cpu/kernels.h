@@ -190,8 +190,15 @@ using SiluMulFn = void (*)(const float* a, const float* b, float* out, int64_t n
 using RmsNormFn = void (*)(const float* x, const float* w, int64_t n, float eps, float* out);
 // Widens n values of a weight type to f32 (a GEMM's weight block).
 using WidenFn = void (*)(const void* src, float* dst, int64_t n);
-// Rounds n floats to bf16 (round to nearest even), for a BF16 GEMM's input.
+// Rounds n floats to bf16 (round to nearest even; AVX-512's vcvtneps2bf16 takes f32 subnormals as
+// zero), for a BF16 GEMM's input and a BF16 KV cache.
 using ToBf16Fn = void (*)(const float* x, uint16_t* out, int64_t n);
+// Rounds n floats to f16 bits as f32_to_f16 does (to nearest even, inf past 65504), for an F16 KV
+// cache; a NaN stays a NaN (its payload may differ).
+using ToF16Fn = void (*)(const float* x, uint16_t* out, int64_t n);
+// One row of an I8 KV cache: quantize_kv_row (ops.h), bit for bit.
+using QuantizeKvRowFn = void (*)(const float* x, const float* factor, int64_t n, int8_t* codes,
+                                 float* scale);
 // Machine probes for `hearth bench`: the sum of n floats (64-byte aligned, n a multiple of 64) read
 // at full vector width, for memory bandwidth; and `iters` rounds of independent FMAs, returning a
 // value that depends on all of them and setting *flops to the floating-point operations done.
@@ -270,6 +277,8 @@ struct KernelTable {
   RmsNormFn rms_norm = nullptr;
   WidenFn widen[kNumTypes] = {};  // by weight type
   ToBf16Fn to_bf16 = nullptr;
+  ToF16Fn to_f16 = nullptr;
+  QuantizeKvRowFn quantize_kv_row = nullptr;
   ReadSumFn read_sum = nullptr;
   FmaLoopFn fma_loop = nullptr;
   // The same for int8 dot products (ops: 2 per multiply-add), where an int8 GEMM uses them

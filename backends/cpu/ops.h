@@ -69,6 +69,10 @@ void store_as(DType t, const float* src, void* dst, int64_t n);
 // gains, which make some channels outliers in every token) stops those channels from taking the
 // whole int8 range from the others.
 void quantize_kv_row(const float* x, const float* factor, int64_t n, int8_t* codes, float* scale);
+// A token's keys or values of one KV head (n f32 values) into its row of a cache of type t, by the
+// table's kernels: as store_as, or for I8 as quantize_kv_row (factor and scale used only there).
+void store_kv_row(const KernelTable& kt, DType t, const float* x, const float* factor, int64_t n,
+                  void* row, float* scale);
 
 // A query row for integer dot products with an I8 cache's key codes (the AVX-512 decode rows):
 // q[d] = round(x[d] * (32767 / max|x|)), to nearest even, so x[d] ~ q[d] * the returned max|x| /

@@ -182,6 +182,20 @@ void quantize_kv_row(const float* x, const float* factor, int64_t n, int8_t* cod
   }
 }
 
+void store_kv_row(const KernelTable& kt, DType t, const float* x, const float* factor, int64_t n,
+                  void* row, float* scale) {
+  switch (t) {
+    case DType::I8:
+      return kt.quantize_kv_row(x, factor, n, static_cast<int8_t*>(row), scale);
+    case DType::F16:
+      return kt.to_f16(x, static_cast<uint16_t*>(row), n);
+    case DType::BF16:
+      return kt.to_bf16(x, static_cast<uint16_t*>(row), n);
+    default:
+      store_as(t, x, row, n);
+  }
+}
+
 float round_query16(const float* x, int64_t n, int16_t* q) {
   float amax = 0.f;
   bool finite = true;

@@ -97,6 +97,39 @@ void to_bf16_avx512(const float* x, uint16_t* out, int64_t n) {
   }
 }
 
+void to_f16_avx512(const float* x, uint16_t* out, int64_t n) {
+  constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i < 16 ? tail_mask16(n - i) : __mmask16(0xFFFF);
+    _mm256_mask_storeu_epi16(out + i, m, _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, x + i), kRound));
+  }
+}
+
+// quantize_kv_row's operations in its order, so its codes bit for bit: x / factor (exact
+// divisions), the maximum magnitude ignoring NaN (vmaxps returns its second operand when either is
+// NaN, as std::max does its first), clamp passing NaN through, rounding to nearest even, and the
+// low byte of each integer (NaN becomes 0x80000000, whose low byte is the scalar's too).
+void quantize_kv_row_avx512(const float* x, const float* factor, int64_t n, int8_t* codes,
+                            float* scale) {
+  auto y = [&](int64_t d, __mmask16 m) {
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + d);
+    if (!factor) return v;
+    return _mm512_div_ps(v, _mm512_mask_loadu_ps(_mm512_set1_ps(1.f), m, factor + d));
+  };
+  auto mask = [n](int64_t d) { return n - d < 16 ? tail_mask16(n - d) : __mmask16(0xFFFF); };
+  __m512 amax = _mm512_setzero_ps();
+  for (int64_t d = 0; d < n; d += 16) amax = _mm512_max_ps(_mm512_abs_ps(y(d, mask(d))), amax);
+  const float a = _mm512_reduce_max_ps(amax);
+  *scale = a / 127.f;
+  const __m512 inv = _mm512_set1_ps(a > 0.f ? 127.f / a : 0.f);
+  const __m512 lo = _mm512_set1_ps(-127.f), hi = _mm512_set1_ps(127.f);
+  for (int64_t d = 0; d < n; d += 16) {
+    const __mmask16 m = mask(d);
+    const __m512 c = _mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_mul_ps(y(d, m), inv)));
+    _mm_mask_storeu_epi8(codes + d, m, _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(c)));
+  }
+}
+
 // Four independent sums so the loads, not the adds, set the pace.
 float read_sum_avx512(const float* x, int64_t n) {
   __m512 a = _mm512_setzero_ps(), b = a, c = a, d = a;
@@ -194,6 +227,8 @@ void fill_vecops_avx512(KernelTable& k) {
   k.widen[type_slot(DType::F16)] = widen_avx512<DType::F16>;
   k.widen[type_slot(DType::BF16)] = widen_avx512<DType::BF16>;
   k.to_bf16 = to_bf16_avx512;
+  k.to_f16 = to_f16_avx512;
+  k.quantize_kv_row = quantize_kv_row_avx512;
   k.read_sum = read_sum_avx512;
   k.fma_loop = fma_loop_avx512;
   k.dot_i8_loop = dot_i8_loop_avx512;

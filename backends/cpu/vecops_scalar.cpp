@@ -18,6 +18,10 @@ void to_bf16_scalar(const float* x, uint16_t* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = f32_to_bf16(x[i]);
 }
 
+void to_f16_scalar(const float* x, uint16_t* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = f32_to_f16(x[i]);
+}
+
 void rms_norm_scalar(const float* x, const float* w, int64_t n, float eps, float* out) {
   rms_norm_rows(x, w, n, eps, out, 0, 1);
 }
@@ -67,6 +71,8 @@ void fill_vecops_scalar(KernelTable& k) {
   k.widen[type_slot(DType::F16)] = widen_scalar<DType::F16>;
   k.widen[type_slot(DType::BF16)] = widen_scalar<DType::BF16>;
   k.to_bf16 = to_bf16_scalar;
+  k.to_f16 = to_f16_scalar;
+  k.quantize_kv_row = quantize_kv_row;
   k.read_sum = read_sum_scalar;
   k.fma_loop = fma_loop_scalar;
 }
