@@ -1,9 +1,7 @@
 // The attention kernels' scratch (attention_scratch_floats) carved into its parts, and a KV tile
-// fetched as f32 rows, for attention_avx2.cpp and attention_avx512.cpp; include only from those
-// (anonymous namespace: each gets its own copy, compiled with its own flags).
+// fetched as f32 rows, for the attention_<isa>.cpp files; include only from those (anonymous
+// namespace: each gets its own copy, compiled with its own flags).
 #pragma once
-#include <immintrin.h>
-
 #include <cmath>
 #include <cstring>
 
@@ -64,7 +62,7 @@ inline NextRows next_rows(const AttentionArgs& a, int p1, int n_pos, int64_t row
   return {a.paging.row(a.k, p1, row_bytes), a.paging.row(a.v, p1, row_bytes)};
 }
 inline void prefetch_l2(const void* p) {
-  _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1);
+  __builtin_prefetch(p, 0, 2);  // x86: prefetcht1; Arm: prfm pldl2keep
 }
 // pf: rows to prefetch meanwhile, as many bytes as the source (next_rows), or null.
 using WidenTileFn = void (*)(const void* src, int p0, int n, int hd, float* dst, const void* pf);
