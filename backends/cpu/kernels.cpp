@@ -92,6 +92,7 @@ KernelTable make_kernel_table(Isa isa, const CpuFeatures& f) {
   if (isa == Isa::Neon) {
     fill_matmul_neon(k);
     fill_attention_neon(k);
+    fill_vecops_neon(k);
     fill_matmul_q8_neon(k, f);
     fill_matmul_q4_neon(k, f);
     fill_matmul_q4cb_neon(k, f);

@@ -389,8 +389,9 @@ void fill_matmul_bf16_coded_avx512(KernelTable& k);
 #endif
 void fill_peak_amx(KernelTable& k);  // with f.amx_bf16: sets dot_bf16_tile_loop if tiles work
 #if defined(__aarch64__)
-void fill_matmul_neon(KernelTable& k);  // vecops stay scalar on NEON for now
+void fill_matmul_neon(KernelTable& k);
 void fill_attention_neon(KernelTable& k);
+void fill_vecops_neon(KernelTable& k);
 // Q8/Q4/Q4-codebook on SDOT when f has neon_dotprod, else on plain NEON.
 void fill_matmul_q8_neon(KernelTable& k, const CpuFeatures& f);
 void fill_matmul_q4_neon(KernelTable& k, const CpuFeatures& f);
