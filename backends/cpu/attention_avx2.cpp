@@ -283,8 +283,7 @@ void attend_each_row(const AttentionArgs& a, const AttnScratch& sc, int r0, int 
       if (n <= 0) continue;
       const int r = r0 + i;
       const bool pf = T == DType::F32 && i == 0;
-      scores(a.q + (r / a.group) * a.q_stride + (r % a.group) * hd, kt, pf ? next.k : nullptr, n,
-             hd, a.scale, s);
+      scores(query_row(a, r), kt, pf ? next.k : nullptr, n, hd, a.scale, s);
       __m256 mx = _mm256_set1_ps(-INFINITY);
       for (int j = 0; j < n; j += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + j));
       const float tile_max = hmax256(mx);
@@ -328,20 +327,10 @@ void attention_avx2(const AttentionArgs& a) {
   };
   for (int r0 = 0; r0 < n_rows; r0 += kRows) {
     const int nr = n_rows - r0 < kRows ? n_rows - r0 : kRows;
-    // The end of the positions row i sees (rows are token-major, so the last row sees most).
-    auto visible = [&](int i) {
-      const int end = a.pos0 + (r0 + i) / a.group + 1;
-      return end < a.kv_end ? end : a.kv_end;
-    };
-    auto out_row = [&](int i) {
-      const int r = r0 + i;
-      return a.out + (r / a.group) * a.out_stride + (r % a.group) * hd;
-    };
+    auto q_row = [&](int i) { return query_row(a, r0 + i); };
+    auto visible = [&](int i) { return visible_end(a, r0 + i); };
+    auto out_row = [&](int i) { return result_row(a, r0 + i); };
     if (nr == kRows && hd == kHdT) {
-      auto q_row = [&](int i) {
-        const int r = r0 + i;
-        return a.q + (r / a.group) * a.q_stride + (r % a.group) * hd;
-      };
       attend_rows<T == DType::F32>(a, sc, q_row, visible, tile, out_row, r0);
       continue;
     }

@@ -525,19 +525,9 @@ void attention_avx512(const AttentionArgs& a) {
   };
   for (int r0 = 0; r0 < n_rows; r0 += kRows) {
     const int nr = n_rows - r0 < kRows ? n_rows - r0 : kRows;
-    auto q_row = [&](int i) {
-      const int r = r0 + i;
-      return a.q + (r / a.group) * a.q_stride + (r % a.group) * hd;
-    };
-    // The end of the positions row i sees (rows are token-major, so the last row sees most).
-    auto visible = [&](int i) {
-      const int end = a.pos0 + (r0 + i) / a.group + 1;
-      return end < a.kv_end ? end : a.kv_end;
-    };
-    auto out_row = [&](int i) {
-      const int r = r0 + i;
-      return a.out + (r / a.group) * a.out_stride + (r % a.group) * hd;
-    };
+    auto q_row = [&](int i) { return query_row(a, r0 + i); };
+    auto visible = [&](int i) { return visible_end(a, r0 + i); };
+    auto out_row = [&](int i) { return result_row(a, r0 + i); };
     if (nr == kRows && hd == kHdT) {
       if (n_rows - r0 >= 2 * kRows) {
         attend_rows<2, T == DType::F32>(a, sc, q_row, visible, tile, out_row, r0);

@@ -142,14 +142,12 @@ inline void softmax_tile(float* s, int n, int hd, float* m, float* l, float* o) 
   *l += vaddvq_f32(sum);
 }
 
-// Rows [r0, r0 + nr) one by one over shared tiles; visible(i) ends row i's positions, out_row(i)
-// is where its result goes.
-template <DType T, class End, class Out>
-void attend_each_row(const AttentionArgs& a, const AttnScratch& sc, int r0, int nr, End visible,
-                     Out out_row) {
+// Rows [r0, r0 + nr) one by one over shared tiles.
+template <DType T>
+void attend_each_row(const AttentionArgs& a, const AttnScratch& sc, int r0, int nr) {
   const int hd = a.head_dim;
   sc.reset_rows(nr, hd);
-  const int n_pos = visible(nr - 1);
+  const int n_pos = visible_end(a, r0 + nr - 1);
   for (int p0 = a.kv_begin, tile_n; p0 < n_pos; p0 += tile_n) {
     tile_n = std::min({n_pos - p0, kTile, a.paging.run(p0)});
     // The rows after this tile's are prefetched meanwhile (next_rows): by the widening of a 16-bit
@@ -159,19 +157,18 @@ void attend_each_row(const AttentionArgs& a, const AttnScratch& sc, int r0, int 
     const float* vt;
     kv_tile<T>(a, sc, p0, tile_n, widen_tile<T>, widen_tile_i8, &kt, &vt, next);
     for (int i = 0; i < nr; ++i) {
-      const int n = std::min(visible(i) - p0, tile_n);
+      const int r = r0 + i, n = std::min(visible_end(a, r) - p0, tile_n);
       if (n <= 0) continue;
-      const int r = r0 + i;
       const bool pf = T == DType::F32 && i == 0;
       float* o = sc.acc + int64_t(i) * hd;
-      scores(a.q + (r / a.group) * a.q_stride + (r % a.group) * hd, kt, pf ? next.k : nullptr, n,
-             hd, a.scale, sc.s);
+      scores(query_row(a, r), kt, pf ? next.k : nullptr, n, hd, a.scale, sc.s);
       softmax_tile(sc.s, n, hd, sc.m + i, sc.l + i, o);
       accumulate_v(sc.s, vt, pf ? next.v : nullptr, n, hd, o);
     }
   }
   for (int i = 0; i < nr; ++i)
-    store_block_row(a, r0 + i, out_row(i), sc.m[i], sc.l[i], sc.acc + int64_t(i) * hd, 1);
+    store_block_row(a, r0 + i, result_row(a, r0 + i), sc.m[i], sc.l[i], sc.acc + int64_t(i) * hd,
+                    1);
 }
 
 template <DType T>
@@ -183,16 +180,8 @@ void attention_neon(const AttentionArgs& a) {
   }
   const AttnScratch sc(a.scratch, hd);
   const int n_rows = a.n_tok * a.group;
-  for (int r0 = 0; r0 < n_rows; r0 += kRows) {
-    const int nr = std::min(n_rows - r0, kRows);
-    // The end of the positions row i sees (rows are token-major, so the last row sees most).
-    auto visible = [&](int i) { return std::min(a.pos0 + (r0 + i) / a.group + 1, a.kv_end); };
-    auto out_row = [&](int i) {
-      const int r = r0 + i;
-      return a.out + (r / a.group) * a.out_stride + (r % a.group) * hd;
-    };
-    attend_each_row<T>(a, sc, r0, nr, visible, out_row);
-  }
+  for (int r0 = 0; r0 < n_rows; r0 += kRows)
+    attend_each_row<T>(a, sc, r0, std::min(n_rows - r0, kRows));
 }
 
 }  // namespace

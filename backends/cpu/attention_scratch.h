@@ -97,6 +97,20 @@ inline void kv_tile(const AttentionArgs& a, const AttnScratch& sc, int p0, int n
   *vt = sc.vtile;
 }
 
+// Query row r of a call: rows are token-major (token r / group, head r % group of the group), so
+// the last row sees the most positions. Where its query is, where its result goes, and the end of
+// the positions it sees.
+inline const float* query_row(const AttentionArgs& a, int r) {
+  return a.q + (r / a.group) * a.q_stride + (r % a.group) * a.head_dim;
+}
+inline float* result_row(const AttentionArgs& a, int r) {
+  return a.out + (r / a.group) * a.out_stride + (r % a.group) * a.head_dim;
+}
+inline int visible_end(const AttentionArgs& a, int r) {
+  const int end = a.pos0 + r / a.group + 1;
+  return end < a.kv_end ? end : a.kv_end;
+}
+
 // Row r's result, its outputs o `stride` floats apart (1 for a row's own accumulator, the block's
 // rows for a transposed block): normalised by l into out or, over a range of positions
 // (AttentionArgs::ml), left unnormalised with {m, l} beside.
