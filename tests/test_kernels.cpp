@@ -780,6 +780,16 @@ TEST_SUITE("kernels") {
     for (int n : {8, 64, 72, 100, 128, 256})
       for (float mag : {1e-6f, 3.f, 3e4f}) rows.push_back(randn(size_t(n), uint32_t(n + mag), mag));
     rows.push_back(std::vector<float>(128, 0.f));
+    // Exact ties of both roundings, to an even and to an odd neighbour: bf16's at bit 15, f16's at
+    // bit 12 (random values almost never hit them).
+    rows.emplace_back();
+    for (uint32_t k = 0; k < 32; ++k)
+      for (uint32_t low : {0x8000u, 0x1000u | (k & 1) << 13}) {
+        const uint32_t u = (0x3F800000u + (k << 16)) | low;
+        float f;
+        std::memcpy(&f, &u, 4);
+        rows.back().push_back(f);
+      }
     rows.push_back(randn(128, 5, 2.f));
     rows.back()[17] = INFINITY;
     rows.push_back(randn(72, 6, 2.f));

@@ -1,5 +1,5 @@
-// NEON element-wise kernels on contiguous f32 arrays: silu_mul, rms_norm, and the f16 and int8 rows
-// of a KV cache. ARMv8.0 only.
+// NEON element-wise kernels on contiguous f32 arrays: silu_mul, rms_norm, bf16 rounding, and the
+// f16 and int8 rows of a KV cache. ARMv8.0 only.
 #include <arm_neon.h>
 
 #include <cmath>
@@ -54,6 +54,21 @@ void to_f16_neon(const float* x, uint16_t* out, int64_t n) {
   for (; i < n; ++i) out[i] = f32_to_f16(x[i]);
 }
 
+// f32_to_bf16 on 4 lanes: round to nearest even, a NaN made quiet.
+void to_bf16_neon(const float* x, uint16_t* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const uint32x4_t u = vreinterpretq_u32_f32(vld1q_f32(x + i));
+    const uint32x4_t lsb = vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1));
+    const uint32x4_t r = vaddq_u32(u, vaddq_u32(vdupq_n_u32(0x7fff), lsb));
+    const uint32x4_t nan =
+        vcgtq_u32(vandq_u32(u, vdupq_n_u32(0x7fffffff)), vdupq_n_u32(0x7f800000));
+    const uint32x4_t quiet = vorrq_u32(u, vdupq_n_u32(0x400000));
+    vst1_u16(out + i, vshrn_n_u32(vbslq_u32(nan, quiet, r), 16));
+  }
+  for (; i < n; ++i) out[i] = f32_to_bf16(x[i]);
+}
+
 // quantize_kv_row bit for bit: x / factor (exact divisions), the maximum magnitude ignoring NaN
 // (FMAXNM, as std::max keeps its first operand), clamp passing NaN through (FMAX and FMIN return
 // NaN), rounding to nearest even, NaN to 0 (FCVTNS, as lrint's low byte here); a short tail goes
@@ -88,6 +103,7 @@ void quantize_kv_row_neon(const float* x, const float* factor, int64_t n, int8_t
 void fill_vecops_neon(KernelTable& k) {
   k.silu_mul = silu_mul_neon;
   k.rms_norm = rms_norm_neon;
+  k.to_bf16 = to_bf16_neon;
   k.to_f16 = to_f16_neon;
   k.quantize_kv_row = quantize_kv_row_neon;
 }
