@@ -60,9 +60,6 @@ void attend_range(const float* q, const KVRows& k, const KVRows& v, int p_begin,
 void silu_mul(const float* a, const float* b, float* out, int64_t i0, int64_t i1);
 void add(const float* a, const float* b, float* out, int64_t i0, int64_t i1);
 
-// Stores n f32 values as `t` (F32, F16 or BF16).
-void store_as(DType t, const float* src, void* dst, int64_t n);
-
 // One row of an I8 KV cache: y = x / factor (factor null: ones), *scale = max|y| / 127 and
 // codes[d] = round(y[d] / *scale), so x[d] ~ codes[d] * *scale * factor[d]. A per-position scale
 // follows each token's magnitude; the per-channel factor (fixed per layer: for keys, the k_norm
@@ -70,7 +67,8 @@ void store_as(DType t, const float* src, void* dst, int64_t n);
 // whole int8 range from the others.
 void quantize_kv_row(const float* x, const float* factor, int64_t n, int8_t* codes, float* scale);
 // A token's keys or values of one KV head (n f32 values) into its row of a cache of type t, by the
-// table's kernels: as store_as, or for I8 as quantize_kv_row (factor and scale used only there).
+// table's kernels: copied (F32), rounded (F16, BF16), or for I8 as quantize_kv_row (factor and
+// scale used only there).
 void store_kv_row(const KernelTable& kt, DType t, const float* x, const float* factor, int64_t n,
                   void* row, float* scale);
 

@@ -153,23 +153,6 @@ void add(const float* a, const float* b, float* out, int64_t i0, int64_t i1) {
   for (int64_t i = i0; i < i1; ++i) out[i] = a[i] + b[i];
 }
 
-void store_as(DType t, const float* src, void* dst, int64_t n) {
-  switch (t) {
-    case DType::F16: {
-      auto* d = static_cast<uint16_t*>(dst);
-      for (int64_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
-      return;
-    }
-    case DType::BF16: {
-      auto* d = static_cast<uint16_t*>(dst);
-      for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
-      return;
-    }
-    default:
-      std::memcpy(dst, src, size_t(n) * 4);
-  }
-}
-
 void quantize_kv_row(const float* x, const float* factor, int64_t n, int8_t* codes, float* scale) {
   float amax = 0.f;
   for (int64_t d = 0; d < n; ++d)
@@ -192,7 +175,7 @@ void store_kv_row(const KernelTable& kt, DType t, const float* x, const float* f
     case DType::BF16:
       return kt.to_bf16(x, static_cast<uint16_t*>(row), n);
     default:
-      store_as(t, x, row, n);
+      std::memcpy(row, x, size_t(n) * 4);
   }
 }
 

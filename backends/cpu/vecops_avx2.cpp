@@ -56,10 +56,7 @@ void quantize_kv_row_avx2(const float* x, const float* factor, int64_t n, int8_t
   const __m256 sign = _mm256_set1_ps(-0.f);
   __m256 amax = _mm256_setzero_ps();
   for (int64_t d = 0; d < end; d += 8) amax = _mm256_max_ps(_mm256_andnot_ps(sign, y(d)), amax);
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, amax);
-  float a = 0.f;
-  for (float l : lanes) a = l > a ? l : a;
+  const float a = hmax256(amax);  // amax holds no NaN
   *scale = a / 127.f;
   const __m256 inv = _mm256_set1_ps(a > 0.f ? 127.f / a : 0.f);
   const __m256 lo = _mm256_set1_ps(-127.f), hi = _mm256_set1_ps(127.f);
