@@ -104,6 +104,11 @@ TEST_SUITE("cli") {
       simdjson::dom::parser p3;
       CHECK(int64_t(p3.parse(b.out)["kv_block"]) == 8);
     }
+    // The decode at depth shares the prefill's context blocks: the bench's pool holds the context
+    // once (twice would not fit: 16 blocks of 8 for it against 24 in the pool).
+    Result d = run(base + " --depth 120 --kv-block 8");
+    CHECK(d.status == 0);
+    CHECK(d.err.find("KV cache budget") == std::string::npos);
     expect_error(base + " --kv-block 0", "--kv-block must be in [1, 4096]");
     expect_error(base + " --depth 8,0", "--depth: list the depths in ascending order");
     expect_error(base + " --mmap --hugepages", "--mmap and --hugepages contradict each other");

@@ -729,7 +729,9 @@ namespace {
 // application keeps its session's (and llama-bench its context's): a fresh one per run would time
 // the kernel faulting its pages in (~230 ms of a 512-token 0.6B prefill on one Zen 5 core with
 // huge pages, 20% of it). Its first `filled` positions hold the context's; the prefills write
-// theirs after the depth measured.
+// theirs after the depth measured. Its first `published` blocks, all context, are the prefix
+// cache's too, so that the decode sessions share them rather than compute and hold the context
+// a second time.
 struct SingleBench {
   Runner& runner;
   Engine& engine;
@@ -739,19 +741,30 @@ struct SingleBench {
   int prompt, gen, reps;
   std::vector<int32_t> tokens, context;  // the prompt; the deepest context
   std::unique_ptr<KVCache> cache;
-  int filled = 0;
+  int filled = 0, published = 0;
+  uint64_t parent = KVPool::kRootHash;  // the hash of the published blocks' tokens
   bool warm = false;
 };
 
-// Prefill and decode rates with `depth` positions already in the context.
-SingleResult measure_at(SingleBench& b, int depth, Progress& progress) {
+// Fills the context to `depth` positions and publishes its full blocks, as a conversation's are.
+void fill_context(SingleBench& b, int depth, Progress& progress) {
   if (depth > b.filled) {
     progress.say("filling the context to " + std::to_string(depth));
     b.runner.forward_argmax(*b.cache, b.context.data() + b.filled, depth - b.filled, b.filled);
   }
   b.filled = depth;
-  // Decode starts from the context (its blocks cached after the first run, as a conversation's
-  // are), or from one token.
+  KVPool& pool = b.runner.kv_pool();
+  const int bs = pool.block_size();
+  for (; b.published < depth / bs; ++b.published)
+    b.parent = pool.publish(b.cache->blocks[size_t(b.published)], b.parent,
+                            b.context.data() + size_t(b.published) * size_t(bs));
+}
+
+// Prefill and decode rates with `depth` positions already in the context.
+SingleResult measure_at(SingleBench& b, int depth, Progress& progress) {
+  fill_context(b, depth, progress);
+  // Decode starts from the context (its blocks shared with the prefill's cache), or from one
+  // token.
   const std::vector<int32_t> decode_prompt =
       depth ? std::vector<int32_t>(b.context.begin(), b.context.begin() + depth)
             : std::vector<int32_t>{b.tokens[0]};
@@ -784,7 +797,7 @@ SingleResult measure_at(SingleBench& b, int depth, Progress& progress) {
   if (!b.warm) prefill_once();
   GenerateOptions w = go;
   w.max_new_tokens = 8;
-  Session(b.engine).generate(decode_prompt, w);  // caches the context's blocks
+  Session(b.engine).generate(decode_prompt, w);
   b.warm = true;
   prefill_cpu = prefill_wall = decode_cpu = decode_wall = 0;
 
@@ -866,12 +879,13 @@ int cmd_bench(int argc, char** argv) {
          max_pos, ")");
   RunnerOptions ro = runner_options(args);  // --kv-block; the rest is set below
   ro.prefill_chunk = chunk;
-  // The prefill's cache and the decode's sequences each hold the context (the decode's blocks of
-  // every depth stay cached): the pool holds that, not the model's whole context, which a GPU
-  // allocates up front (a 0.6B model's 40,960 positions in f32 are 9.4 GB, and one layer's are
-  // more than a 128 MiB binding holds).
+  // The prefill's cache holds the context, which the decode's sequences share, and each depth's
+  // decode its own last block of the context and what it generates (cached after it ends): the
+  // pool holds that, not the model's whole context, which a GPU allocates up front (a 0.6B
+  // model's 40,960 positions in f32 are 9.4 GB, and one layer's are more than a 128 MiB binding
+  // holds).
   int positions = 2 * ro.block_size + deepest + prompt;
-  for (int d : depths) positions += d + gen + 1 + 2 * ro.block_size;
+  for (size_t i = 0; i < depths.size(); ++i) positions += gen + 1 + 3 * ro.block_size;
   ro.kv_budget_bytes =
       KVStorage::position_bytes(model->graph().kv, bo.kv_dtype) * size_t(positions);
   Runner runner(create_backend(args.str("--backend", "cpu"), bo), model->graph(), cfg.vocab_size,
