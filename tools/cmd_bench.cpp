@@ -884,8 +884,8 @@ int cmd_bench(int argc, char** argv) {
   // pool holds that, not the model's whole context, which a GPU allocates up front (a 0.6B
   // model's 40,960 positions in f32 are 9.4 GB, and one layer's are more than a 128 MiB binding
   // holds).
-  int positions = 2 * ro.block_size + deepest + prompt;
-  for (size_t i = 0; i < depths.size(); ++i) positions += gen + 1 + 3 * ro.block_size;
+  const int positions =
+      2 * ro.block_size + deepest + prompt + int(depths.size()) * (gen + 1 + 3 * ro.block_size);
   ro.kv_budget_bytes =
       KVStorage::position_bytes(model->graph().kv, bo.kv_dtype) * size_t(positions);
   Runner runner(create_backend(args.str("--backend", "cpu"), bo), model->graph(), cfg.vocab_size,
