@@ -260,11 +260,10 @@ void attend_rows(const AttentionArgs& a, const AttnScratch& b, Q q, End end, Til
   for (int i = 0; i < 16; ++i) store_block_row(a, r0 + i, out(i), ms[i], ls[i], b.acc + i, 16);
 }
 
-// Rows [r0, r0 + nr) one by one (decode, and blocks short of kRows rows); visible and out_row as
-// for attend_rows.
-template <DType T, class End, class Out>
-void attend_each_row(const AttentionArgs& a, const AttnScratch& sc, int r0, int nr, End visible,
-                     Out out_row) {
+// Rows [r0, r0 + nr) one by one (decode, and blocks short of kRows rows).
+template <DType T>
+void attend_each_row(const AttentionArgs& a, const AttnScratch& sc, int r0, int nr) {
+  auto visible = [&](int i) { return visible_end(a, r0 + i); };
   const int hd = a.head_dim;
   float *acc = sc.acc, *m = sc.m, *l = sc.l, *s = sc.s;
   sc.reset_rows(nr, hd);
@@ -306,7 +305,8 @@ void attend_each_row(const AttentionArgs& a, const AttnScratch& sc, int r0, int 
       accumulate_v(s, vt, pf ? next.v : nullptr, n, hd, o);
     }
   }
-  for (int i = 0; i < nr; ++i) store_block_row(a, r0 + i, out_row(i), m[i], l[i], acc + i * hd, 1);
+  for (int i = 0; i < nr; ++i)
+    store_block_row(a, r0 + i, result_row(a, r0 + i), m[i], l[i], acc + i * hd, 1);
 }
 
 template <DType T>
@@ -334,7 +334,7 @@ void attention_avx2(const AttentionArgs& a) {
       attend_rows<T == DType::F32>(a, sc, q_row, visible, tile, out_row, r0);
       continue;
     }
-    attend_each_row<T>(a, sc, r0, nr, visible, out_row);
+    attend_each_row<T>(a, sc, r0, nr);
   }
 }
 

@@ -423,10 +423,11 @@ inline void rows_i8(const AttnScratch& sc, const TileI8& t, const int16_t* q16, 
 }
 
 // Rows [r0, r0 + nr) one by one (decode, and blocks short of kRows rows), two at a time where
-// two heads of one token share the keys; q_row, visible and out_row as for attend_rows.
-template <DType T, class Q, class End, class Out>
-void attend_each_row(const AttentionArgs& a, const AttnScratch& sc, int r0, int nr, Q q_row,
-                     End visible, Out out_row) {
+// two heads of one token share the keys.
+template <DType T>
+void attend_each_row(const AttentionArgs& a, const AttnScratch& sc, int r0, int nr) {
+  auto q_row = [&](int i) { return query_row(a, r0 + i); };
+  auto visible = [&](int i) { return visible_end(a, r0 + i); };
   const int hd = a.head_dim;
   float *acc = sc.acc, *m = sc.m, *l = sc.l, *s = sc.s;
   sc.reset_rows(nr, hd);
@@ -503,7 +504,7 @@ void attend_each_row(const AttentionArgs& a, const AttnScratch& sc, int r0, int 
   }
   for (int i = 0; i < nr; ++i) {
     if (int_keys) unpermute_values(acc + i * hd, hd);
-    store_block_row(a, r0 + i, out_row(i), m[i], l[i], acc + i * hd, 1);
+    store_block_row(a, r0 + i, result_row(a, r0 + i), m[i], l[i], acc + i * hd, 1);
   }
 }
 
@@ -537,7 +538,7 @@ void attention_avx512(const AttentionArgs& a) {
       }
       continue;
     }
-    attend_each_row<T>(a, sc, r0, nr, q_row, visible, out_row);
+    attend_each_row<T>(a, sc, r0, nr);
   }
 }
 
