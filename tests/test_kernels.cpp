@@ -1753,8 +1753,8 @@ std::vector<int32_t> screened_argmax(const Graph& g, int64_t N, int n_x, const s
 // row 5) and near ties (one bf16 step away), and a row the screen alone would misjudge. K 256 takes
 // the packed screen on AVX-512, K 96 the row-major one with a short last chunk. N 4100 is not a
 // multiple of 16, so threads' ranges end off the 16-row grid and the head stays row-major; N 4112
-// is, and the AVX-512 and AVX2 backends read the head coded, its screen computing whole 16-row
-// groups.
+// is, and the AVX-512, AVX2 and NEON backends read the head coded, its screen computing whole
+// 16-row groups.
 struct TestHead {
   TestHead(int64_t K, int64_t N);
   const int64_t N;

@@ -91,6 +91,7 @@ KernelTable make_kernel_table(Isa isa, const CpuFeatures& f) {
 #if defined(__aarch64__)
   if (isa == Isa::Neon) {
     fill_matmul_neon(k);
+    fill_matmul_bf16_coded_neon(k);
     fill_attention_neon(k);
     fill_vecops_neon(k);
     fill_matmul_q8_neon(k, f);

@@ -323,7 +323,8 @@ struct KernelTable {
   // BF16 matrices kept coded in 12 bits a weight (bf16_coded.h), where a kernel reads them at the
   // speed of their bytes: rows [r0, r1) (whole groups) of the coded groups at MatmulArgs::w_il,
   // exceptions left to the caller (add_coded_exceptions), bit for bit matmul_bf16_coded_scalar;
-  // null elsewhere (BF16 matrices stay packed). decode_bf16_coded: a group back to kPackBf16.
+  // null in the scalar table (BF16 matrices read as rows). decode_bf16_coded: a group back to
+  // kPackBf16.
   MatmulFn matmul_bf16_coded = nullptr;
   DecodeCodedFn decode_bf16_coded = decode_bf16_coded_scalar;
   // The bf16 prefill GEMM on that copy as it is: n_tokens rows of bf16 activations x [T][k] (row
@@ -390,6 +391,7 @@ void fill_matmul_bf16_coded_avx512(KernelTable& k);
 void fill_peak_amx(KernelTable& k);  // with f.amx_bf16: sets dot_bf16_tile_loop if tiles work
 #if defined(__aarch64__)
 void fill_matmul_neon(KernelTable& k);
+void fill_matmul_bf16_coded_neon(KernelTable& k);
 void fill_attention_neon(KernelTable& k);
 void fill_vecops_neon(KernelTable& k);
 // Q8/Q4/Q4-codebook on SDOT when f has neon_dotprod, else on plain NEON.

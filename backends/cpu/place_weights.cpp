@@ -162,17 +162,18 @@ void WeightPlacer::place(int id, bool logits, bool pack_ok) {
     if (q8 && logits) w.scales = verbatim(w.scales, scale_bytes(w));
   } else if (place) {
     const int64_t row_bytes = int64_t(w.nbytes) / std::max<int64_t>(w.rows(), 1);
-    // The AVX-512 and AVX2 kernels read BF16 packed (kPackBf16); a quantized matrix the panels
-    // do not fit is copied as it is, like every other.
-    const bool packed = pack_ok && (kt_.isa == Isa::Avx512 || kt_.isa == Isa::Avx2) &&
-                        w.dtype == DType::BF16 && pack_fits(kPackBf16, w.rows(), row_bytes);
-    // An LM head too: its screen's candidate groups are coded groups, and an embedding table
-    // tied to it decodes a group per token.
+    const bool bf16 =
+        pack_ok && w.dtype == DType::BF16 && pack_fits(kPackBf16, w.rows(), row_bytes);
+    // BF16 coded where the ISA has a coded kernel; an LM head too: its screen's candidate groups
+    // are coded groups, and an embedding table tied to it decodes a group per token.
     const bool coded =
-        packed && kt_.matmul_bf16_coded && coded_fits(w.rows(), w.cols()) && coded_copy(id, w);
-    if (packed && !coded) {
+        bf16 && kt_.matmul_bf16_coded && coded_fits(w.rows(), w.cols()) && coded_copy(id, w);
+    // Else the AVX-512 and AVX2 kernels read BF16 packed (kPackBf16), NEON's rows; a quantized
+    // matrix the panels do not fit is copied as it is, like every other.
+    const bool packed = bf16 && !coded && (kt_.isa == Isa::Avx512 || kt_.isa == Isa::Avx2);
+    if (packed) {
       cg_.w_il[size_t(id)] = packed_copy(w);
-    } else if (!packed) {
+    } else if (!coded) {
       w.data = verbatim(w.data, w.nbytes);
     }
     if (w.quantized()) w.scales = verbatim(w.scales, scale_bytes(w));

@@ -1,11 +1,12 @@
 // Where a compiled graph's linear steps read their weights: the model's mapping, or private
 // huge-page copies (WeightStore) in the layout the ISA's kernels read. BF16 matrices are coded in
-// 12 bits a weight (bf16_coded.h) where a kernel reads them so (AVX-512, AVX2), LM heads and the
-// embedding tables tied to them too, else packed a group of rows at a time (pack_rows) for the
-// decode kernels and the AVX-512 bf16 GEMM, which the prefill GEMMs read as they are or unpacked
-// block by block (rebuilt, where coded); Q8 and Q4 ones are 16-row panels
-// (q4_panel.h, q8_panel.h), which decode and the int8 GEMM read as they are; anything else is
-// copied verbatim. An LM head may get a screen beside its copy (head_screen.h).
+// 12 bits a weight (bf16_coded.h) where a kernel reads them so (AVX-512, AVX2, NEON), LM heads
+// and the embedding tables tied to them too; those too irregular to code are packed a group of
+// rows at a time (pack_rows) for the x86 decode kernels and the AVX-512 bf16 GEMM (NEON's read
+// rows), which the prefill GEMMs read as they are or unpacked block by block (rebuilt, where
+// coded); Q8 and Q4 ones are 16-row panels (q4_panel.h, q8_panel.h), which decode and the int8
+// GEMM read as they are; anything else is copied verbatim. An LM head may get a screen beside its
+// copy (head_screen.h).
 #pragma once
 #include <cstdint>
 #include <functional>
