@@ -13,7 +13,9 @@ out="${1:-build-neon}"
 need=()
 command -v aarch64-linux-gnu-g++ >/dev/null || need+=(g++-aarch64-linux-gnu)
 command -v qemu-aarch64 >/dev/null || need+=(qemu-user)
-arm64=(libsimdjson-dev:arm64 libpcre2-dev:arm64 libutf8proc-dev:arm64 libcpp-httplib-dev:arm64
+# Not libsimdjson-dev:arm64: Debian 12 cannot install it beside the host's (installing it removes
+# libsimdjson-dev:amd64); the cross build takes the shared library alone (below).
+arm64=(libsimdjson14:arm64 libpcre2-dev:arm64 libutf8proc-dev:arm64 libcpp-httplib-dev:arm64
        libgomp1:arm64)
 for p in "${arm64[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
@@ -61,10 +63,19 @@ qemu-aarch64 -cpu cortex-a72 "$out/kernel_tests" --test-suite=kernels
 # The engine for aarch64 (no Vulkan, CUDA, OpenBLAS or oneDNN there: the portable GEMM), and the
 # model fixtures through it, on scalar and NEON. The int8/16-bit KV case is left out: under qemu it
 # takes minutes, and the kernel tests above check those caches' kernels.
+# simdjson for the cross build: the arm64 shared library with the host package's header (the same
+# version; /usr/include is on the cross compiler's path), as the package's own config would say.
+mkdir -p "$out/simdjson-arm64"
+so=$(ls /usr/lib/aarch64-linux-gnu/libsimdjson.so.* | head -n 1)
+printf '%s\n' 'find_package(Threads REQUIRED)' \
+  'add_library(simdjson::simdjson SHARED IMPORTED)' \
+  "set_target_properties(simdjson::simdjson PROPERTIES IMPORTED_LOCATION \"$so\"" \
+  '  INTERFACE_COMPILE_DEFINITIONS SIMDJSON_THREADS_ENABLED=1' \
+  '  INTERFACE_LINK_LIBRARIES Threads::Threads)' >"$out/simdjson-arm64/simdjsonConfig.cmake"
 PKG_CONFIG_LIBDIR=/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig \
   cmake -S . -B "$out/engine" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHEARTH_WERROR=ON \
   -DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/aarch64-linux-gnu.cmake" -DHEARTH_VULKAN=OFF \
-  -DHEARTH_CUDA=OFF >/dev/null
+  -DHEARTH_CUDA=OFF -Dsimdjson_DIR="$PWD/$out/simdjson-arm64" >/dev/null
 ninja -C "$out/engine" hearth_tests
 qemu-aarch64 "$out/engine/hearth_tests" --test-suite=model_fixtures \
   --test-case-exclude='16-bit and int8 KV caches*'
