@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "backends/cpu/bf16_coded.h"
+#include "backends/cpu/bf16_coded_rows.h"
 #include "backends/cpu/kernels.h"
 
 namespace hearth::cpu {
@@ -104,34 +105,17 @@ inline void block_coded(const uint8_t* w, int64_t gb, int64_t k, const float* x,
       for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * ldy + 16 * g + 8 * s, acc[g][s][t]);
 }
 
-// Tokens [t0, t0 + n) (n <= 4) against one group, as one call of exactly n.
-template <int NT = 4>
-inline void group_tokens(const uint8_t* w, int64_t gb, int64_t k, const float* x, int64_t ldx,
-                         int n, float* y, int64_t ldy) {
-  if constexpr (NT > 0) {
-    if (n == NT) return block_coded<1, NT>(w, gb, k, x, ldx, y, ldy);
-    group_tokens<NT - 1>(w, gb, k, x, ldx, n, y, ldy);
+// The kernel as bf16_coded_rows.h calls it.
+struct CodedAvx2 {
+  template <int G, int NT>
+  static void block(const uint8_t* w, int64_t gb, int64_t k, const float* x, int64_t ldx, float* y,
+                    int64_t ldy) {
+    block_coded<G, NT>(w, gb, k, x, ldx, y, ldy);
   }
-}
+};
 
-// Rows [r0, r1) (whole groups): one token on two groups at a time (two streams), several on one
-// group four tokens at a time, from cache after the first pass, as the packed kernel.
 void matmul_bf16_coded_avx2(const MatmulArgs& a) {
-  const auto* groups = static_cast<const uint8_t*>(a.w_il);
-  const int64_t gb = coded_group_bytes(a.k);
-  for (int64_t r = a.r0; r < a.r1;) {
-    const uint8_t* w = groups + r / kCodedRows * gb;
-    float* y = a.y + (r - a.r0);
-    if (a.n_tokens == 1 && r + 2 * kCodedRows <= a.r1) {
-      block_coded<2, 1>(w, gb, a.k, a.x, a.ldx, y, a.ldy);
-      r += 2 * kCodedRows;
-      continue;
-    }
-    for (int t = 0; t < a.n_tokens; t += 4)
-      group_tokens(w, gb, a.k, a.x + t * a.ldx, a.ldx, a.n_tokens - t < 4 ? a.n_tokens - t : 4,
-                   y + t * a.ldy, a.ldy);
-    r += kCodedRows;
-  }
+  coded_rows_in_fours<CodedAvx2>(a);
 }
 
 void decode_bf16_coded_avx2(const uint8_t* group, int64_t k, uint16_t* packed) {
