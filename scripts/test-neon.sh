@@ -60,9 +60,6 @@ qemu-aarch64 "$out/kernel_tests" --test-suite=kernels
 # the plain kernels, and qemu traps any instruction that core lacks.
 qemu-aarch64 -cpu cortex-a72 "$out/kernel_tests" --test-suite=kernels
 
-# The engine for aarch64 (no Vulkan, CUDA, OpenBLAS or oneDNN there: the portable GEMM), and the
-# model fixtures through it, on scalar and NEON. The int8/16-bit KV case is left out: under qemu it
-# takes minutes, and the kernel tests above check those caches' kernels.
 # simdjson for the cross build: the arm64 shared library with the host package's header (the same
 # version; /usr/include is on the cross compiler's path), as the package's own config would say.
 mkdir -p "$out/simdjson-arm64"
@@ -72,10 +69,13 @@ printf '%s\n' 'find_package(Threads REQUIRED)' \
   "set_target_properties(simdjson::simdjson PROPERTIES IMPORTED_LOCATION \"$so\"" \
   '  INTERFACE_COMPILE_DEFINITIONS SIMDJSON_THREADS_ENABLED=1' \
   '  INTERFACE_LINK_LIBRARIES Threads::Threads)' >"$out/simdjson-arm64/simdjsonConfig.cmake"
+# The engine for aarch64 (no Vulkan, CUDA, OpenBLAS or oneDNN there: the portable GEMM), and the
+# model fixtures through it, on scalar and NEON. The int8/16-bit KV case is left out: under qemu it
+# takes minutes, and the kernel tests above check those caches' kernels.
 PKG_CONFIG_LIBDIR=/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig \
   cmake -S . -B "$out/engine" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHEARTH_WERROR=ON \
   -DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/aarch64-linux-gnu.cmake" -DHEARTH_VULKAN=OFF \
-  -DHEARTH_CUDA=OFF -Dsimdjson_DIR="$PWD/$out/simdjson-arm64" >/dev/null
+  -DHEARTH_CUDA=OFF -Dsimdjson_DIR="$(cd "$out/simdjson-arm64" && pwd)" >/dev/null
 ninja -C "$out/engine" hearth_tests
 qemu-aarch64 "$out/engine/hearth_tests" --test-suite=model_fixtures \
   --test-case-exclude='16-bit and int8 KV caches*'
