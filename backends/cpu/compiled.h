@@ -128,6 +128,7 @@ struct CpuCompiled : CompiledGraph {
   MoeBuffers moe;
 
   std::atomic<int> next_item{0};  // long attention steps hand out (KV head, token block) items
+  std::unique_ptr<std::atomic<int64_t>[]> claims;  // per step: its RowClaims counter
   // Decode attention split over positions: per thread, one range's unnormalised rows and their
   // {max, sum} pairs (see attend_split).
   Buffer attn_parts;
@@ -218,8 +219,9 @@ void argmax_screened(const StepCtx& c, const LinearStep& s, const float* x);
 void topk_screened(const StepCtx& c, const LinearStep& s, const float* x, int k, float* out);
 
 void run_node_step(const StepCtx& c, const Node& n);
-void run_linear_step(const StepCtx& c, const LinearStep& s);
-void run_attention_step(const StepCtx& c, const AttentionStep& s);
+// claim: the step's counter for RowClaims (rows, heads), zero before the step.
+void run_linear_step(const StepCtx& c, const LinearStep& s, std::atomic<int64_t>& claim);
+void run_attention_step(const StepCtx& c, const AttentionStep& s, std::atomic<int64_t>& claim);
 void run_moe_step(const StepCtx& c, const Node& n);
 // Carves cg.moe for steps of up to max_tokens tokens of MoE node n.
 void alloc_moe_buffers(CpuCompiled& cg, const Node& n, int max_tokens);

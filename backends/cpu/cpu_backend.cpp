@@ -341,6 +341,7 @@ std::unique_ptr<CompiledGraph> CpuBackend::compile(const Graph& g, int max_token
   for (const Node& n : g.nodes())
     if (!supports_op(g, n)) fail("cpu backend: op ", op_name(n.op), " is not supported");
   cg->steps = plan_steps(g);
+  cg->claims = std::make_unique<std::atomic<int64_t>[]>(cg->steps.size());
   note_linear_steps(g, cg->steps);
   const size_t n_tensors = g.tensors().size();
   cg->norm_w.assign(n_tensors, nullptr);
@@ -619,6 +620,7 @@ void CpuBackend::run(CompiledGraph& base, const StepInputs& in) {
   cg.screen_low_rows.store(0, std::memory_order_relaxed);
   cg.screen_ran.store(false, std::memory_order_relaxed);
 
+  for (size_t i = 0; i < cg.steps.size(); ++i) cg.claims[i].store(0, std::memory_order_relaxed);
   SpinBarrier barrier(pool_.size());
   StepInputs step_in = in;
   if (!argmax) step_in.argmax = nullptr;
@@ -633,10 +635,10 @@ void CpuBackend::run(CompiledGraph& base, const StepInputs& in) {
           run_node_step(c, g.nodes()[size_t(s.node)]);
           break;
         case Step::Kind::Linear:
-          run_linear_step(c, s.lin);
+          run_linear_step(c, s.lin, cg.claims[i]);
           break;
         case Step::Kind::Attention:
-          run_attention_step(c, s.att);
+          run_attention_step(c, s.att, cg.claims[i]);
           break;
       }
       if (i + 1 < cg.steps.size()) barrier.wait();
