@@ -235,8 +235,8 @@ void run_attention_step(const StepCtx& c, const AttentionStep& s, std::atomic<in
   }
   if (h.nkv % c.nth == 0 || (in.n_seqs == 1 && max_rows == 1)) {
     // Each thread owns whole KV heads of every sequence, from preparation to attention, with no
-    // barrier. An even share: claimed one or two heads at a time (RowClaims), the last head
-    // left one thread working alone, and a 512-token prefill ran ~4% slower on two threads.
+    // barrier. Shares stay even here: claimed a head or two at a time (RowClaims), the last head
+    // kept one thread working alone, and a 512-token prefill ran ~4% slower on two threads.
     ThreadPool::split(h.nkv, c.tid, c.nth, 1, &b, &e);
     for (int q = 0; q < in.n_seqs; ++q) {
       const SeqRows& sq = in.seqs[q];
