@@ -9,13 +9,13 @@
 #include <thread>
 #include <vector>
 
-#include "backends/cpu/cpu_features.h"
 #include "backends/cpu/row_claims.h"
 #include "core/backend.h"
 #include "core/runner.h"
 #include "models/qwen3_model.h"
 #include "models/standin.h"
 #include "quant/quantizer.h"
+#include "tests/fixture_models.h"
 
 namespace fs = std::filesystem;
 using namespace hearth;
@@ -88,16 +88,11 @@ TEST_SUITE("engine") {
       quant::quantize_checkpoint((dir / "bf16").string(),
                                  (dir / ("q" + std::to_string(bits))).string(), o);
     }
-    std::vector<std::string> isas = {"scalar"};
-    const cpu::Isa best = cpu::detect_cpu_features().best();
-    if (best == cpu::Isa::Avx2 || best == cpu::Isa::Avx512) isas.push_back("avx2");
-    if (best == cpu::Isa::Avx512) isas.push_back("avx512");
-    if (best == cpu::Isa::Neon) isas.push_back("neon");
     const std::vector<int32_t> ids = {5, 77, 400, 3, 3, 190, 511, 42, 8, 260, 1, 99};
     for (const std::string name : {"bf16", "q8", "q4"}) {
       auto m = Qwen3Model::load((dir / name).string());
       const int V = m->config().vocab_size;
-      for (const std::string& isa : isas) {
+      for (const std::string& isa : test::isas_here()) {
         // A 7-token prefill (the decode kernels over several rows), then one token a step.
         auto logits = [&](int threads) {
           BackendOptions bo;

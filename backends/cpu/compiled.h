@@ -127,8 +127,9 @@ struct CpuCompiled : CompiledGraph {
 
   MoeBuffers moe;
 
-  std::atomic<int> next_item{0};  // long attention steps hand out (KV head, token block) items
-  std::unique_ptr<std::atomic<int64_t>[]> claims;  // per step: its RowClaims counter
+  // Per step, a counter of the rows or items its threads have taken (RowClaims, attend_items),
+  // zeroed before each run.
+  std::unique_ptr<std::atomic<int64_t>[]> claims;
   // Decode attention split over positions: per thread, one range's unnormalised rows and their
   // {max, sum} pairs (see attend_split).
   Buffer attn_parts;

@@ -192,8 +192,9 @@ void attend_split(const StepCtx& c, const Heads& h, const SeqRows& sq, int parts
 
 // Long steps: the rows' q and k are prepared over (row, head) items, then, behind a barrier,
 // (sequence, KV head, token block) items are handed out dynamically, each sequence's latest
-// blocks first: later tokens see more of the cache, so the tail of the queue is cheap.
-void attend_items(const StepCtx& c, const Heads& h) {
+// blocks first: later tokens see more of the cache, so the tail of the queue is cheap. next: the
+// step's counter (CpuCompiled::claims), zero before the step.
+void attend_items(const StepCtx& c, const Heads& h, std::atomic<int64_t>& next) {
   const int T = c.in.n_tokens, heads = h.nh + h.nkv;
   int64_t b, e;
   ThreadPool::split(int64_t(T) * heads, c.tid, c.nth, 1, &b, &e);
@@ -206,12 +207,11 @@ void attend_items(const StepCtx& c, const Heads& h) {
     else
       h.prepare_kv(c.in.seqs[s], t, j - h.nh);
   }
-  if (c.tid == 0) c.cg.next_item.store(0, std::memory_order_relaxed);
   c.barrier.wait();
   auto blocks = [](const SeqRows& sq) { return (sq.n_rows + kTokensPerItem - 1) / kTokensPerItem; };
   int items = 0;
   for (int q = 0; q < c.in.n_seqs; ++q) items += h.nkv * blocks(c.in.seqs[q]);
-  for (int it; (it = c.cg.next_item.fetch_add(1, std::memory_order_relaxed)) < items;) {
+  for (int it; (it = int(next.fetch_add(1, std::memory_order_relaxed))) < items;) {
     int q = 0, first = 0;
     while (it >= first + h.nkv * blocks(c.in.seqs[q])) first += h.nkv * blocks(c.in.seqs[q++]);
     const SeqRows& sq = c.in.seqs[q];
@@ -262,7 +262,7 @@ void run_attention_step(const StepCtx& c, const AttentionStep& s, std::atomic<in
       }
     return;
   }
-  attend_items(c, h);
+  attend_items(c, h, claim);
 }
 
 }  // namespace hearth::cpu
