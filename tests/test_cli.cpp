@@ -4,6 +4,7 @@
 #include <simdjson.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -112,6 +113,48 @@ TEST_SUITE("cli") {
     expect_error(base + " --kv-block 0", "--kv-block must be in [1, 4096]");
     expect_error(base + " --depth 8,0", "--depth: list the depths in ascending order");
     expect_error(base + " --mmap --hugepages", "--mmap and --hugepages contradict each other");
+  }
+
+  TEST_CASE("bench --parallel: each N's FLOPs, peak and ceiling") {
+    const std::string dir = kModels + "tiny-tied-bf16";
+    Result r = run("bench --model " + dir +
+                   " --threads 1 --prompt 4 --gen 4 --reps 1 --parallel 1,2 --json");
+    REQUIRE(r.status == 0);
+    // A decode token's model FLOPs from the checkpoint's config, independently of the bench: 2
+    // per weight of the layers and the LM head, 4 x heads x head_dim per visible position; the
+    // 4 decode tokens after a 4-token prompt see 5..8 positions, 6.5 on average.
+    simdjson::dom::parser pc;
+    simdjson::dom::element c = pc.load(dir + "/config.json");
+    const double H = double(int64_t(c["hidden_size"])), I = double(int64_t(c["intermediate_size"]));
+    const double L = double(int64_t(c["num_hidden_layers"])), hd = double(int64_t(c["head_dim"]));
+    const double nh = double(int64_t(c["num_attention_heads"]));
+    const double nkv = double(int64_t(c["num_key_value_heads"]));
+    const double V = double(int64_t(c["vocab_size"]));
+    const double layer_weights = 2 * H * nh * hd + 2 * H * nkv * hd + 3 * H * I;
+    const double token_flops = 2 * H * V + L * (2 * layer_weights + 4 * nh * hd * 6.5);
+    simdjson::dom::parser p;
+    simdjson::dom::element out = p.parse(r.out);
+    simdjson::dom::array rows = out["parallel"].get_array();
+    REQUIRE(rows.size() == 2);
+    for (simdjson::dom::element row : rows) {
+      const double n = double(int64_t(row["n"]));
+      const double flops = row["decode_flops_per_step"], ms = row["decode_ms_per_step"];
+      CHECK(flops == doctest::Approx(n * token_flops).epsilon(1e-9));
+      CHECK(double(row["decode_gflops"]) == doctest::Approx(flops / ms * 1e-6).epsilon(1e-9));
+      // BF16 weights and f32 attention: f32 FMAs, the peak they are quoted against.
+      CHECK(std::string_view(row["decode_peak_arithmetic"]) == "f32 FMA");
+      const double peak = row["decode_peak_gops"], bw = row["mem_bw_gbs"];
+      REQUIRE(peak > 0);
+      REQUIRE(bw > 0);
+      CHECK(double(row["decode_peak_fraction"]) ==
+            doctest::Approx(double(row["decode_gflops"]) / peak).epsilon(1e-9));
+      const double step_s =
+          std::max(double(row["decode_bytes_per_step"]) / (bw * 1e9), flops / (peak * 1e9));
+      const double ceiling = row["decode_ceiling_tokens_per_s"];
+      CHECK(ceiling == doctest::Approx(n / step_s).epsilon(1e-9));
+      CHECK(double(row["decode_ceiling_fraction"]) ==
+            doctest::Approx(double(row["decode_tokens_per_s"]) / ceiling).epsilon(1e-9));
+    }
   }
 
   TEST_CASE("logits with --chunks writes [T, vocab] float32 matching the fixture") {
