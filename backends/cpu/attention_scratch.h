@@ -64,6 +64,11 @@ inline NextRows next_rows(const AttentionArgs& a, int p1, int n_pos, int64_t row
 inline void prefetch_l2(const void* p) {
   __builtin_prefetch(p, 0, 2);  // x86: prefetcht1; Arm: prfm pldl2keep
 }
+// For the AVX-512 decode rows, which read the cache in place, key by key: there prefetcht0 took
+// a position 2-7% less time than prefetcht1 from memory (bench/RESULTS.md).
+inline void prefetch_l1(const void* p) {
+  __builtin_prefetch(p, 0, 3);  // x86: prefetcht0
+}
 // pf: rows to prefetch meanwhile, as many bytes as the source (next_rows), or null.
 using WidenTileFn = void (*)(const void* src, int p0, int n, int hd, float* dst, const void* pf);
 using WidenTileI8Fn = void (*)(const void* src, const float* scale, const float* factor, int p0,
