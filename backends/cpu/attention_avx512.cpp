@@ -460,8 +460,8 @@ void attend_each_row(const AttentionArgs& a, const AttnScratch& sc, int r0, int 
     const int p1 = p0 + tile_n;
     const NextRows next = next_rows(a, p1, n_pos, row_bytes);
     if (kI8 && p1 < n_pos) {
-      prefetch_l1(a.paging.row(a.k_scale, p1, 4));
-      prefetch_l1(a.paging.row(a.v_scale, p1, 4));
+      prefetch_l2(a.paging.row(a.k_scale, p1, 4));
+      prefetch_l2(a.paging.row(a.v_scale, p1, 4));
     }
     for (int i = 0; i < nr;) {
       const int n = visible(i) - p0 < tile_n ? visible(i) - p0 : tile_n;

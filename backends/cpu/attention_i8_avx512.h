@@ -68,16 +68,18 @@ inline void scores_i8(const int16_t* const* q, const float* f, const int8_t* kt,
     for (int j = 0; j < J; ++j) rows[j] = int64_t(j0 + j < n ? j0 + j : n - 1) * hd;
 #pragma GCC unroll 16
     for (int v = 0; v < 16; ++v) acc[v] = _mm512_setzero_si512();
-      // Key by key, each row's lines in order, as the f32 path reads them (scores2).
-#pragma GCC unroll 16
-    for (int j = 0; j < J; ++j)
-      for (int c = 0; c < hd; c += 32) {
-        const __m512i k = key32(kt, rows[j] + c);
-        if (pf && c % 64 == 0) prefetch_l1(static_cast<const int8_t*>(pf) + rows[j] + c);
+    for (int c = 0; c < hd; c += 32) {
+      __m512i qc[R];
 #pragma GCC unroll 4
-        for (int r = 0; r < R; ++r)
-          acc[r * J + j] = _mm512_dpwssd_epi32(acc[r * J + j], _mm512_loadu_si512(q[r] + c), k);
+      for (int r = 0; r < R; ++r) qc[r] = _mm512_loadu_si512(q[r] + c);
+#pragma GCC unroll 16
+      for (int j = 0; j < J; ++j) {
+        const __m512i k = key32(kt, rows[j] + c);
+        if (pf && c % 64 == 0) prefetch_l2(static_cast<const int8_t*>(pf) + rows[j] + c);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) acc[r * J + j] = _mm512_dpwssd_epi32(acc[r * J + j], qc[r], k);
       }
+    }
     const int valid = n - j0 < J ? n - j0 : J;
     alignas(64) float kl[16];
     __mmask16 seen = 0;  // lanes of keys before n
@@ -157,7 +159,7 @@ inline void accumulate_v_i8(const TileWeights* w, const int8_t* vt, int n, int h
         x[j] = _mm512_loadu_si512(vt + row);
         // The first pass prefetches the next rows whole (their lines are read in one go).
         if (next && d0 == 0)
-          for (int b = 0; b < hd; b += 64) prefetch_l1(static_cast<const int8_t*>(next) + row + b);
+          for (int b = 0; b < hd; b += 64) prefetch_l2(static_cast<const int8_t*>(next) + row + b);
       }
       const __m512i ab0 = _mm512_unpacklo_epi8(x[0], x[1]), ab1 = _mm512_unpackhi_epi8(x[0], x[1]);
       const __m512i cd0 = _mm512_unpacklo_epi8(x[2], x[3]), cd1 = _mm512_unpackhi_epi8(x[2], x[3]);

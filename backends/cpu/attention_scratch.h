@@ -64,8 +64,8 @@ inline NextRows next_rows(const AttentionArgs& a, int p1, int n_pos, int64_t row
 inline void prefetch_l2(const void* p) {
   __builtin_prefetch(p, 0, 2);  // x86: prefetcht1; Arm: prfm pldl2keep
 }
-// For the AVX-512 decode rows, which read the cache in place, key by key: there prefetcht0 took
-// a position 2-7% less time than prefetcht1 from memory (bench/RESULTS.md).
+// For the AVX-512 decode rows of a 16-bit or f32 cache, which read it in place, key by key: there
+// prefetcht0 took a position 2-7% less time than prefetcht1 from memory (bench/RESULTS.md).
 inline void prefetch_l1(const void* p) {
   __builtin_prefetch(p, 0, 3);  // x86: prefetcht0
 }
