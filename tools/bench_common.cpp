@@ -128,6 +128,16 @@ ArithmeticBound arithmetic_bound(const Backend& be, const MachinePeaks& p, int t
   return b;
 }
 
+void bound_json(JsonWriter& w, const std::string& prefix, const ArithmeticBound& b, double gflops) {
+  w.key(prefix + "_arithmetic").begin_array();
+  for (Arithmetic a : b.used) w.value(arithmetic_name(a));
+  w.end_array();
+  const bool bound = b.peak > 0;
+  w.field(prefix + "_peak_arithmetic", bound ? arithmetic_name(b.by) : "");
+  w.field(prefix + "_peak_gops", b.peak);
+  w.field(prefix + "_peak_fraction", bound ? gflops / b.peak : 0.0);
+}
+
 std::string names(const std::vector<Arithmetic>& v) {
   std::string s;
   for (Arithmetic a : v) s += (s.empty() ? "" : " + ") + std::string(arithmetic_name(a));

@@ -66,6 +66,9 @@ struct ArithmeticBound {
   double peak = 0;
 };
 ArithmeticBound arithmetic_bound(const Backend& be, const MachinePeaks& p, int tokens, int chunk);
+// PREFIX_arithmetic (what ran), PREFIX_peak_arithmetic, PREFIX_peak_gops and
+// PREFIX_peak_fraction (gflops against that peak; "", 0 and 0 without one).
+void bound_json(JsonWriter& w, const std::string& prefix, const ArithmeticBound& b, double gflops);
 
 SamplingParams bench_sampling(const Args& args, const Qwen3Model& model);
 std::string sampling_text(const SamplingParams& s);

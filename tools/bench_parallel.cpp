@@ -204,13 +204,7 @@ void row_json(JsonWriter& w, const ParallelRow& x, const ParallelRounds& q) {
   w.field("decode_ms_per_step", x.ms_step).field("total_tokens_per_s", x.total);
   w.field("decode_bytes_per_step", x.bytes).field("decode_bw_fraction", x.frac);
   w.field("decode_flops_per_step", x.flops).field("decode_gflops", x.gflops);
-  w.key("decode_arithmetic").begin_array();
-  for (Arithmetic a : x.bound.used) w.value(arithmetic_name(a));
-  w.end_array();
-  const bool bound = x.bound.peak > 0;
-  w.field("decode_peak_arithmetic", bound ? arithmetic_name(x.bound.by) : "");
-  w.field("decode_peak_gops", x.bound.peak);
-  w.field("decode_peak_fraction", bound ? x.gflops / x.bound.peak : 0.0);
+  bound_json(w, "decode", x.bound, x.gflops);
   w.field("decode_ceiling_tokens_per_s", x.ceiling);
   w.field("decode_ceiling_fraction", x.ceiling > 0 ? x.dc / x.ceiling : 0.0);
   w.field("mem_bw_gbs", x.bw);

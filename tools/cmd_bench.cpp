@@ -110,13 +110,7 @@ void single_json(JsonWriter& w, const std::vector<SingleResult>& all, int reps) 
   w.key("prefill_runs").array(r.prefill_tps);
   w.field("prefill_gflops", r.pf_gflops);
   peaks_json(w, r.peaks);
-  w.key("prefill_arithmetic").begin_array();
-  for (Arithmetic a : r.bound.used) w.value(arithmetic_name(a));
-  w.end_array();
-  const bool bound = r.bound.peak > 0;
-  w.field("prefill_peak_arithmetic", bound ? arithmetic_name(r.bound.by) : "");
-  w.field("prefill_peak_gops", r.bound.peak);
-  w.field("prefill_peak_fraction", bound ? r.pf_gflops / r.bound.peak : 0.0);
+  bound_json(w, "prefill", r.bound, r.pf_gflops);
   w.field("decode_tokens_per_s", r.dc);
   w.key("decode_runs").array(r.decode_tps);
   w.field("decode_weight_bytes", r.weight_bytes).field("head_screen_saving_bytes", r.saved);
