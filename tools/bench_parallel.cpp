@@ -1,19 +1,17 @@
 // hearth bench --parallel N1,N2,... (batched decode, as llama-batched-bench -npp/-ntg/-npl): for
-// each N, N
-// sequences, each with its own --prompt random tokens (default 128 in this mode) and --gen
-// tokens after its first (default 128; ignore_eos), are submitted at once to one Scheduler over one
-// Runner (max_seqs = the largest N, --prefill-chunk rows per step, default 512, and a KV budget
-// for every sequence's positions) and stepped until idle. The prefill phase runs until the step
-// in which the last sequence got its first token; sequences whose prompt finished in an earlier
-// step already decode during it (chunked prefill mixes them), and those tokens count in neither
-// phase. The decode phase is every step after it. After a warm-up (a lone sequence, then the
-// largest N with short prompts), each of --reps rounds (default 1 here) runs every N in the list,
-// each preceded by a bandwidth probe. New random prompts every run, so the KV pool's prefix cache
-// never hits. JSON (--json): model_dir, weight_dtypes, backend_detail, threads, kv_dtype, kv_block,
-// prompt_tokens, gen_tokens, reps, prefill_chunk, peak_gflops, peak_int8_gops, peak_bf16_gflops,
-// peak_bf16_tile_gflops, mem_bw_gbs (best probe), mem_bw_runs, peak_rss_mb, load_ms, and
-// "parallel": one object per N
-// (rates are medians over the rounds):
+// each N, N sequences, each with its own --prompt random tokens (default 128 in this mode) and
+// --gen tokens after its first (default 128; ignore_eos), are submitted at once to one Scheduler
+// over one Runner (max_seqs = the largest N, --prefill-chunk rows per step, default 512, and a KV
+// budget for every sequence's positions) and stepped until idle. The prefill phase runs until the
+// step in which the last sequence got its first token; sequences whose prompt finished in an
+// earlier step already decode during it (chunked prefill mixes them), and those tokens count in
+// neither phase. The decode phase is every step after it. After a warm-up (a lone sequence, then
+// the largest N with short prompts), each of --reps rounds (default 1 here) runs every N in the
+// list, each preceded by a bandwidth probe. New random prompts every run, so the KV pool's prefix
+// cache never hits. JSON (--json): model_dir, weight_dtypes, backend_detail, threads, kv_dtype,
+// kv_block, prompt_tokens, gen_tokens, reps, prefill_chunk, peak_gflops, peak_int8_gops,
+// peak_bf16_gflops, peak_bf16_tile_gflops, mem_bw_gbs (best probe), mem_bw_runs, peak_rss_mb,
+// load_ms, and "parallel": one object per N (rates are medians over the rounds):
 //   n                               sequences
 //   prefill_tokens_per_s            N * prompt_tokens / prefill phase wall time (aggregate)
 //   prefill_ms                      the prefill phase's wall time
@@ -40,13 +38,15 @@
 //   decode_ceiling_tokens_per_s     the most the machine's limits measured in this run allow: N
 //                                   tokens a step, a step taking the longer of its bytes at
 //                                   mem_bw_gbs and its FLOPs at decode_peak_gops (as if each hid
-//                                   the other wholly; 0 with neither measured). Past a few
-//                                   sequences the arithmetic binds: the ceiling then says whether
-//                                   N streams could decode N times as fast as one on this machine
+//                                   the other wholly; 0 with neither measured): whether N streams
+//                                   could decode N times as fast as one on this machine, and
+//                                   which limit holds them
 //   decode_ceiling_fraction         decode_tokens_per_s / decode_ceiling_tokens_per_s
 //   mem_bw_gbs                      the probe just before this N's runs (best over the rounds)
-//   prefill_cpu_share, decode_cpu_share     CPU time / (wall time * threads), as above
-//   decode_tokens_per_s_runs        every round#include <algorithm>
+//   prefill_cpu_share, decode_cpu_share     CPU time / (wall time * threads) in each phase: well
+//                                   below 1 means other work shared the cores
+//   decode_tokens_per_s_runs        every round
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <memory>
