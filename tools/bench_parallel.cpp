@@ -223,10 +223,17 @@ void print_parallel_rows(const std::vector<ParallelRow>& rows, double load_ms) {
   std::printf("%5s %16s %16s %16s %10s %10s %7s %12s %6s\n", "N", "prefill tokens/s",
               "decode tokens/s", "tokens/s/stream", "ms/step", "% read bw", "% peak", "ceiling t/s",
               "cpu %");
+  // "-" where the backend measured no such limit (a GPU's, so far).
+  auto cell = [](bool measured, const char* fmt, double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, fmt, v);
+    return measured ? std::string(buf) : std::string("-");
+  };
   for (const ParallelRow& x : rows)
-    std::printf("%5d %16.1f %16.2f %16.2f %10.2f %9.0f%% %6.0f%% %12.1f %5.0f%%\n", x.n, x.pf, x.dc,
-                x.per_stream, x.ms_step, 100 * x.frac,
-                x.bound.peak > 0 ? 100 * x.gflops / x.bound.peak : 0.0, x.ceiling,
+    std::printf("%5d %16.1f %16.2f %16.2f %10.2f %10s %7s %12s %5.0f%%\n", x.n, x.pf, x.dc,
+                x.per_stream, x.ms_step, cell(x.bw > 0, "%.0f%%", 100 * x.frac).c_str(),
+                cell(x.bound.peak > 0, "%.0f%%", 100 * x.gflops / x.bound.peak).c_str(),
+                cell(x.ceiling > 0, "%.1f", x.ceiling).c_str(),
                 100 * std::min(x.pf_share, x.dc_share));
   std::printf(
       "%% peak: decode FLOPs against the highest peak of the arithmetic its steps ran on; ceiling: "
@@ -339,11 +346,12 @@ int bench_parallel(const Args& args) {
   w.end_object();
   progress.say("");
   if (print_json_or_title(args, w, *model, runner)) return 0;
-  std::printf(
-      "%s, prompt %d + gen %d tokens per sequence (%s), %d round(s); read %.1f GB/s; "
-      "peaks %s\n",
-      threads_text(threads).c_str(), prompt, gen, sampling_text(sampling).c_str(), reps, best_bw,
-      peaks_text(peaks).c_str());
+  const std::string peak_list = peaks_text(peaks);
+  char read[48] = "read bandwidth not measured by this backend";
+  if (best_bw > 0) std::snprintf(read, sizeof read, "read %.1f GB/s", best_bw);
+  std::printf("%s, prompt %d + gen %d tokens per sequence (%s), %d round(s); %s; peaks %s\n",
+              threads_text(threads).c_str(), prompt, gen, sampling_text(sampling).c_str(), reps,
+              read, peak_list.empty() ? "not measured by this backend" : peak_list.c_str());
   print_parallel_rows(rows, load_ms);
   return 0;
 }
