@@ -145,19 +145,19 @@ struct ParallelRounds {
     dc_wall += run.decode_s;
   }
 };
-struct ParallelRow {
-  int n;
-  double pf, dc, per_stream, total, pf_ms, dc_ms, ms_step, tokens, steps, bytes, frac, bw;
-  double flops, gflops, ceiling;
-  ArithmeticBound bound;
-  double pf_share, dc_share;
-};
-
 // What a decode step of n sequences costs: the bytes it reads (weights + n x KV) and its model
 // FLOPs, and what it runs on.
 struct StepCost {
   double bytes, flops;
   ArithmeticBound bound;
+};
+
+struct ParallelRow {
+  int n;
+  double pf, dc, per_stream, total, pf_ms, dc_ms, ms_step, tokens, steps, frac, bw;
+  StepCost cost;
+  double gflops, ceiling;
+  double pf_share, dc_share;
 };
 
 // The most tokens a second a step of n tokens allows at `bw` GB/s and the bound's peak: the longer
@@ -181,12 +181,10 @@ ParallelRow summarise(const ParallelRounds& q, int n, const StepCost& cost, int 
   x.ms_step = median(q.ms_step);
   x.tokens = median(q.decode_tokens);
   x.steps = median(q.decode_steps);
-  x.bytes = cost.bytes;
   x.bw = q.bw;
-  x.frac = x.ms_step > 0 && x.bw > 0 ? x.bytes / (x.ms_step * 1e-3) / (x.bw * 1e9) : 0.0;
-  x.flops = cost.flops;
-  x.gflops = x.ms_step > 0 ? x.flops / (x.ms_step * 1e-3) / 1e9 : 0.0;
-  x.bound = cost.bound;
+  x.frac = x.ms_step > 0 && x.bw > 0 ? cost.bytes / (x.ms_step * 1e-3) / (x.bw * 1e9) : 0.0;
+  x.cost = cost;
+  x.gflops = x.ms_step > 0 ? cost.flops / (x.ms_step * 1e-3) / 1e9 : 0.0;
   x.ceiling = ceiling_tokens_per_s(n, cost, x.bw);
   x.pf_share = q.pf_wall > 0 ? q.pf_cpu / (q.pf_wall * threads) : 0.0;
   x.dc_share = q.dc_wall > 0 ? q.dc_cpu / (q.dc_wall * threads) : 0.0;
@@ -202,9 +200,9 @@ void row_json(JsonWriter& w, const ParallelRow& x, const ParallelRounds& q) {
       .field("decode_tokens", int64_t(x.tokens))
       .field("decode_steps", int64_t(x.steps));
   w.field("decode_ms_per_step", x.ms_step).field("total_tokens_per_s", x.total);
-  w.field("decode_bytes_per_step", x.bytes).field("decode_bw_fraction", x.frac);
-  w.field("decode_flops_per_step", x.flops).field("decode_gflops", x.gflops);
-  bound_json(w, "decode", x.bound, x.gflops);
+  w.field("decode_bytes_per_step", x.cost.bytes).field("decode_bw_fraction", x.frac);
+  w.field("decode_flops_per_step", x.cost.flops).field("decode_gflops", x.gflops);
+  bound_json(w, "decode", x.cost.bound, x.gflops);
   w.field("decode_ceiling_tokens_per_s", x.ceiling);
   w.field("decode_ceiling_fraction", x.ceiling > 0 ? x.dc / x.ceiling : 0.0);
   w.field("mem_bw_gbs", x.bw);
@@ -232,7 +230,7 @@ void print_parallel_rows(const std::vector<ParallelRow>& rows, double load_ms) {
   for (const ParallelRow& x : rows)
     std::printf("%5d %16.1f %16.2f %16.2f %10.2f %10s %7s %12s %5.0f%%\n", x.n, x.pf, x.dc,
                 x.per_stream, x.ms_step, cell(x.bw > 0, "%.0f%%", 100 * x.frac).c_str(),
-                cell(x.bound.peak > 0, "%.0f%%", 100 * x.gflops / x.bound.peak).c_str(),
+                cell(x.cost.bound.peak > 0, "%.0f%%", 100 * x.gflops / x.cost.bound.peak).c_str(),
                 cell(x.ceiling > 0, "%.1f", x.ceiling).c_str(),
                 100 * std::min(x.pf_share, x.dc_share));
   std::printf(
